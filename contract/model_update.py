@@ -1,0 +1,113 @@
+"""The model-update message: one trained model version, published to the compacted ``model-updates`` topic.
+
+Wire format: ``MAGIC`` (4 bytes), the header length (4 bytes, big-endian), a UTF-8 JSON header with the
+metadata below, then the model bytes in XGBoost's own format (``ubj`` or ``json``; never pickle).
+The header's ``sha256`` is of the model bytes; :func:`decode_update` checks it, so a torn or tampered
+message is rejected before anything tries to load it. Consumers then check the feature schema and a
+probe prediction before they swap the model in.
+
+The Kafka key is :func:`model_key` — pool key, target and objective — so compaction keeps the newest
+version of each model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from contract.features import TARGETS
+
+MAGIC = b"HRMU"
+FORMAT_VERSION = 1
+OBJECTIVES = ("mean", "quantile")
+MODEL_FORMATS = ("ubj", "json")
+_HEADER_LEN = struct.Struct(">I")
+
+
+class InvalidUpdate(ValueError):
+    """A model-update message that must not be applied; the message says why."""
+
+
+@dataclass(frozen=True)
+class ModelUpdate:
+    version: int
+    pool_key: str
+    target: str  # one of contract.features.TARGETS
+    objective: str  # "mean" or "quantile"
+    feature_schema: str  # contract.features.FEATURE_SCHEMA of the trainer
+    model_format: str  # "ubj" or "json"
+    model: bytes = field(repr=False)
+    sha256: str
+    created_at: float  # unix seconds
+    quantile: float | None = None  # alpha of a quantile model
+    window_stats: dict[str, Any] = field(default_factory=dict)
+    holdout_metrics: dict[str, float] = field(default_factory=dict)
+    drift_reason: str | None = None
+
+    @property
+    def key(self) -> str:
+        return model_key(self.pool_key, self.target, self.objective)
+
+
+def model_key(pool_key: str, target: str, objective: str) -> str:
+    return f"{pool_key}/{target}/{objective}"
+
+
+def make_update(*, model: bytes, **metadata: Any) -> ModelUpdate:
+    """A :class:`ModelUpdate` whose checksum is computed from ``model``."""
+    return ModelUpdate(model=model, sha256=hashlib.sha256(model).hexdigest(), **metadata)
+
+
+def encode_update(update: ModelUpdate) -> bytes:
+    header = asdict(update)
+    del header["model"]
+    header["format_version"] = FORMAT_VERSION
+    raw = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    return MAGIC + _HEADER_LEN.pack(len(raw)) + raw + update.model
+
+
+def decode_update(raw: bytes) -> ModelUpdate:
+    """Parse a message and verify its checksum; raises :class:`InvalidUpdate` saying why."""
+    raw = bytes(raw)
+    if raw[:4] != MAGIC:
+        raise InvalidUpdate(f"not a model-update message (magic {raw[:4]!r}, expected {MAGIC!r})")
+    if len(raw) < 8:
+        raise InvalidUpdate("truncated model-update message: no header length")
+    (length,) = _HEADER_LEN.unpack_from(raw, 4)
+    if 8 + length > len(raw):
+        raise InvalidUpdate(f"truncated model-update message: header of {length} bytes, {len(raw) - 8} present")
+    try:
+        header = json.loads(raw[8:8 + length])
+    except ValueError as err:
+        raise InvalidUpdate(f"model-update header is not valid JSON: {err}") from err
+    if not isinstance(header, dict):
+        raise InvalidUpdate("model-update header must be a JSON object")
+    if header.pop("format_version", None) != FORMAT_VERSION:
+        raise InvalidUpdate(f"unknown model-update format version; this reader knows {FORMAT_VERSION}")
+    model = raw[8 + length:]
+    try:
+        update = ModelUpdate(model=model, **header)
+    except TypeError as err:
+        raise InvalidUpdate(f"model-update header fields are wrong: {err}") from err
+    _check(update)
+    return update
+
+
+def _check(update: ModelUpdate) -> None:
+    if update.target not in TARGETS:
+        raise InvalidUpdate(f"unknown target {update.target!r}; expected one of {TARGETS}")
+    if update.objective not in OBJECTIVES:
+        raise InvalidUpdate(f"unknown objective {update.objective!r}; expected one of {OBJECTIVES}")
+    if update.objective == "quantile" and not (isinstance(update.quantile, float) and 0 < update.quantile < 1):
+        raise InvalidUpdate(f"quantile model needs a quantile in (0, 1), got {update.quantile!r}")
+    if update.model_format not in MODEL_FORMATS:
+        raise InvalidUpdate(f"unknown model format {update.model_format!r}; expected one of {MODEL_FORMATS}")
+    if not isinstance(update.version, int) or update.version < 1:
+        raise InvalidUpdate(f"version must be a positive integer, got {update.version!r}")
+    digest = hashlib.sha256(update.model).hexdigest()
+    if digest != update.sha256:
+        raise InvalidUpdate(f"checksum mismatch: model bytes hash to {digest[:12]}…, header says "
+                            f"{str(update.sha256)[:12]}…")

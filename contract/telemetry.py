@@ -1,0 +1,191 @@
+"""The completed-request telemetry record: one per request, produced when its response completes.
+
+It carries what the router knew at dispatch (the chosen server's state, the prompt), what happened
+(TTFT, TPOT, E2E in milliseconds), and the prediction that was used, so the pipeline sees live error.
+
+Wire format: UTF-8 JSON object with ``"v": SCHEMA_VERSION`` and the fields below, at most
+``MAX_RECORD_BYTES``. :func:`decode` returns a record or raises :class:`InvalidRecord` whose ``reason``
+says exactly what is wrong; it never raises anything else on any input.
+
+Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streamed token) and ``tpot_ms``
+(mean time per output token after the first, in tokens) and train the TTFT and TPOT models;
+non-streaming records carry ``e2e_ms`` and train the E2E model. Every record carries ``e2e_ms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 16 * 1024
+MAX_ID_CHARS = 256
+TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
+
+
+class InvalidRecord(ValueError):
+    """A telemetry record that must not be trained on; ``reason`` is the precise cause."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryRecord:
+    request_id: str
+    server_id: str
+    pool_key: str
+    stream: bool
+    arrival_ts: float  # unix seconds, at the router
+    dispatch_ts: float
+    completion_ts: float
+    prompt_tokens: int
+    output_tokens: int
+    # The chosen server as the router saw it at dispatch.
+    kv_cache_usage: float  # fraction 0-1
+    num_waiting: int
+    num_running: int
+    prefix_match: float  # fraction of this prompt cached on the server, 0-1
+    inflight_requests: int  # dispatched by the router, not finished
+    inflight_prompt_tokens: int
+    e2e_ms: float
+    max_tokens: int = 0  # the request's output cap; 0 when unknown
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    predicted_ttft_ms: float | None = None
+    predicted_tpot_ms: float | None = None
+    predicted_e2e_ms: float | None = None
+    model_versions: dict[str, int] | None = None  # target -> version of the prediction used
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    priority: int = 0
+
+
+_STR = ("request_id", "server_id", "pool_key")
+_COUNT = ("prompt_tokens", "output_tokens", "num_waiting", "num_running", "inflight_requests",
+          "inflight_prompt_tokens", "max_tokens")
+_TIME = ("arrival_ts", "dispatch_ts", "completion_ts")
+_FRACTION = ("kv_cache_usage", "prefix_match")
+_LATENCY = ("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
+            "slo_ttft_ms", "slo_tpot_ms")
+_FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
+_REQUIRED = tuple(n for n, f in _FIELDS.items()
+                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
+def encode(record: TelemetryRecord) -> bytes:
+    """The record's wire bytes (optional fields that are unset are left out)."""
+    body: dict[str, Any] = {"v": SCHEMA_VERSION}
+    for name in _FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            body[name] = value
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode(raw: bytes) -> TelemetryRecord:
+    """Parse and validate wire bytes; raises :class:`InvalidRecord` with the reason."""
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise InvalidRecord(f"record must be bytes, got {type(raw).__name__}")
+    if len(raw) > MAX_RECORD_BYTES:
+        raise InvalidRecord(f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidRecord(f"not UTF-8: {err.reason} at byte {err.start}") from None
+    try:
+        body = json.loads(text)  # NaN / Infinity parse, then fail the finiteness check with their field
+    except (ValueError, RecursionError) as err:
+        raise InvalidRecord(f"not valid JSON: {err}") from None
+    return validate(body)
+
+
+def validate(body: Any) -> TelemetryRecord:
+    """Check a decoded JSON object field by field; raises :class:`InvalidRecord` with the reason."""
+    if not isinstance(body, dict):
+        raise InvalidRecord(f"record must be a JSON object, got {_kind(body)}")
+    version = body.get("v")
+    if version is None:
+        raise InvalidRecord("missing field 'v' (schema version)")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise InvalidRecord(f"unknown schema version {version!r} (this reader knows {SCHEMA_VERSION})")
+    unknown = sorted(set(body) - set(_FIELDS) - {"v"})
+    if unknown:
+        raise InvalidRecord(f"unknown field {unknown[0]!r}")
+    for name in _REQUIRED:
+        if body.get(name) is None:
+            raise InvalidRecord(f"missing field {name!r}")
+    values = {name: _check(name, value) for name, value in body.items() if name != "v" and value is not None}
+    record = TelemetryRecord(**values)
+    _check_consistency(record)
+    return record
+
+
+def _check(name: str, value: Any) -> Any:
+    if name in _STR:
+        if not isinstance(value, str):
+            raise InvalidRecord(f"field {name!r} must be a string, got {_kind(value)}")
+        if not value or len(value) > MAX_ID_CHARS:
+            raise InvalidRecord(f"field {name!r} must have 1 to {MAX_ID_CHARS} characters, got {len(value)}")
+        return value
+    if name == "stream":
+        if not isinstance(value, bool):
+            raise InvalidRecord(f"field 'stream' must be true or false, got {_kind(value)}")
+        return value
+    if name == "model_versions":
+        return _check_versions(value)
+    if name in _COUNT or name == "priority":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+        if name != "priority" and value < 0:
+            raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
+        return value
+    number = _number(name, value)
+    if name in _FRACTION and not 0.0 <= number <= 1.0:
+        raise InvalidRecord(f"field {name!r} is a fraction and must be within [0, 1], got {number}")
+    if name in _LATENCY and number < 0:
+        raise InvalidRecord(f"field {name!r} is a latency and must not be negative, got {number}")
+    if name in _TIME and number < 0:
+        raise InvalidRecord(f"field {name!r} is a unix time and must not be negative, got {number}")
+    return number
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRecord(f"field {name!r} must be a number, got {_kind(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidRecord(f"field {name!r} must be finite, got {value}")
+    return number
+
+
+def _check_versions(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise InvalidRecord(f"field 'model_versions' must be an object of target -> version, got {_kind(value)}")
+    for target, version in value.items():
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise InvalidRecord(f"field 'model_versions' entry {target!r} must be a non-negative integer, "
+                                f"got {_kind(version)}")
+    return dict(value)
+
+
+def _check_consistency(record: TelemetryRecord) -> None:
+    if record.completion_ts < record.dispatch_ts:
+        raise InvalidRecord(f"completion_ts {record.completion_ts} is before dispatch_ts {record.dispatch_ts}")
+    if record.stream and record.ttft_ms is None:
+        raise InvalidRecord("streaming record is missing field 'ttft_ms'")
+    if record.stream and record.output_tokens > 1 and record.tpot_ms is None:
+        raise InvalidRecord("streaming record with more than one output token is missing field 'tpot_ms'")
+    if record.ttft_ms is not None and record.ttft_ms > record.e2e_ms + TTFT_SLACK_MS:
+        raise InvalidRecord(f"ttft_ms {record.ttft_ms} exceeds e2e_ms {record.e2e_ms}")
+    if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
+        raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)

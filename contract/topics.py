@@ -1,0 +1,47 @@
+"""The Kafka topics headroom uses, declared once: names come from :class:`KafkaSettings`.
+
+``telemetry`` keeps its history forever (backtests replay it), ``telemetry-dlq`` keeps rejected records
+with their reason, ``model-updates`` is compacted so the latest version per key survives, and large
+enough for a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.settings import setting
+
+MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the broker is and what its topics are called."""
+
+    bootstrap_servers: str = setting("127.0.0.1:9092", "HEADROOM_KAFKA_BOOTSTRAP", "Kafka bootstrap servers.")
+    telemetry_topic: str = setting("telemetry", "HEADROOM_TOPIC_TELEMETRY", "Completed-request telemetry.")
+    dlq_topic: str = setting("telemetry-dlq", "HEADROOM_TOPIC_DLQ", "Rejected telemetry with its reason.")
+    model_topic: str = setting("model-updates", "HEADROOM_TOPIC_MODELS", "Compacted, versioned model updates.")
+    telemetry_partitions: int = setting(4, "HEADROOM_TELEMETRY_PARTITIONS", "Partitions of the telemetry topic.")
+    state_dir: Path = setting(Path(".headroom"), "HEADROOM_STATE_DIR", "Where local state (broker data, logs) lives.")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def declared_topics(settings: KafkaSettings) -> list[TopicSpec]:
+    """Every topic headroom creates, with its partitions and configs."""
+    return [
+        TopicSpec(settings.telemetry_topic, settings.telemetry_partitions,
+                  {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}),
+        TopicSpec(settings.dlq_topic, 1,
+                  {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}),
+        TopicSpec(settings.model_topic, 1,
+                  {"cleanup.policy": "compact", "max.message.bytes": str(MODEL_MESSAGE_MAX_BYTES),
+                   "min.cleanable.dirty.ratio": "0.1", "segment.ms": str(3600 * 1000)}),
+    ]
