@@ -1,0 +1,41 @@
+"""``headroom`` — the one command-line entry point. Each subcommand group lives in its package's ``cli``
+module as ``register(subparsers)``; this module only lists them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One line per subcommand group: (module with register(subparsers)).
+COMMANDS = (
+    "localkafka.cli",
+    "demo.cli",
+)
+
+
+class CommandError(Exception):
+    """A command failed in a way the user can act on; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headroom", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        importlib.import_module(module).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except CommandError as err:
+        print(f"headroom {args.command}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""``headroom kafka up|down|status`` — the local broker."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from cli.main import CommandError
+from contract.settings import from_env
+from contract.topics import KafkaSettings
+from localkafka import admin, broker
+from localkafka.errors import BrokerError
+from localkafka.settings import BrokerSettings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("kafka", help="run a local Kafka broker (KRaft) on 127.0.0.1")
+    commands = group.add_subparsers(dest="kafka_command", required=True, metavar="ACTION")
+    for name, run, text in (("up", _up, "start the broker (idempotent) and create the topics"),
+                            ("down", _down, "stop the broker"),
+                            ("status", _status, "say whether the broker runs and answers")):
+        parser = commands.add_parser(name, help=text)
+        parser.add_argument("--state-dir", type=Path, help="folder for broker data, log and pid file "
+                            "(default $HEADROOM_STATE_DIR or .headroom)")
+        parser.set_defaults(run=run)
+
+
+def settings_from(args: argparse.Namespace) -> BrokerSettings:
+    settings = from_env(BrokerSettings)
+    return replace(settings, state_dir=args.state_dir) if args.state_dir else settings
+
+
+def start(settings: BrokerSettings) -> tuple[broker.Status, list[str]]:
+    """Bring the broker up and create the declared topics on it."""
+    status = broker.up(settings)
+    kafka = from_env(KafkaSettings, bootstrap_servers=settings.bootstrap)
+    return status, admin.ensure_topics(kafka)
+
+
+def _up(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    began = time.monotonic()
+    try:
+        status, created = start(settings)
+    except BrokerError as err:
+        raise CommandError(str(err)) from err
+    print(f"Kafka is up on {status.bootstrap} (pid {status.pid}) after {time.monotonic() - began:.1f} s; "
+          f"log {status.log_file}")
+    if created:
+        print(f"created topics: {', '.join(created)}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = broker.down(settings_from(args))
+    print("Kafka stopped" if stopped else "Kafka was not running")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = broker.status(settings_from(args))
+    if not status.running:
+        print("Kafka is not running")
+        return 3
+    state = "answering" if status.answering else "NOT answering"
+    print(f"Kafka is running on {status.bootstrap} (pid {status.pid}), {state}; log {status.log_file}")
+    return 0 if status.answering else 1

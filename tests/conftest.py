@@ -1,0 +1,56 @@
+"""Session fixtures shared by every test package.
+
+``kafka`` starts a real Kafka broker (KRaft, loopback, free ports, a temporary state folder) once per test
+session, creates the declared topics, yields their :class:`~contract.topics.KafkaSettings`, and stops the
+broker afterwards — also when tests fail. Set ``HEADROOM_TEST_KAFKA_BOOTSTRAP`` to use a broker that is
+already running instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from contract.settings import from_env
+from contract.topics import KafkaSettings, TopicSpec
+from localkafka import admin, broker
+from localkafka.settings import BrokerSettings
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
+    existing = os.environ.get("HEADROOM_TEST_KAFKA_BOOTSTRAP")
+    if existing:
+        settings = from_env(KafkaSettings, {}, bootstrap_servers=existing)
+        admin.ensure_topics(settings)
+        yield settings
+        return
+    broker_settings = from_env(BrokerSettings, port=free_port(), controller_port=free_port(),
+                               state_dir=tmp_path_factory.mktemp("kafka-state"))
+    broker.up(broker_settings)
+    try:
+        settings = from_env(KafkaSettings, {}, bootstrap_servers=broker_settings.bootstrap)
+        admin.ensure_topics(settings)
+        yield settings
+    finally:
+        broker.down(broker_settings)
+
+
+@pytest.fixture
+def fresh_topic(kafka: KafkaSettings):
+    """A factory of new, uniquely named topics on the test broker: ``fresh_topic(prefix, partitions, config)``."""
+    def make(prefix: str = "test", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        admin.ensure_topics(kafka, [TopicSpec(name, partitions, config or {})])
+        return name
+    return make

@@ -1,0 +1,50 @@
+import dataclasses
+
+import pytest
+
+from contract.features import FEATURE_SCHEMA
+from contract.model_update import InvalidUpdate, decode_update, encode_update, make_update, model_key
+
+
+def update(**changes):
+    fields = dict(model=b"{\"learner\": {}}", version=7, pool_key="h100", target="ttft", objective="quantile",
+                  quantile=0.9, feature_schema=FEATURE_SCHEMA, model_format="json", created_at=1.7e9,
+                  window_stats={"rows": 1200}, holdout_metrics={"mae": 3.5}, drift_reason="adwin on ttft")
+    fields.update(changes)
+    return make_update(**fields)
+
+
+def test_round_trip_and_key():
+    original = update()
+    decoded = decode_update(encode_update(original))
+    assert decoded == original
+    assert decoded.key == model_key("h100", "ttft", "quantile") == "h100/ttft/quantile"
+
+
+def test_tampered_model_bytes_fail_the_checksum():
+    data = bytearray(encode_update(update()))
+    data[-2] ^= 0xFF
+    with pytest.raises(InvalidUpdate, match="checksum mismatch"):
+        decode_update(bytes(data))
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"PK\x03\x04rest", "not a model-update message"),
+    (encode_update(update())[:20], "truncated model-update message"),
+    (b"HRMU\x00\x00\x00\x02{]", "header is not valid JSON"),
+], ids=["wrong-magic", "truncated", "bad-header"])
+def test_malformed_messages(data, reason):
+    with pytest.raises(InvalidUpdate, match=reason):
+        decode_update(data)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"target": "latency"}, "unknown target 'latency'"),
+    ({"objective": "median"}, "unknown objective 'median'"),
+    ({"quantile": None}, "quantile model needs a quantile"),
+    ({"model_format": "pickle"}, "unknown model format 'pickle'"),
+    ({"version": 0}, "version must be a positive integer"),
+], ids=["target", "objective", "quantile", "format", "version"])
+def test_bad_metadata_is_rejected(changes, reason):
+    with pytest.raises(InvalidUpdate, match=reason):
+        decode_update(encode_update(dataclasses.replace(update(), **changes)))

@@ -1,0 +1,104 @@
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contract.telemetry import MAX_RECORD_BYTES, InvalidRecord, TelemetryRecord, decode, encode
+from tests.contract.records import valid_record
+
+
+def wire(**changes) -> dict:
+    """The wire object of a valid record with fields changed (None removes a field)."""
+    body = json.loads(encode(valid_record()))
+    for name, value in changes.items():
+        if value is None:
+            body.pop(name, None)
+        else:
+            body[name] = value
+    return body
+
+
+def raw(body: dict) -> bytes:
+    return json.dumps(body).encode()  # allow_nan: NaN / Infinity reach the validator as JSON tokens
+
+
+def test_round_trip_keeps_every_field():
+    record = valid_record()
+    assert decode(encode(record)) == record
+
+
+def test_optional_fields_may_be_absent():
+    record = decode(raw(wire(stream=False, ttft_ms=None, tpot_ms=None, predicted_ttft_ms=None,
+                             predicted_tpot_ms=None, model_versions=None, slo_ttft_ms=None, slo_tpot_ms=None,
+                             priority=None, max_tokens=None)))
+    assert record.ttft_ms is None and record.priority == 0 and record.max_tokens == 0
+
+
+REJECTIONS = [
+    ("not-json", b"{not json", "not valid JSON"),
+    ("not-utf8", b"\xff\xfe{}", "not UTF-8"),
+    ("array", b"[1, 2]", "must be a JSON object, got array"),
+    ("oversized", b" " * (MAX_RECORD_BYTES + 1), f"over the {MAX_RECORD_BYTES}-byte limit"),
+    ("no-version", raw(wire(v=None)), "missing field 'v'"),
+    ("future-version", raw(wire(v=2)), "unknown schema version 2"),
+    ("missing-field", raw(wire(e2e_ms=None)), "missing field 'e2e_ms'"),
+    ("unknown-field", raw(wire(colour="red")), "unknown field 'colour'"),
+    ("wrong-type-number", raw(wire(kv_cache_usage="0.4")), "'kv_cache_usage' must be a number, got string"),
+    ("wrong-type-int", raw(wire(prompt_tokens=10.5)), "'prompt_tokens' must be an integer, got number"),
+    ("bool-is-not-int", raw(wire(num_waiting=True)), "'num_waiting' must be an integer, got boolean"),
+    ("wrong-type-stream", raw(wire(stream="yes")), "'stream' must be true or false"),
+    ("empty-id", raw(wire(request_id="")), "'request_id' must have 1 to 256 characters"),
+    ("nan", raw(wire(ttft_ms=math.nan)), "'ttft_ms' must be finite, got nan"),
+    ("infinity", raw(wire(e2e_ms=math.inf)), "'e2e_ms' must be finite, got inf"),
+    ("negative-latency", raw(wire(tpot_ms=-1.0)), "'tpot_ms' is a latency and must not be negative"),
+    ("negative-count", raw(wire(output_tokens=-3)), "'output_tokens' must not be negative, got -3"),
+    ("fraction-over-1", raw(wire(prefix_match=1.5)), "'prefix_match' is a fraction and must be within [0, 1]"),
+    ("fraction-under-0", raw(wire(kv_cache_usage=-0.1)), "'kv_cache_usage' is a fraction"),
+    ("completion-before-dispatch", raw(wire(completion_ts=1.0)), "is before dispatch_ts"),
+    ("streaming-without-ttft", raw(wire(ttft_ms=None)), "streaming record is missing field 'ttft_ms'"),
+    ("streaming-without-tpot", raw(wire(tpot_ms=None)), "missing field 'tpot_ms'"),
+    ("ttft-after-e2e", raw(wire(ttft_ms=5000.0)), "ttft_ms 5000.0 exceeds e2e_ms"),
+    ("zero-slo", raw(wire(slo_ttft_ms=0)), "an SLO of 0 ms cannot be met"),
+    ("bad-versions", raw(wire(model_versions={"ttft": "3"})), "'model_versions' entry 'ttft'"),
+]
+
+
+@pytest.mark.parametrize(("data", "reason"), [(d, r) for _, d, r in REJECTIONS], ids=[i for i, _, _ in REJECTIONS])
+def test_rejections_say_why(data: bytes, reason: str):
+    with pytest.raises(InvalidRecord) as caught:
+        decode(data)
+    assert reason in caught.value.reason
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_garbled_records_are_valid_or_rejected_with_a_reason(data):
+    body = wire()
+    for name in data.draw(st.lists(st.sampled_from(sorted(body) + ["extra"]), max_size=4)):
+        if data.draw(st.booleans()):
+            body.pop(name, None)
+        else:
+            body[name] = data.draw(JSON_VALUES)
+    try:
+        record = decode(json.dumps(body).encode())
+    except InvalidRecord as err:
+        assert err.reason
+    else:
+        assert isinstance(record, TelemetryRecord)
+        assert decode(encode(record)) == record
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes_are_rejected_with_a_reason(data: bytes):
+    with pytest.raises(InvalidRecord) as caught:
+        decode(data)
+    assert caught.value.reason
