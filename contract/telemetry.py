@@ -65,15 +65,21 @@ class TelemetryRecord:
     priority: int = 0
 
 
-_STR = ("request_id", "server_id", "pool_key")
-_COUNT = ("prompt_tokens", "output_tokens", "num_waiting", "num_running", "inflight_requests",
-          "inflight_prompt_tokens", "max_tokens")
-_TIME = ("arrival_ts", "dispatch_ts", "completion_ts")
-_FRACTION = ("kv_cache_usage", "prefix_match")
-_LATENCY = ("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
-            "slo_ttft_ms", "slo_tpot_ms")
+# Each field's kind: "text", "flag", "integer", "count", "time", "fraction", "latency" or "versions".
+FIELD_KINDS = {
+    **dict.fromkeys(("request_id", "server_id", "pool_key"), "text"),
+    "stream": "flag",
+    **dict.fromkeys(("arrival_ts", "dispatch_ts", "completion_ts"), "time"),
+    **dict.fromkeys(("prompt_tokens", "output_tokens", "num_waiting", "num_running", "inflight_requests",
+                     "inflight_prompt_tokens", "max_tokens"), "count"),
+    **dict.fromkeys(("kv_cache_usage", "prefix_match"), "fraction"),
+    **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
+                     "slo_ttft_ms", "slo_tpot_ms"), "latency"),
+    "model_versions": "versions",
+    "priority": "integer",
+}
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
-_REQUIRED = tuple(n for n, f in _FIELDS.items()
+REQUIRED_FIELDS = tuple(n for n, f in _FIELDS.items()
                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
@@ -116,46 +122,47 @@ def validate(body: Any) -> TelemetryRecord:
     unknown = sorted(set(body) - set(_FIELDS) - {"v"})
     if unknown:
         raise InvalidRecord(f"unknown field {unknown[0]!r}")
-    for name in _REQUIRED:
+    for name in REQUIRED_FIELDS:
         if body.get(name) is None:
             raise InvalidRecord(f"missing field {name!r}")
-    values = {name: _check(name, value) for name, value in body.items() if name != "v" and value is not None}
+    values = {name: _CHECKS[FIELD_KINDS[name]](name, value)
+              for name, value in body.items() if name != "v" and value is not None}
     record = TelemetryRecord(**values)
     _check_consistency(record)
     return record
 
 
-def _check(name: str, value: Any) -> Any:
-    if name in _STR:
-        if not isinstance(value, str):
-            raise InvalidRecord(f"field {name!r} must be a string, got {_kind(value)}")
-        if not value or len(value) > MAX_ID_CHARS:
-            raise InvalidRecord(f"field {name!r} must have 1 to {MAX_ID_CHARS} characters, got {len(value)}")
-        return value
-    if name == "stream":
-        if not isinstance(value, bool):
-            raise InvalidRecord(f"field 'stream' must be true or false, got {_kind(value)}")
-        return value
-    if name == "model_versions":
-        return _check_versions(value)
-    if name in _COUNT or name == "priority":
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
-        if name != "priority" and value < 0:
-            raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
-        return value
-    number = _number(name, value)
-    if name in _FRACTION and not 0.0 <= number <= 1.0:
-        raise InvalidRecord(f"field {name!r} is a fraction and must be within [0, 1], got {number}")
-    if name in _LATENCY and number < 0:
-        raise InvalidRecord(f"field {name!r} is a latency and must not be negative, got {number}")
-    if name in _TIME and number < 0:
-        raise InvalidRecord(f"field {name!r} is a unix time and must not be negative, got {number}")
-    return number
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidRecord(f"field {name!r} must be a string, got {_kind(value)}")
+    if not value or len(value) > MAX_ID_CHARS:
+        raise InvalidRecord(f"field {name!r} must have 1 to {MAX_ID_CHARS} characters, got {len(value)}")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRecord(f"field {name!r} must be true or false, got {_kind(value)}")
+    return value
+
+
+def _integer(name: str, value: Any) -> int:
+    if type(value) is not int:
+        raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if type(value) is not int:
+        raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+    if value < 0:
+        raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
+    return value
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    kind = type(value)
+    if kind is not float and kind is not int:
         raise InvalidRecord(f"field {name!r} must be a number, got {_kind(value)}")
     number = float(value)
     if not math.isfinite(number):
@@ -163,7 +170,28 @@ def _number(name: str, value: Any) -> float:
     return number
 
 
-def _check_versions(value: Any) -> dict[str, int]:
+def _fraction(name: str, value: Any) -> float:
+    number = _number(name, value)
+    if not 0.0 <= number <= 1.0:
+        raise InvalidRecord(f"field {name!r} is a fraction and must be within [0, 1], got {number}")
+    return number
+
+
+def _latency(name: str, value: Any) -> float:
+    number = _number(name, value)
+    if number < 0:
+        raise InvalidRecord(f"field {name!r} is a latency and must not be negative, got {number}")
+    return number
+
+
+def _time(name: str, value: Any) -> float:
+    number = _number(name, value)
+    if number < 0:
+        raise InvalidRecord(f"field {name!r} is a unix time and must not be negative, got {number}")
+    return number
+
+
+def _versions(_name: str, value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise InvalidRecord(f"field 'model_versions' must be an object of target -> version, got {_kind(value)}")
     for target, version in value.items():
@@ -184,6 +212,10 @@ def _check_consistency(record: TelemetryRecord) -> None:
         raise InvalidRecord(f"ttft_ms {record.ttft_ms} exceeds e2e_ms {record.e2e_ms}")
     if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
         raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
+
+
+_CHECKS = {"text": _text, "flag": _flag, "integer": _integer, "count": _count, "time": _time,
+           "fraction": _fraction, "latency": _latency, "versions": _versions}
 
 
 def _kind(value: Any) -> str:
