@@ -23,6 +23,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 * 1024
 MAX_ID_CHARS = 256
+MAX_INTEGER = 2**53 - 1  # integers JSON readers everywhere hold exactly
 TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
 
 
@@ -79,8 +80,8 @@ FIELD_KINDS = {
     "priority": "integer",
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
-REQUIRED_FIELDS = tuple(n for n, f in _FIELDS.items()
-                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+REQUIRED_FIELDS = tuple(n for n, f in _FIELDS.items() if f.default is dataclasses.MISSING)
+FIELD_DEFAULTS = {n: f.default for n, f in _FIELDS.items() if f.default is not dataclasses.MISSING}
 
 
 def encode(record: TelemetryRecord) -> bytes:
@@ -149,12 +150,13 @@ def _flag(name: str, value: Any) -> bool:
 def _integer(name: str, value: Any) -> int:
     if type(value) is not int:
         raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+    if abs(value) > MAX_INTEGER:
+        raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {value}")
     return value
 
 
 def _count(name: str, value: Any) -> int:
-    if type(value) is not int:
-        raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+    _integer(name, value)
     if value < 0:
         raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
     return value
@@ -195,7 +197,7 @@ def _versions(_name: str, value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise InvalidRecord(f"field 'model_versions' must be an object of target -> version, got {_kind(value)}")
     for target, version in value.items():
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if type(version) is not int or not 0 <= version <= MAX_INTEGER:
             raise InvalidRecord(f"field 'model_versions' entry {target!r} must be a non-negative integer, "
                                 f"got {_kind(version)}")
     return dict(value)

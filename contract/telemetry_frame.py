@@ -1,80 +1,122 @@
 """Telemetry records in bulk, as a polars DataFrame: the fast path for replays and backtests.
 
-:func:`records_frame` parses many wire records at once with polars and checks them with the same rules
-as :func:`contract.telemetry.decode` (its ``FIELD_KINDS`` table), vectorised. Rows the vectorised check
-rejects, and chunks polars cannot parse at all, go through the scalar validator, so every rejection
-carries the validator's exact reason.
+:func:`records_frame` decodes many wire records at once with msgspec, typed strictly by a wire struct
+generated from :class:`~contract.telemetry.TelemetryRecord` (unknown fields forbidden), then checks the
+value rules of :func:`contract.telemetry.decode` (its ``FIELD_KINDS`` table) vectorised in polars. Any
+record that fails either step goes through the scalar validator, so every rejection carries its exact
+reason and the bulk path accepts exactly what the validator accepts.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Sequence
+from typing import Annotated, Any
 
+import msgspec
 import polars as pl
 
 from contract.features import TARGETS
-from contract.telemetry import (FIELD_KINDS, MAX_ID_CHARS, REQUIRED_FIELDS, SCHEMA_VERSION, TTFT_SLACK_MS,
-                                InvalidRecord, decode, encode)
+from contract.telemetry import (FIELD_KINDS, MAX_ID_CHARS, MAX_INTEGER, MAX_RECORD_BYTES, REQUIRED_FIELDS,
+                                SCHEMA_VERSION, TTFT_SLACK_MS, InvalidRecord, TelemetryRecord, decode)
 
 _DTYPES = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
            "fraction": pl.Float64, "latency": pl.Float64,
            "versions": pl.Struct({target: pl.Int64 for target in TARGETS})}
-SCHEMA = {"v": pl.Int64, **{name: _DTYPES[kind] for name, kind in FIELD_KINDS.items()}}
-COLUMNS = list(FIELD_KINDS)
+SCHEMA = {name: _DTYPES[kind] for name, kind in FIELD_KINDS.items()}
+COLUMNS = list(SCHEMA)
+SMALL_CHUNK = 32  # below this many records, a chunk that fails to decode is decoded one by one
+
+_INT = Annotated[int, msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER)]
 
 
-SMALL_CHUNK = 32  # below this many records, an unparseable chunk is checked one by one
+def _wire_type(name: str, hint: Any) -> Any:
+    """The record field's type for msgspec, with integers held to the validator's range."""
+    if hint is int:
+        return _INT
+    if FIELD_KINDS[name] == "versions":
+        return dict[str, _INT] | None
+    return hint
+
+
+_HINTS = typing.get_type_hints(TelemetryRecord)
+_Wire = msgspec.defstruct(
+    "WireRecord",
+    [("v", int)] + [(f.name, _wire_type(f.name, _HINTS[f.name])) if f.default is dataclasses.MISSING
+                    else (f.name, _wire_type(f.name, _HINTS[f.name]), f.default)
+                    for f in dataclasses.fields(TelemetryRecord)],
+    forbid_unknown_fields=True, kw_only=True)
+_ONE = msgspec.json.Decoder(_Wire)
+_MANY = msgspec.json.Decoder(list[_Wire])
 
 
 def records_frame(values: Sequence[bytes]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
     """Valid records as a DataFrame (columns :data:`COLUMNS`, input order) and ``(index, reason)`` of the rest."""
-    frame, rejected = _checked(values, 0)
-    return frame.sort("_row").select(COLUMNS), sorted(rejected)
-
-
-def _checked(values: Sequence[bytes], first_row: int) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
-    """Parse ``values`` (rows numbered from ``first_row``); a chunk polars cannot parse is halved until small."""
-    try:
-        frame = _parse(values)
-        if frame.height != len(values):
-            raise ValueError("a record spans several lines")
-    except (pl.exceptions.PolarsError, ValueError):
-        if len(values) <= SMALL_CHUNK:
-            return _one_by_one(values, range(len(values)), first_row)
-        half = len(values) // 2
-        (left, left_rejected), (right, right_rejected) = (_checked(values[:half], first_row),
-                                                          _checked(values[half:], first_row + half))
-        return pl.concat([left, right]), left_rejected + right_rejected
-    frame = frame.with_row_index("_row", offset=first_row)
+    rows, wires, suspect = [], [], []
+    _decode(values, 0, rows, wires, suspect)
+    frame = _frame(wires, rows)
     valid = _valid()
-    suspect = (frame.filter(~valid).get_column("_row") - first_row).to_list()
+    suspect += frame.filter(~valid).get_column("_row").to_list()
     if not suspect:
-        return frame, []
-    rescued, rejected = _one_by_one(values, suspect, first_row)
-    return pl.concat([frame.filter(valid), rescued]), rejected
+        return frame.select(COLUMNS), []
+    rescued, rejected = [], []
+    for row in sorted(suspect):
+        try:
+            rescued.append((row, decode(values[row])))
+        except InvalidRecord as err:
+            rejected.append((row, err.reason))
+    extra = _frame([record for _, record in rescued], [row for row, _ in rescued])
+    return pl.concat([frame.filter(valid), extra]).sort("_row").select(COLUMNS), rejected
 
 
-def _parse(values: Sequence[bytes]) -> pl.DataFrame:
-    if not values:
-        return pl.DataFrame(schema=SCHEMA)
-    return pl.read_ndjson(b"\n".join(values), schema=SCHEMA)
+def _decode(values: Sequence[bytes], first: int, rows: list, wires: list, suspect: list) -> None:
+    """Typed decoding of a chunk; a chunk that fails is halved until small, then decoded one by one."""
+    try:
+        decoded = _MANY.decode(b"[" + b",".join(values) + b"]")
+        if len(decoded) != len(values):
+            raise msgspec.DecodeError("a value holds more than one record")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        if len(values) > SMALL_CHUNK:
+            half = len(values) // 2
+            _decode(values[:half], first, rows, wires, suspect)
+            _decode(values[half:], first + half, rows, wires, suspect)
+            return
+        decoded = []
+        for offset, value in enumerate(values):
+            try:
+                decoded.append(_ONE.decode(value))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                decoded.append(None)
+    for offset, (value, wire) in enumerate(zip(values, decoded)):
+        if wire is None or wire.v != SCHEMA_VERSION or len(value) > MAX_RECORD_BYTES:
+            suspect.append(first + offset)
+        else:
+            rows.append(first + offset)
+            wires.append(wire)
+
+
+def _frame(records: list, rows: list[int]) -> pl.DataFrame:
+    columns = {"_row": pl.Series(rows, dtype=pl.UInt32)}
+    for name, dtype in SCHEMA.items():
+        columns[name] = pl.Series([getattr(r, name) for r in records], dtype=dtype)
+    return pl.DataFrame(columns)
 
 
 def _valid() -> pl.Expr:
-    """The validator's rules on columns; a row failing any (or unknown to them) is re-checked one by one."""
-    checks = [pl.col("v") == SCHEMA_VERSION]
+    """The validator's value rules on columns; a row failing any of them is re-checked one by one."""
+    checks = []
     for name, kind in FIELD_KINDS.items():
         column = pl.col(name)
         if kind == "text":
             rule = column.str.len_chars().is_between(1, MAX_ID_CHARS)
-        elif kind == "count":
-            rule = column >= 0
+        elif kind in ("count", "versions"):
+            rule = (column >= 0) if kind == "count" else pl.all_horizontal(
+                [column.struct.field(t).fill_null(0) >= 0 for t in TARGETS])
         elif kind in ("time", "latency"):
             rule = column.is_finite() & (column >= 0)
         elif kind == "fraction":
             rule = column.is_finite() & column.is_between(0.0, 1.0)
-        elif kind == "versions":
-            rule = pl.all_horizontal([column.struct.field(t).fill_null(0) >= 0 for t in TARGETS])
         else:
             rule = pl.lit(True)
         checks.append(column.is_not_null() & rule if name in REQUIRED_FIELDS else column.is_null() | rule)
@@ -88,14 +130,3 @@ def _valid() -> pl.Expr:
     ]
     return pl.all_horizontal(checks).fill_null(False)
 
-
-def _one_by_one(values: Sequence[bytes], rows, first_row: int) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
-    good, kept, rejected = [], [], []
-    for row in rows:
-        try:
-            good.append(encode(decode(values[row])))
-            kept.append(first_row + row)
-        except InvalidRecord as err:
-            rejected.append((first_row + row, err.reason))
-    frame = _parse(good).with_columns(pl.Series("_row", kept, dtype=pl.UInt32))
-    return frame.select(["_row", *SCHEMA]), rejected
