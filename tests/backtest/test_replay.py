@@ -1,0 +1,57 @@
+"""Replaying telemetry history from the real broker."""
+
+import pytest
+from confluent_kafka import Producer
+
+from backtest.replay import Range, read_telemetry
+from contract.telemetry import encode
+from localkafka.admin import admin_client
+from tests.contract.records import valid_record
+
+pytestmark = pytest.mark.kafka
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, key=str(i % 7), value=value, timestamp=timestamp_ms)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def test_replay_reads_every_valid_record_and_reports_the_rest(kafka, fresh_topic):
+    topic = fresh_topic("replay", partitions=3)
+    values = [encode(valid_record(request_id=f"r{i}", prompt_tokens=i)) for i in range(30_000)]
+    values[100] = b"not json"
+    values[200] = encode(valid_record(request_id="neg")).replace(b'"tpot_ms":14.8', b'"tpot_ms":-1')
+    produce(kafka.bootstrap_servers, topic, values, 1_000_000)
+
+    replay = read_telemetry(kafka.bootstrap_servers, topic)
+
+    assert replay.read == 30_000
+    assert replay.records.height == 29_998
+    assert sorted(reason for _, _, reason in replay.rejected) == [
+        "field 'tpot_ms' is a latency and must not be negative, got -1.0",
+        "not valid JSON: Expecting value: line 1 column 1 (char 0)"]
+    assert set(replay.records["request_id"]) == {f"r{i}" for i in range(30_000)} - {"r100", "r200"}
+    assert replay.records.select(["partition", "offset"]).is_duplicated().sum() == 0
+
+
+def test_time_range_selects_by_record_timestamp(kafka, fresh_topic):
+    topic = fresh_topic("replay-range", partitions=2)
+    produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"old{i}")) for i in range(50)], 1_000)
+    produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"new{i}")) for i in range(70)], 5_000)
+
+    recent = read_telemetry(kafka.bootstrap_servers, topic, Range(start_ms=4_000))
+    early = read_telemetry(kafka.bootstrap_servers, topic, Range(end_ms=4_000))
+
+    assert sorted(recent.records["request_id"]) == sorted(f"new{i}" for i in range(70))
+    assert sorted(early.records["request_id"]) == sorted(f"old{i}" for i in range(50))
+
+
+def test_replay_commits_no_consumer_offsets(kafka, fresh_topic):
+    topic = fresh_topic("replay-nocommit")
+    produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id="only"))], 1_000)
+    read_telemetry(kafka.bootstrap_servers, topic)
+    groups = admin_client(kafka.bootstrap_servers).list_consumer_groups().result()
+    assert not [g.group_id for g in groups.valid if g.group_id.startswith("headroom-replay-")]
