@@ -10,6 +10,7 @@ import sys
 # One line per subcommand group: (module with register(subparsers)).
 COMMANDS = (
     "localkafka.cli",
+    "predictor.cli",
     "demo.cli",
 )
 

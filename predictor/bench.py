@@ -1,0 +1,257 @@
+"""Benchmarks of the predictor: in-process runtime latency, and one gRPC instance under closed-loop load
+from a separate load-generator process (``python -m predictor.bench load ...``).
+
+Models are trained here with the reference hyperparameters (200 trees, depth 6) on synthetic candidate
+rows: TTFT and TPOT, each a mean and a p90 model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.model_update import encode_update, make_update
+
+REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
+                    "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1}
+MODELS = (("ttft", "mean"), ("tpot", "mean"), ("ttft", "quantile"), ("tpot", "quantile"))
+
+
+def candidates(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return feature_matrix({
+        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
+        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
+        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
+        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n)})
+
+
+def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:
+    """Model-update messages (and their boosters) for the four benchmark models."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import xgboost
+
+    x = candidates(rows, seed)
+    rng = np.random.default_rng(seed + 1)
+    load = 1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]
+    targets = {"ttft": 20 * load + 0.01 * x[:, 8] + rng.exponential(5, rows),
+               "tpot": 8 * load + rng.exponential(2, rows)}
+    out = []
+    for target, objective in MODELS:
+        params = dict(REFERENCE_PARAMS, seed=seed)
+        if objective == "quantile":
+            params.update(objective="reg:quantileerror", quantile_alpha=0.9)
+        booster = xgboost.train(params, xgboost.DMatrix(x, label=targets[target]), trees)
+        update = make_update(model=bytes(booster.save_raw("ubj")), version=1, pool_key="bench", target=target,
+                             objective=objective, quantile=0.9 if objective == "quantile" else None,
+                             feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time())
+        out.append((encode_update(update), booster))
+    return out
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)),
+            "mean_ms": float(ms.mean())}
+
+
+def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4) -> list[dict]:
+    """In-process: one ``ModelRuntime.predict`` of all models, and XGBoost ``inplace_predict`` per model."""
+    from predictor.kernels import available_engines
+    from predictor.runtime import ModelRuntime
+
+    messages = reference_messages()[:models]
+    results = []
+    for engine in available_engines():
+        runtime = ModelRuntime(engine=engine)
+        for raw, _ in messages:
+            runtime.apply(raw)
+        for n in candidate_counts:
+            rows = candidates(n, seed=n)
+            runs = iterations if engine == "numba" else max(20, iterations // 50)
+            results.append({"engine": engine, "models": models, "candidates": n,
+                            **percentiles(_time(lambda: runtime.predict("bench", rows), runs))})
+    for n in candidate_counts:
+        rows = candidates(n, seed=n)
+        boosters = [b for _, b in messages]
+        results.append({"engine": "xgboost inplace_predict", "models": models, "candidates": n,
+                        **percentiles(_time(lambda: [b.inplace_predict(rows) for b in boosters],
+                                            max(50, iterations // 10)))})
+    return results
+
+
+def _time(work, runs: int) -> list[float]:
+    for _ in range(min(50, runs)):
+        work()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 10.0, workers: int = 2,
+               models: int = 4, coalesced: bool = False) -> list[dict]:
+    """One in-process server; a separate process drives it closed-loop with ``clients`` threads, calling
+    the stub directly or (``coalesced``) through :class:`~predictor.client.PredictorClient`."""
+    from contract.settings import from_env
+    from predictor.server import PredictorServer
+    from predictor.settings import PredictorSettings
+
+    server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1,
+                                      workers=workers), kafka=None)
+    for raw, _ in reference_messages()[:models]:
+        server.runtime.apply(raw)
+    server.start()
+    results = []
+    served_before = 0.0
+    try:
+        for n in candidate_counts:
+            command = [sys.executable, "-m", "predictor.bench", "load-coalesced" if coalesced else "load",
+                       server.address, str(n), str(clients), str(seconds)]
+            cpu_before = time.process_time()
+            output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=seconds + 120)
+            server_cpu = time.process_time() - cpu_before
+            result = json.loads(output.stdout.strip().splitlines()[-1])
+            served = server.metrics.requests.labels("OK")._value.get()
+            result["server_cpu_ms_per_rpc"] = 1000 * server_cpu / max(1.0, served - served_before)
+            served_before = served
+            results.append({"candidates": n, "clients": clients, "server_workers": workers, "models": models,
+                            **result})
+    finally:
+        server.stop(grace=1.0)
+    return results
+
+
+def bench_update(kafka, versions: int = 10) -> dict:
+    """Publish→serving delay: a fresh compacted topic, one instance tailing it, ``versions`` new TTFT versions
+    published one after another (reference-size models), each timed until ``predict`` uses it."""
+    import dataclasses
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from contract.model_update import decode_update, encode_update
+    from contract.settings import from_env
+    from contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
+    from localkafka.admin import ensure_topics
+    from predictor.server import PredictorServer
+    from predictor.settings import PredictorSettings
+
+    topic = f"bench-model-updates-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
+    kafka = dataclasses.replace(kafka, model_topic=topic)
+    template = decode_update(reference_messages()[0][0])
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "message.max.bytes": MODEL_MESSAGE_MAX_BYTES})
+    server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1), kafka)
+    server.start()
+    delays = []
+    try:
+        for version in range(1, versions + 1):
+            raw = encode_update(dataclasses.replace(template, version=version, created_at=time.time()))
+            started = time.perf_counter()
+            producer.produce(topic, key=template.key.encode(), value=raw)
+            producer.flush(10)
+            for _ in range(30_000):
+                if server.runtime.version(template.pool_key, template.target, template.objective) == version:
+                    break
+                time.sleep(0.001)
+            delays.append(time.perf_counter() - started)
+    finally:
+        server.stop(grace=1.0)
+    return {"versions": versions, "model_bytes": len(template.model), **percentiles(delays),
+            "max_ms": 1000 * max(delays)}
+
+
+def load_coalesced(address: str, candidates_per_call: int, clients: int, seconds: float,
+                   window_seconds: float = 0.0005) -> dict:
+    """Closed loop through :class:`PredictorClient`: concurrent calls are merged into fewer RPCs."""
+    from predictor.client import PredictorClient
+
+    rows = candidates(candidates_per_call, seed=1)
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    failed = [0] * clients
+    with PredictorClient([address], window_seconds=window_seconds, timeout_seconds=5.0) as client:
+        for _ in range(50):
+            client.predict("bench", rows)
+        rpcs_before, calls_before = client.rpcs, client.calls
+        end = time.monotonic() + seconds
+
+        def caller(index: int) -> None:
+            for _ in range(10_000_000):
+                started = time.perf_counter()
+                if time.monotonic() > end:
+                    return
+                if not client.predict("bench", rows).ok.all():
+                    failed[index] += 1
+                latencies[index].append(time.perf_counter() - started)
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(clients)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        rpcs, calls = client.rpcs - rpcs_before, client.calls - calls_before
+    samples = [s for per_caller in latencies for s in per_caller]
+    return {"calls_per_s": len(samples) / elapsed, "candidates_per_s": len(samples) * candidates_per_call / elapsed,
+            "rpcs_per_s": rpcs / elapsed, "calls_per_rpc": calls / max(1, rpcs), "failed_calls": sum(failed),
+            "window_ms": window_seconds * 1000, **percentiles(samples)}
+
+
+def load(address: str, candidates_per_call: int, clients: int, seconds: float) -> dict:
+    """Closed loop: each of ``clients`` threads sends its next call when the previous answer arrives."""
+    import grpc
+
+    from predictor.proto import prediction_pb2, prediction_pb2_grpc
+
+    rows = candidates(candidates_per_call, seed=1)
+    request = prediction_pb2.PredictRequest(pool_key="bench", n_features=rows.shape[1],
+                                            features_f32le=rows.astype("<f4").tobytes())
+    channel = grpc.insecure_channel(address)
+    stub = prediction_pb2_grpc.PredictionServiceStub(channel)
+    for _ in range(50):
+        stub.Predict(request, timeout=5)
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    end = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        samples = latencies[index]
+        for _ in range(10_000_000):
+            started = time.perf_counter()
+            if time.monotonic() > end:
+                return
+            try:
+                stub.Predict(request, timeout=5)
+            except grpc.RpcError:
+                errors[index] += 1
+            samples.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    channel.close()
+    samples = [s for per_client in latencies for s in per_client]
+    return {"requests_per_s": len(samples) / elapsed, "candidates_per_s": len(samples) * candidates_per_call / elapsed,
+            "errors": sum(errors), **percentiles(samples),
+            "client_cpu_ms_per_request": 1000 * time.process_time() / max(1, len(samples))}
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] in ("load", "load-coalesced"):
+    generate = load if sys.argv[1] == "load" else load_coalesced
+    print(json.dumps(generate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))))

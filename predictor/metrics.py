@@ -1,0 +1,75 @@
+"""Prometheus metrics of one prediction server, in its own registry so instances never share state.
+
+Request metrics are recorded as calls are served; model versions, ages and update outcomes are read
+from the runtime at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from predictor.runtime import ApplyResult, ModelRuntime
+
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+LATENCY_BUCKETS = (5e-5, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25)
+
+
+class PredictorMetrics:
+    def __init__(self, runtime: ModelRuntime) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("headroom_predictor_requests", "Prediction calls by gRPC status code.",
+                                ["code"], registry=self.registry)
+        self.candidates = Counter("headroom_predictor_candidates", "Candidate rows predicted.",
+                                  registry=self.registry)
+        self.predictions = Counter("headroom_predictor_predictions", "Predictions served (rows × models).",
+                                   registry=self.registry)
+        self.batch_rows = Histogram("headroom_predictor_batch_rows", "Candidate rows per call.",
+                                    buckets=BATCH_BUCKETS, registry=self.registry)
+        self.latency = Histogram("headroom_predictor_request_seconds", "Time to serve one prediction call.",
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.update_delay = Histogram("headroom_predictor_update_delay_seconds",
+                                      "From a model update's publication to its verdict here.",
+                                      buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300),
+                                      registry=self.registry)
+        self.registry.register(_RuntimeCollector(runtime))
+
+    def served(self, rows: int, models: int, seconds: float) -> None:
+        self.requests.labels("OK").inc()
+        self.candidates.inc(rows)
+        self.predictions.inc(rows * models)
+        self.batch_rows.observe(rows)
+        self.latency.observe(seconds)
+
+    def failed(self, code: str) -> None:
+        self.requests.labels(code).inc()
+
+    def update_applied(self, result: ApplyResult, delay_seconds: float) -> None:
+        self.update_delay.observe(delay_seconds)
+
+
+class _RuntimeCollector:
+    def __init__(self, runtime: ModelRuntime) -> None:
+        self.runtime = runtime
+
+    def collect(self):
+        labels = ["pool_key", "target", "objective"]
+        version = GaugeMetricFamily("headroom_predictor_model_version", "Live model version.", labels=labels)
+        age = GaugeMetricFamily("headroom_predictor_model_age_seconds", "Seconds since the live version was "
+                                "trained.", labels=labels)
+        now = time.time()
+        for model in self.runtime.live():
+            values = [model.pool_key, model.target, model.objective]
+            version.add_metric(values, model.version)
+            age.add_metric(values, max(0.0, now - model.created_at))
+        updates = CounterMetricFamily("headroom_predictor_model_updates", "Model-update messages by outcome "
+                                      "and rejection reason.", labels=["outcome", "reason"])
+        updates.add_metric(["applied", ""], self.runtime.applied)
+        updates.add_metric(["stale", ""], self.runtime.stale)
+        for reason, count in sorted(self.runtime.rejected.items()):
+            updates.add_metric(["rejected", reason], count)
+        ready = GaugeMetricFamily("headroom_predictor_models_live", "Live model versions.")
+        ready.add_metric([], len(self.runtime.live()))
+        yield from (version, age, updates, ready)

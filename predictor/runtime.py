@@ -1,0 +1,239 @@
+"""The model runtime: the live model version per (pool key, target, objective), and batched prediction.
+
+:meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
+check: checksum (:func:`contract.model_update.decode_update`), feature schema, that XGBoost loads it and
+its trees are supported, that its objective matches the message, and a probe prediction that must be
+finite, non-negative and equal to XGBoost's own. A failing update is rejected, counted by reason and
+logged, and the previous version keeps serving; a version not newer than the live one is ignored, so
+replaying the topic is harmless.
+
+Each pool's models are held in one immutable snapshot whose trees are stacked for a single-pass
+evaluation; an update builds a new snapshot and replaces the reference, so a concurrent
+:meth:`ModelRuntime.predict` sees either the old or the new set, never a mix.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from contract.model_update import InvalidUpdate, ModelUpdate, decode_update
+from predictor.errors import InvalidBatch, NotReady, UnknownPool
+from predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
+from predictor.kernels import ForestStack, available_engines, default_engine, evaluate
+from predictor.probe import PROBE_ROWS
+
+log = logging.getLogger(__name__)
+
+PROBE_RTOL = 1e-5  # evaluator vs XGBoost on the probe rows, relative to the prediction's magnitude
+
+
+class Outcome(Enum):
+    APPLIED = "applied"
+    STALE = "stale"  # not newer than the live version: ignored
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    outcome: Outcome
+    key: str | None = None
+    version: int | None = None
+    reason: str | None = None  # rejection category, e.g. "checksum", "schema", "probe"
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """A model version that passed every check, with the metadata it was published with."""
+
+    pool_key: str
+    target: str
+    objective: str
+    quantile: float | None
+    version: int
+    created_at: float
+    applied_at: float
+    holdout_metrics: dict[str, float] = field(repr=False)
+    forest: Forest = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.pool_key}/{self.target}/{self.objective}"
+
+
+@dataclass(frozen=True)
+class PoolModels:
+    """One pool's live models, sorted by (target, objective), with their trees stacked."""
+
+    pool_key: str
+    models: tuple[LiveModel, ...]
+    stack: ForestStack = field(repr=False)
+
+    @classmethod
+    def of(cls, pool_key: str, models: list[LiveModel]) -> PoolModels:
+        ordered = tuple(sorted(models, key=lambda m: (m.target, m.objective)))
+        return cls(pool_key, ordered, ForestStack.of([m.forest for m in ordered]))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predictions in milliseconds for each row, one float32 array per model of the pool."""
+
+    pool_key: str
+    models: tuple[LiveModel, ...]
+    values: np.ndarray = field(repr=False)  # (len(models), n_rows) float32
+
+    def get(self, target: str, objective: str = "mean") -> np.ndarray | None:
+        for index, model in enumerate(self.models):
+            if model.target == target and model.objective == objective:
+                return self.values[index]
+        return None
+
+
+class ModelRuntime:
+    """Holds and serves the live model versions; safe to use from many threads."""
+
+    def __init__(self, engine: str | None = None, clock=time.time) -> None:
+        self.engine = engine or default_engine()
+        if self.engine not in available_engines():
+            raise ValueError(f"tree engine {self.engine!r} is unknown or unavailable here; "
+                             f"available: {', '.join(available_engines())}")
+        self._clock = clock
+        self._pools: dict[str, PoolModels] = {}
+        self._write = threading.Lock()
+        self.rejected: Counter[str] = Counter()  # by reason
+        self.applied = 0
+        self.stale = 0
+
+    # --- reading -------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return bool(self._pools)
+
+    def pools(self) -> dict[str, PoolModels]:
+        return self._pools
+
+    def live(self) -> list[LiveModel]:
+        return [model for pool in self._pools.values() for model in pool.models]
+
+    def version(self, pool_key: str, target: str, objective: str) -> int | None:
+        pool = self._pools.get(pool_key)
+        for model in pool.models if pool else ():
+            if model.target == target and model.objective == objective:
+                return model.version
+        return None
+
+    def predict(self, pool_key: str, features: np.ndarray) -> Prediction:
+        """Predict every live model of ``pool_key`` for the rows of ``features`` (n × len(FEATURE_NAMES))."""
+        pools = self._pools
+        pool = pools.get(pool_key)
+        if pool is None:
+            if not pools:
+                raise NotReady("no model version has been applied yet")
+            raise UnknownPool(f"no model for pool key {pool_key!r}; known pool keys: {sorted(pools)}")
+        rows = check_batch(features)
+        return Prediction(pool_key, pool.models, evaluate(pool.stack, rows, self.engine))
+
+    # --- writing -------------------------------------------------------------------------------------
+    def apply(self, message: bytes) -> ApplyResult:
+        """Verify a raw model-update message and swap it in; never raises for a bad message."""
+        try:
+            update = decode_update(message)
+        except InvalidUpdate as err:
+            reason = "checksum" if "checksum" in str(err) else "decode"
+            return self._reject(reason, str(err), None, None)
+        live_version = self.version(update.pool_key, update.target, update.objective)
+        if live_version is not None and update.version <= live_version:
+            self.stale += 1
+            return ApplyResult(Outcome.STALE, update.key, update.version)
+        try:
+            model = self._verify(update)
+        except _Rejected as err:
+            return self._reject(err.reason, err.detail, update.key, update.version)
+        except Exception as err:  # a model XGBoost loads but this reader cannot lay out must not stop the tailer
+            return self._reject("model", f"{type(err).__name__}: {err}", update.key, update.version)
+        with self._write:
+            pool = self._pools.get(model.pool_key)
+            others = [m for m in pool.models if (m.target, m.objective) != (model.target, model.objective)] \
+                if pool else []
+            current = next((m for m in pool.models if m.key == model.key), None) if pool else None
+            if current is not None and current.version >= model.version:  # lost a race to a newer one
+                self.stale += 1
+                return ApplyResult(Outcome.STALE, update.key, update.version)
+            self._pools = {**self._pools, model.pool_key: PoolModels.of(model.pool_key, others + [model])}
+            self.applied += 1
+        log.info("model %s version %d is live", model.key, model.version)
+        return ApplyResult(Outcome.APPLIED, model.key, model.version)
+
+    def _verify(self, update: ModelUpdate) -> LiveModel:
+        if update.feature_schema != FEATURE_SCHEMA:
+            raise _Rejected("schema", f"feature schema {update.feature_schema!r} does not match the "
+                                      f"serving schema {FEATURE_SCHEMA!r}")
+        try:
+            booster = load_booster(update.model)
+            forest = forest_from_booster(booster)
+        except UnsupportedModel as err:
+            raise _Rejected("model", str(err)) from err
+        if forest.n_features != len(FEATURE_NAMES):
+            raise _Rejected("schema", f"model has {forest.n_features} features, the schema has "
+                                      f"{len(FEATURE_NAMES)}")
+        _check_objective(update, forest)
+        probe = evaluate(ForestStack.of([forest]), PROBE_ROWS, self.engine)[0]
+        if not np.isfinite(probe).all():
+            raise _Rejected("probe", f"probe prediction is not finite ({int((~np.isfinite(probe)).sum())} of "
+                                     f"{len(probe)} rows)")
+        if (probe < 0).any():
+            raise _Rejected("probe", f"probe prediction is negative (min {float(probe.min()):.6g})")
+        reference = booster.inplace_predict(PROBE_ROWS)
+        scale = np.maximum(np.abs(reference), 1.0)
+        if (np.abs(probe - reference) > PROBE_RTOL * scale).any():
+            raise _Rejected("probe", "tree evaluation disagrees with XGBoost on the probe rows "
+                                     f"(max difference {float(np.abs(probe - reference).max()):.6g})")
+        return LiveModel(pool_key=update.pool_key, target=update.target, objective=update.objective,
+                         quantile=update.quantile, version=update.version, created_at=update.created_at,
+                         applied_at=self._clock(), holdout_metrics=dict(update.holdout_metrics), forest=forest)
+
+    def _reject(self, reason: str, detail: str, key: str | None, version: int | None) -> ApplyResult:
+        self.rejected[reason] += 1
+        log.warning("rejected model update %s version %s (%s): %s", key or "?", version, reason, detail)
+        return ApplyResult(Outcome.REJECTED, key, version, reason, detail)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _check_objective(update: ModelUpdate, forest: Forest) -> None:
+    is_quantile = forest.objective == "reg:quantileerror"
+    if (update.objective == "quantile") != is_quantile:
+        raise _Rejected("objective", f"message says objective {update.objective!r} but the model was trained "
+                                     f"with {forest.objective!r}")
+    if is_quantile and abs(forest.quantiles[0] - float(update.quantile)) > 1e-6:
+        raise _Rejected("objective", f"message says quantile {update.quantile} but the model was trained for "
+                                     f"{forest.quantiles[0]:.6g}")
+
+
+def check_batch(features: np.ndarray) -> np.ndarray:
+    """The rows as a C-contiguous float32 matrix, or :class:`InvalidBatch` saying exactly what is wrong."""
+    rows = np.asarray(features, dtype=np.float32)
+    if rows.ndim != 2 or rows.shape[1] != len(FEATURE_NAMES):
+        raise InvalidBatch(f"expected rows of {len(FEATURE_NAMES)} features ({', '.join(FEATURE_NAMES)}), "
+                           f"got an array of shape {rows.shape}")
+    if rows.shape[0] == 0:
+        raise InvalidBatch("empty batch: at least one candidate row is needed")
+    finite = np.isfinite(rows)
+    if not finite.all():
+        row, column = np.argwhere(~finite)[0]
+        raise InvalidBatch(f"non-finite feature {FEATURE_NAMES[column]!r} = {rows[row, column]} in row {row} "
+                           f"({int((~finite).sum())} non-finite values in total)")
+    return np.ascontiguousarray(rows)

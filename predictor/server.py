@@ -1,0 +1,134 @@
+"""One prediction server instance: the runtime, its model-update tailer, the gRPC server (PredictionService,
+health checking, reflection) and the Prometheus endpoint. Explicit :meth:`start`, :meth:`wait` and a
+graceful :meth:`stop`; :func:`serve` runs one until SIGTERM or SIGINT.
+
+Health: ``NOT_SERVING`` until the tailer has caught up with the topic and a model is live, then
+``SERVING``; ``NOT_SERVING`` again while stopping, so load balancers drain the instance first.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from contract.topics import KafkaSettings
+from predictor import kernels
+from predictor.metrics import PredictorMetrics
+from predictor.proto import prediction_pb2, prediction_pb2_grpc
+from predictor.runtime import ModelRuntime
+from predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
+from predictor.settings import PredictorSettings
+from predictor.tailer import ModelUpdateTailer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = prediction_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name
+
+
+class PredictorServer:
+    def __init__(self, settings: PredictorSettings, kafka: KafkaSettings | None,
+                 runtime: ModelRuntime | None = None) -> None:
+        self.settings = settings
+        self.runtime = runtime or ModelRuntime(engine=settings.engine or None)
+        self.metrics = PredictorMetrics(self.runtime)
+        self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
+                                        on_result=self.metrics.update_applied) if kafka else None
+        self.health = health.HealthServicer()
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        self._grpc: grpc.Server | None = None
+        self._metrics_http = None
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        host = "127.0.0.1" if self.settings.host in ("0.0.0.0", "::", "[::]") else self.settings.host
+        return f"{host}:{self.port}"
+
+    @property
+    def ready(self) -> bool:
+        tailing = self.tailer is None or (self.tailer.ready and self.tailer.error is None)
+        return self.runtime.ready and tailing
+
+    def start(self) -> PredictorServer:
+        kernels.warm_up()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.settings.workers,
+                                                        thread_name_prefix="predict"),
+                             options=[("grpc.so_reuseport", 0), *GRPC_MESSAGE_OPTIONS])
+        prediction_pb2_grpc.add_PredictionServiceServicer_to_server(
+            PredictionServicer(self.runtime, self.metrics), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        address = f"{self.settings.host}:{self.settings.port}"
+        try:
+            self.port = server.add_insecure_port(address)
+        except RuntimeError as err:
+            raise OSError(f"cannot bind the gRPC address {address} (HEADROOM_PREDICTOR_PORT): {err}") from err
+        if self.port == 0:
+            raise OSError(f"cannot bind the gRPC address {address} (HEADROOM_PREDICTOR_PORT)")
+        self._set_health(False)
+        if self.tailer is not None:
+            self.tailer.start()
+        server.start()
+        self._grpc = server
+        if self.settings.metrics_port >= 0:
+            self._metrics_http, _ = start_http_server(self.settings.metrics_port, self.settings.host,
+                                                      registry=self.metrics.registry)
+            self.metrics_port = self._metrics_http.server_port
+        self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
+        self._watcher.start()
+        log.info("predictor serving gRPC on %s (metrics port %s)", self.address, self.metrics_port)
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop taking calls, let in-flight ones finish within ``grace`` seconds, then release everything."""
+        if self._stopped.is_set():
+            return
+        self.health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            self._grpc.stop(self.settings.grace_seconds if grace is None else grace).wait()
+        if self.tailer is not None:
+            self.tailer.stop()
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+            self._metrics_http.server_close()
+        self._stopped.set()
+        log.info("predictor on port %s stopped", self.port)
+
+    def _set_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, status)
+
+    def _watch_readiness(self) -> None:
+        serving = False
+        while not self._stopped.wait(0.05):
+            if self.ready != serving and not self._stopped.is_set():
+                serving = self.ready
+                self._set_health(serving)
+
+
+def serve(settings: PredictorSettings, kafka: KafkaSettings) -> int:
+    """Run one instance until SIGTERM or SIGINT, then stop gracefully."""
+    server = PredictorServer(settings, kafka).start()
+
+    def on_signal(signum, _frame):
+        log.info("signal %d: stopping gracefully", signum)
+        threading.Thread(target=server.stop, name="predictor-stop").start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not server.wait(1.0):
+        pass
+    return 0

@@ -1,0 +1,78 @@
+"""The PredictionService servicer: proto → feature rows → :meth:`ModelRuntime.predict` → proto.
+
+Domain errors map to gRPC status codes in :data:`STATUS_OF` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import numpy as np
+
+from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
+from predictor.metrics import PredictorMetrics
+from predictor.proto import prediction_pb2, prediction_pb2_grpc
+from predictor.runtime import ModelRuntime, Prediction
+
+STATUS_OF = {
+    NotReady: grpc.StatusCode.UNAVAILABLE,
+    UnknownPool: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidBatch: grpc.StatusCode.INVALID_ARGUMENT,
+}
+_FLOAT32_LE = np.dtype("<f4")
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # no cap on candidates per call: 256 MiB is ~6.7 million rows
+GRPC_MESSAGE_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+
+
+def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
+    """The request's feature rows as an ``(n, n_features)`` float32 matrix; :class:`InvalidBatch` if malformed."""
+    width = len(FEATURE_NAMES)
+    if request.feature_schema and request.feature_schema != FEATURE_SCHEMA:
+        raise InvalidBatch(f"feature_schema {request.feature_schema!r} differs from the server's {FEATURE_SCHEMA!r}")
+    if request.n_features != width:
+        raise InvalidBatch(f"n_features is {request.n_features}, the server's schema has {width} features "
+                           f"({', '.join(FEATURE_NAMES)})")
+    kind = request.WhichOneof("rows")
+    if kind == "features_f32le":
+        raw = request.features_f32le
+        if len(raw) % (4 * width):
+            raise InvalidBatch(f"features_f32le holds {len(raw)} bytes, not a whole number of rows of "
+                               f"{width} float32 values ({4 * width} bytes)")
+        values = np.frombuffer(raw, dtype=_FLOAT32_LE)
+    elif kind == "features":
+        values = np.asarray(request.features.values, dtype=np.float32)
+        if values.size % width:
+            raise InvalidBatch(f"features holds {values.size} values, not a whole number of rows of {width}")
+    else:
+        raise InvalidBatch("empty batch: the request carries no feature rows")
+    return values.reshape(-1, width)
+
+
+def response_of(prediction: Prediction, n_rows: int) -> prediction_pb2.PredictResponse:
+    return prediction_pb2.PredictResponse(pool_key=prediction.pool_key, n_rows=n_rows, predictions=[
+        prediction_pb2.ModelPrediction(target=model.target, objective=model.objective,
+                                       quantile=model.quantile or 0.0, version=model.version,
+                                       values_f32le=prediction.values[index].astype(_FLOAT32_LE).tobytes())
+        for index, model in enumerate(prediction.models)])
+
+
+class PredictionServicer(prediction_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, runtime: ModelRuntime, metrics: PredictorMetrics) -> None:
+        self.runtime = runtime
+        self.metrics = metrics
+
+    def Predict(self, request, context):  # noqa: N802 - gRPC method name
+        started = time.perf_counter()
+        try:
+            rows = request_rows(request)
+            prediction = self.runtime.predict(request.pool_key, rows)
+        except PredictorError as err:
+            code = STATUS_OF[type(err)]
+            self.metrics.failed(code.name)
+            context.abort(code, str(err))
+        response = response_of(prediction, len(rows))
+        self.metrics.served(len(rows), len(prediction.models), time.perf_counter() - started)
+        return response

@@ -1,0 +1,56 @@
+"""Small XGBoost models trained in the test process, and their model-update messages."""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np
+import xgboost
+
+from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.model_update import encode_update, make_update
+
+
+def candidate_rows(n: int, seed: int = 0) -> np.ndarray:
+    """Feature rows of plausible candidate servers, via the contract's feature function."""
+    rng = np.random.default_rng(seed)
+    return feature_matrix({
+        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
+        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
+        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
+        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n),
+    })
+
+
+def latency_ms(rows: np.ndarray, target: str, seed: int = 0) -> np.ndarray:
+    """A positive synthetic latency that depends on load and prompt size."""
+    rng = np.random.default_rng(seed + 1)
+    base = {"ttft": 20.0, "tpot": 8.0, "e2e": 900.0}[target]
+    load = 1 + 3 * rows[:, 0] + 0.2 * rows[:, 1] + 0.02 * rows[:, 2]
+    return base * load + 0.01 * rows[:, 8] + rng.exponential(base * 0.2, len(rows))
+
+
+def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, seed: int = 0,
+          trees: int = 20, depth: int = 4, rows: int = 600, scale: float = 1.0) -> xgboost.Booster:
+    x = candidate_rows(rows, seed)
+    y = latency_ms(x, target, seed) * scale
+    params = {"max_depth": depth, "eta": 0.1, "nthread": 1, "tree_method": "hist", "seed": seed,
+              "objective": "reg:squarederror"}
+    if objective == "quantile":
+        params.update(objective="reg:quantileerror", quantile_alpha=quantile)
+    return xgboost.train(params, xgboost.DMatrix(x, label=y), trees)
+
+
+def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "pool-a", target: str = "ttft",
+            objective: str = "mean", quantile: float | None = None, model_format: str = "ubj",
+            feature_schema: str = FEATURE_SCHEMA) -> bytes:
+    model = booster if isinstance(booster, bytes) else bytes(booster.save_raw(model_format))
+    if objective == "quantile" and quantile is None:
+        quantile = 0.9
+    return encode_update(make_update(
+        model=model, version=version, pool_key=pool_key, target=target, objective=objective, quantile=quantile,
+        feature_schema=feature_schema, model_format=model_format, created_at=time.time(),
+        window_stats={"rows": 600}, holdout_metrics={"mae": 1.0}))

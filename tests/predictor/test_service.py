@@ -1,0 +1,154 @@
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from contract.features import FEATURE_SCHEMA
+from predictor.proto import prediction_pb2, prediction_pb2_grpc
+from predictor.runtime import ModelRuntime
+from predictor.server import SERVICE_NAME
+
+from tests.predictor.models import candidate_rows, message, train
+
+ROWS = candidate_rows(30, seed=11)
+
+
+@pytest.fixture(scope="module")
+def boosters():
+    return {"ttft": train(seed=1), "p90": train(objective="quantile", seed=2), "tpot": train("tpot", seed=3)}
+
+
+def runtime_with(boosters) -> ModelRuntime:
+    runtime = ModelRuntime()
+    runtime.apply(message(boosters["ttft"], 3))
+    runtime.apply(message(boosters["p90"], 2, objective="quantile"))
+    runtime.apply(message(boosters["tpot"], 1, target="tpot"))
+    return runtime
+
+
+def request(rows=ROWS, pool_key="pool-a", **fields):
+    return prediction_pb2.PredictRequest(pool_key=pool_key, n_features=rows.shape[1] if rows.ndim == 2 else 10,
+                                         features_f32le=rows.astype("<f4").tobytes(), **fields)
+
+
+def stub_of(server):
+    channel = grpc.insecure_channel(server.address)
+    return channel, prediction_pb2_grpc.PredictionServiceStub(channel)
+
+
+def test_predicts_every_model_with_versions(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters))
+    channel, stub = stub_of(server)
+    with channel:
+        for req in (request(feature_schema=FEATURE_SCHEMA),
+                    prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10,
+                                                  features=prediction_pb2.FloatRows(values=ROWS.ravel()))):
+            response = stub.Predict(req, timeout=5)
+            got = {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, "<f4"))
+                   for p in response.predictions}
+            assert response.n_rows == len(ROWS)
+            assert {key: version for key, (version, _) in got.items()} == \
+                {("ttft", "mean"): 3, ("ttft", "quantile"): 2, ("tpot", "mean"): 1}
+            np.testing.assert_allclose(got["ttft", "mean"][1], boosters["ttft"].inplace_predict(ROWS), rtol=1e-6)
+            np.testing.assert_allclose(got["ttft", "quantile"][1], boosters["p90"].inplace_predict(ROWS),
+                                       rtol=1e-6)
+            assert [p.quantile for p in response.predictions if p.objective == "quantile"] == \
+                [pytest.approx(0.9)]
+
+
+def _bad_rows():
+    nan = ROWS.copy()
+    nan[4, 2] = np.nan
+    return nan
+
+
+@pytest.mark.parametrize(("make", "code", "text"), [
+    (lambda: request(ROWS[:, :7]), grpc.StatusCode.INVALID_ARGUMENT, "n_features is 7"),
+    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10, features_f32le=b"\0" * 44),
+     grpc.StatusCode.INVALID_ARGUMENT, "44 bytes, not a whole number of rows"),
+    (lambda: request(_bad_rows()), grpc.StatusCode.INVALID_ARGUMENT, "non-finite feature 'num_running' = nan in row 4"),
+    (lambda: request(ROWS[:0]), grpc.StatusCode.INVALID_ARGUMENT, "empty batch"),
+    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10), grpc.StatusCode.INVALID_ARGUMENT,
+     "empty batch"),
+    (lambda: request(pool_key="nowhere"), grpc.StatusCode.INVALID_ARGUMENT, "no model for pool key 'nowhere'"),
+    (lambda: request(feature_schema="v0:x"), grpc.StatusCode.INVALID_ARGUMENT, "feature_schema 'v0:x' differs"),
+], ids=["feature-count", "ragged-bytes", "non-finite", "no-rows", "no-rows-field", "unknown-pool", "schema"])
+def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_server, boosters, make, code, text):
+    server = start_server(runtime=runtime_with(boosters))
+    channel, stub = stub_of(server)
+    with channel:
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Predict(make(), timeout=5)
+        assert failure.value.code() == code
+        assert text in failure.value.details()
+        assert stub.Predict(request(), timeout=5).n_rows == len(ROWS)
+
+
+def test_unavailable_and_not_serving_before_the_first_model(start_server, boosters):
+    runtime = ModelRuntime()
+    server = start_server(runtime=runtime)
+    channel, stub = stub_of(server)
+    with channel:
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Predict(request(), timeout=5)
+        assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
+        check = health_pb2_grpc.HealthStub(channel).Check
+        assert check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5).status == \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        runtime.apply(message(boosters["ttft"], 1))
+        status = None
+        for _ in range(100):
+            status = check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5).status
+            if status == health_pb2.HealthCheckResponse.SERVING:
+                break
+            server.wait(0.05)
+        assert status == health_pb2.HealthCheckResponse.SERVING
+        assert stub.Predict(request(), timeout=5).predictions[0].version == 1
+
+
+def test_reflection_lists_the_services(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters))
+    channel = grpc.insecure_channel(server.address)
+    with channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answers = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                            timeout=5)
+        names = {s.name for answer in answers for s in answer.list_services_response.service}
+    assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
+
+
+def test_metrics_endpoint_reports_served_and_models(start_server, boosters):
+    runtime = runtime_with(boosters)
+    runtime.apply(b"not a model update")
+    server = start_server(runtime=runtime)
+    channel, stub = stub_of(server)
+    with channel:
+        stub.Predict(request(), timeout=5)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    assert f"headroom_predictor_candidates_total {float(len(ROWS))}" in text
+    assert 'headroom_predictor_model_version{objective="mean",pool_key="pool-a",target="ttft"} 3.0' in text
+    assert 'headroom_predictor_model_updates_total{outcome="rejected",reason="decode"} 1.0' in text
+    assert "headroom_predictor_request_seconds_bucket" in text
+    assert "headroom_predictor_model_age_seconds" in text
+
+
+def test_stop_is_graceful_and_frees_the_port(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters))
+    channel, stub = stub_of(server)
+    with channel:
+        assert stub.Predict(request(), timeout=5).n_rows == len(ROWS)
+    server.stop(grace=1.0)
+    assert server.wait(0)
+    channel, stub = stub_of(server)
+    with channel, pytest.raises(grpc.RpcError) as failure:
+        stub.Predict(request(), timeout=2)
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_second_instance_on_a_taken_port_fails_clearly(start_server, boosters):
+    first = start_server(runtime=runtime_with(boosters))
+    with pytest.raises(OSError, match=f"cannot bind the gRPC address 127.0.0.1:{first.port}"):
+        start_server(runtime=runtime_with(boosters), port=first.port)
