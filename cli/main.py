@@ -12,6 +12,8 @@ COMMANDS = (
     "localkafka.cli",
     "predictor.cli",
     "demo.cli",
+    "autoscale.cli",
+    "sim.cli",
 )
 
 

@@ -1,0 +1,76 @@
+"""Closed-loop results for people: a timeline CSV and a PNG of replicas, signal and TTFT over time."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from autoscale.closed_loop import LoopResult
+
+
+def write_timeline_csv(result: LoopResult, path: str | Path) -> None:
+    """One row per loop tick: time, desired replicas, servers by state, and each HPA metric's pool mean."""
+    names = sorted({name for point in result.timeline for name in point.metrics})
+    with Path(path).open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["t_s", "spec_replicas", "ready", "loading", "draining", *names])
+        for p in result.timeline:
+            writer.writerow([f"{p.t:.1f}", p.spec_replicas, p.ready, p.loading, p.draining,
+                             *(f"{p.metrics[n]:.3f}" if n in p.metrics else "" for n in names)])
+
+
+def plot_timeline(result: LoopResult, path: str | Path, slo_ttft_ms: float | None = None, title: str = "") -> None:
+    """Three stacked panels: replicas (desired, ready, loading), HPA metrics, TTFT per request (log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [p.t for p in result.timeline]
+    fig, (replicas, signal, latency) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    replicas.step(t, [p.spec_replicas for p in result.timeline], where="post", label="desired")
+    replicas.step(t, [p.ready for p in result.timeline], where="post", label="serving")
+    replicas.step(t, [p.loading for p in result.timeline], where="post", label="loading")
+    replicas.set_ylabel("replicas")
+    replicas.legend(loc="upper left")
+    for name in sorted({n for p in result.timeline for n in p.metrics}):
+        signal.plot(t, [p.metrics.get(name, float("nan")) for p in result.timeline], label=name)
+    signal.set_ylabel("pool mean")
+    signal.legend(loc="upper left")
+    latency.scatter(result.arrival_s, result.ttft_ms, s=1, alpha=0.3)
+    latency.set_yscale("log")
+    latency.set_ylabel("TTFT ms")
+    latency.set_xlabel("virtual time (s)")
+    if slo_ttft_ms is not None:
+        latency.axhline(slo_ttft_ms, color="red", linewidth=1, label="SLO")
+        latency.legend(loc="upper left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_cost_vs_slo(evaluations, path: str | Path, slo_ttft_ms: float) -> None:
+    """Replica-hours against TTFT SLO attainment, one colour per signal; passing runs filled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(figsize=(8, 5))
+    signals = sorted({e.candidate.signal.value for e in evaluations})
+    for index, signal in enumerate(signals):
+        runs = [e for e in evaluations if e.candidate.signal.value == signal]
+        colour = f"C{index}"
+        axes.scatter([e.replica_hours for e in runs if e.meets], [e.attainment for e in runs if e.meets],
+                     color=colour, label=signal)
+        axes.scatter([e.replica_hours for e in runs if not e.meets], [e.attainment for e in runs if not e.meets],
+                     facecolors="none", edgecolors=colour)
+    axes.set_xlabel("replica-hours")
+    axes.set_ylabel(f"share of requests with TTFT ≤ {slo_ttft_ms:g} ms")
+    axes.set_title("cost vs SLO attainment (filled: TTFT p99 within the SLO)")
+    axes.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,144 @@
+"""``headroom sim ...``: the simulator's commands.
+
+- ``bench`` — simulation speed and the baseline-policy table on the Azure and Mooncake traces.
+- ``run`` — one trace through one policy; prints a summary, optionally writes telemetry as JSON lines.
+- ``serve`` — a pool of live simulated servers on consecutive loopback ports until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+from cli.main import CommandError
+from contract.telemetry import encode
+from sim.settings import SimSettings, settings_from
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("sim", help="Calibrated simulator of an LLM model-server pool.")
+    commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+
+    bench = commands.add_parser("bench", help="Speed and baseline-policy table on the traces.")
+    _pool_args(bench)
+    bench.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
+    bench.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")
+    bench.set_defaults(run=_bench)
+
+    one = commands.add_parser("run", help="Run one trace through one policy.")
+    _pool_args(one)
+    one.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
+    one.add_argument("--policy", default="least-queue")
+    one.add_argument("--telemetry", type=Path, help="Write one telemetry record per line here.")
+    one.set_defaults(run=_run)
+
+    serve = commands.add_parser("serve", help="Serve live simulated servers over HTTP on loopback.")
+    serve.add_argument("--servers", type=int, help="How many servers (consecutive ports).")
+    serve.add_argument("--server-type", help="Profile name, e.g. h100 or a100.")
+    serve.add_argument("--base-port", type=int, help="Port of the first server (0: any free ports).")
+    serve.add_argument("--time-scale", type=float, help="Virtual seconds per wall-clock second.")
+    serve.add_argument("--seed", type=int)
+    serve.set_defaults(run=_serve)
+
+
+def _pool_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--servers", type=int, help="Servers in the pool.")
+    parser.add_argument("--server-type", help="Profile name, e.g. h100 or a100.")
+    parser.add_argument("--utilization", type=float, help="Offered load as a fraction of pool capacity.")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--limit", type=int, help="Use only the first N requests of each trace.")
+
+
+def _settings(args: argparse.Namespace) -> SimSettings:
+    try:
+        return settings_from(args)
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from sim.bench import bench_policies
+    from sim.report import print_policy_table
+    from sim.traces import load_azure, load_mooncake
+
+    settings = _settings(args)
+    loaders = {"azure": lambda rate: load_azure(rate=rate, seed=settings.seed, limit=args.limit),
+               "mooncake": lambda rate: load_mooncake(rate=rate, seed=settings.seed, limit=args.limit)}
+    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [t for t in traces if t not in loaders]
+    if unknown:
+        raise CommandError(f"unknown trace {unknown[0]!r}; choose from {', '.join(loaders)}")
+    rows = []
+    try:
+        for trace in traces:
+            rows += bench_policies(trace, loaders[trace], servers=settings.servers, utilization=settings.utilization,
+                                   policies=policies, seed=settings.seed, server_type=settings.server_type)
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+    print_policy_table(rows, settings)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sim.bench import capacity_rps, summarize
+    from sim.policies import policy
+    from sim.pool import run, uniform_pool
+    from sim.report import print_policy_table
+    from sim.traces import load_azure, load_mooncake
+
+    settings = _settings(args)
+    load = {"azure": load_azure, "mooncake": load_mooncake}[args.trace]
+    try:
+        pick = policy(args.policy, settings.seed)
+        native = load(seed=settings.seed, limit=args.limit)
+        rate = settings.utilization * settings.servers * capacity_rps(native, settings.server_type)
+        requests = load(rate=rate, seed=settings.seed, limit=args.limit)
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+    cpu = time.process_time()
+    result = run(requests, uniform_pool(settings.servers, settings.server_type), pick, seed=settings.seed,
+                 scrape_interval_s=settings.scrape_interval_s)
+    print_policy_table([summarize(args.trace, args.policy, requests, result, time.process_time() - cpu)], settings)
+    if args.telemetry:
+        with args.telemetry.open("wb") as out:
+            for record in result.records:
+                out.write(encode(record) + b"\n")
+        print(f"wrote {len(result.records)} telemetry records to {args.telemetry}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sim.live import serve_pool
+    from sim.profile import profile
+
+    settings = _settings(args)
+    try:
+        prof = profile(settings.server_type)
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+
+    async def main() -> None:
+        servers = await serve_pool([prof] * settings.servers, host=settings.host, base_port=settings.base_port,
+                                   time_scale=settings.time_scale, seed=settings.seed)
+        for server in servers:
+            print(f"{server.server_id} ({prof.name}) at {server.url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for server in servers:
+                await server.stop()
+            print("stopped", flush=True)
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        raise CommandError(f"cannot listen on {settings.host}:{settings.base_port}: {err}") from err
+    return 0

@@ -1,0 +1,342 @@
+"""The offline pool runner: a discrete-event simulation of a pool of servers on a virtual clock.
+
+:func:`run` feeds a request stream (sorted by arrival) to a pool through a ``pick`` function and
+returns every outcome, one :class:`~contract.telemetry.TelemetryRecord` per completed request and the
+scraped metrics. The router's knowledge is modelled explicitly: server metrics are scraped every
+``scrape_interval_s`` (the view is that stale); in-flight counts are the router's own and always fresh.
+
+Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
+``actions`` run once at given times; both get a :class:`PoolControl` that can add servers (routable after
+their profile's ``load_delay_s``), remove servers (they stop receiving requests, finish what they hold,
+then leave) and slow servers down. Runs repeat exactly for the same inputs and seed.
+"""
+
+from __future__ import annotations
+
+import gc
+from heapq import heappop, heappush
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contract.telemetry import TelemetryRecord
+from sim.engine import ServerEngine
+from sim.profile import ServerProfile, profile
+from sim.records import Dropped, Outcome, ServerSnapshot
+from sim.results import RunResult, telemetry_record
+from sim.request import Request
+from sim.view import PickFunction, PoolView
+
+
+class SimulationError(RuntimeError):
+    """A run was asked to do something impossible (bad pick, unknown server, unsorted requests)."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server of a pool: its id, type and the pool/variant key its telemetry carries."""
+
+    server_id: str
+    profile: ServerProfile
+    pool_key: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.pool_key or self.profile.name
+
+
+def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str = "server") -> list[ServerSpec]:
+    """``n`` identical servers named ``{prefix}-0`` … ``{prefix}-{n-1}``."""
+    prof = profile(server_type) if isinstance(server_type, str) else server_type
+    return [ServerSpec(f"{prefix}-{i}", prof) for i in range(n)]
+
+
+class _Server:
+    __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "wake", "version", "snapshot")
+
+    def __init__(self, spec: ServerSpec, engine: ServerEngine, state: str):
+        self.spec, self.engine, self.state = spec, engine, state
+        self.index = -1
+        self.inflight = self.inflight_tokens = 0
+        self.wake: float | None = None
+        self.version = 0
+        self.snapshot: ServerSnapshot | None = None
+
+
+_WAKE, _DONE, _READY, _ACTION = 0, 1, 2, 3
+
+
+class PoolControl:
+    """What a controller or a scheduled action may do to the pool at the current virtual time."""
+
+    def __init__(self, run: _Run):
+        self._run = run
+
+    @property
+    def now(self) -> float:
+        return self._run.now
+
+    def servers(self) -> dict[str, str]:
+        """Server id -> state (``loading``, ``ready``, ``draining``, ``removed``)."""
+        return {sid: s.state for sid, s in self._run.servers.items()}
+
+    def snapshots(self) -> list[ServerSnapshot]:
+        """The latest scraped metrics of every server that is loading, ready or draining."""
+        return [s.snapshot for s in self._run.servers.values() if s.snapshot is not None and s.state != "removed"]
+
+    def add_server(self, server_type: str | ServerProfile = "h100", server_id: str | None = None,
+                   pool_key: str = "") -> str:
+        """Start a server; it takes requests after its profile's load delay. Returns its id."""
+        return self._run.add_server(server_type, server_id, pool_key)
+
+    def remove_server(self, server_id: str) -> None:
+        """Stop routing to a server; it finishes its requests, then leaves."""
+        self._run.remove_server(server_id)
+
+    def set_slowdown(self, server_id: str, factor: float) -> None:
+        """Make a server ``factor`` times slower from now on."""
+        self._run.server(server_id).engine.set_slowdown(factor, self._run.now)
+        self._run.schedule(self._run.server(server_id))
+
+
+Controller = Callable[[PoolControl], None]
+Action = tuple[float, Controller]
+
+
+def slow_down(server_id: str, factor: float) -> Controller:
+    """An action that slows ``server_id`` down by ``factor`` (a regime change)."""
+    return lambda control: control.set_slowdown(server_id, factor)
+
+
+def run(requests: Sequence[Request], pool: Iterable[ServerSpec], pick: PickFunction, *,
+        scrape_interval_s: float = 0.05, seed: int = 0, controller: Controller | None = None,
+        control_interval_s: float = 10.0, actions: Iterable[Action] = (), epoch_unix: float = 1_700_000_000.0,
+        record_tokens: bool = False, telemetry: bool = True,
+        on_record: Callable[[TelemetryRecord], Any] | None = None) -> RunResult:
+    """Simulate ``requests`` on ``pool``, routed by ``pick``; see the module docstring.
+
+    ``telemetry=False`` keeps no dispatch features, so ``RunResult.records`` is empty (saves memory on
+    long runs that need only outcomes and metrics); ``on_record`` gets each record as its request
+    completes; ``record_tokens`` keeps every token's time in the outcomes.
+    """
+    simulation = _Run(requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
+                      epoch_unix, record_tokens, telemetry, on_record)
+    collecting = gc.isenabled()
+    gc.disable()  # the loop allocates many short-lived tuples and no reference cycles
+    try:
+        return simulation.loop()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _Run:
+    def __init__(self, requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
+                 epoch_unix, record_tokens, telemetry, on_record):
+        if scrape_interval_s <= 0 or control_interval_s <= 0:
+            raise SimulationError("scrape_interval_s and control_interval_s must be positive")
+        self.requests = list(requests)
+        if any(a.arrival_s > b.arrival_s for a, b in zip(self.requests, self.requests[1:])):
+            raise SimulationError("requests must be sorted by arrival_s")
+        self.pick, self.seed = pick, seed
+        self.scrape_interval, self.controller, self.control_interval = scrape_interval_s, controller, control_interval_s
+        self.epoch, self.record_tokens, self.on_record = epoch_unix, record_tokens, on_record
+        self.telemetry = telemetry
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, Any, int]] = []
+        self.counter = 0
+        self.servers: dict[str, _Server] = {}
+        self.routable: list[_Server] = []
+        self.view = PoolView()
+        self.control = PoolControl(self)
+        self.dispatched: dict[str, tuple] = {}
+        self.outcomes: list[Outcome] = []
+        self.seen: list[tuple] = []
+        self.dropped: list[Dropped] = []
+        self.metrics: list[ServerSnapshot] = []
+        for spec in pool:
+            self._create(spec, "ready")
+        self._reindex()
+        for when, action in actions:
+            self.push(when, _ACTION, action, 0)
+
+    # -- pool membership ------------------------------------------------------------------------------
+
+    def server(self, server_id: str) -> _Server:
+        try:
+            return self.servers[server_id]
+        except KeyError:
+            raise SimulationError(f"no server {server_id!r} in the pool") from None
+
+    def _create(self, spec: ServerSpec, state: str) -> _Server:
+        if spec.server_id in self.servers:
+            raise SimulationError(f"server id {spec.server_id!r} is already in the pool")
+        engine = ServerEngine(spec.profile, spec.server_id, pool_key=spec.key,
+                              seed=zlib.crc32(f"{self.seed}:{spec.server_id}".encode()),
+                              record_tokens=self.record_tokens, start_s=self.now)
+        srv = _Server(spec, engine, state)
+        srv.snapshot = engine.snapshot(self.now)
+        if state != "ready":
+            srv.snapshot = srv.snapshot._replace(ready=False)
+        self.servers[spec.server_id] = srv
+        return srv
+
+    def add_server(self, server_type, server_id, pool_key) -> str:
+        prof = profile(server_type) if isinstance(server_type, str) else server_type
+        if server_id is None:
+            n = len(self.servers)
+            while f"server-{n}" in self.servers:
+                n += 1
+            server_id = f"server-{n}"
+        srv = self._create(ServerSpec(server_id, prof, pool_key), "loading")
+        self.push(self.now + prof.load_delay_s, _READY, srv, 0)
+        return server_id
+
+    def remove_server(self, server_id: str) -> None:
+        srv = self.server(server_id)
+        if srv.state in ("draining", "removed"):
+            return
+        srv.state = "draining" if srv.engine.busy or srv.inflight else "removed"
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self.routable = [s for s in self.servers.values() if s.state == "ready"]
+        for i, srv in enumerate(self.routable):
+            srv.index = i
+        view = self.view
+        view.snapshots = [s.snapshot for s in self.routable]
+        view.inflight_requests = [s.inflight for s in self.routable]
+        view.inflight_prompt_tokens = [s.inflight_tokens for s in self.routable]
+        view._engines = [s.engine for s in self.routable]
+
+    # -- events ---------------------------------------------------------------------------------------
+
+    def push(self, when: float, kind: int, payload: Any, version: int) -> None:
+        self.counter += 1
+        heappush(self.heap, (when, self.counter, kind, payload, version))
+
+    def schedule(self, srv: _Server) -> None:
+        """Hand the engine's finished requests to the router and book the server's next wake."""
+        engine, now = srv.engine, self.now
+        if engine.finished:
+            for outcome in engine.finished:
+                if outcome.completion_s > now:
+                    self.push(outcome.completion_s, _DONE, (srv, outcome), 0)
+                else:
+                    self._complete(srv, outcome)
+            engine.finished.clear()
+        if engine.dropped:
+            for drop in engine.dropped:
+                self._forget(srv, drop.request)
+                self.dropped.append(drop)
+            engine.dropped.clear()
+        wake = engine.next_wake(now)
+        if wake is not None and wake != srv.wake:
+            srv.version += 1
+            srv.wake = wake
+            self.counter += 1
+            heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
+
+    def _forget(self, srv: _Server, request: Request) -> None:
+        self.dispatched.pop(request.request_id, None)
+        srv.inflight -= 1
+        srv.inflight_tokens -= request.prompt_tokens
+        if srv.state == "ready":
+            self.view.inflight_requests[srv.index] = srv.inflight
+            self.view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens
+        elif srv.state == "draining" and not srv.inflight:
+            srv.state = "removed"
+
+    def _complete(self, srv: _Server, outcome: Outcome) -> None:
+        seen = self.dispatched.get(outcome.request.request_id)
+        self._forget(srv, outcome.request)
+        self.outcomes.append(outcome)
+        if self.telemetry:
+            self.seen.append(seen)
+        if self.on_record is not None:
+            self.on_record(telemetry_record(outcome, seen, self.epoch))
+
+    def _scrape(self) -> None:
+        now, view = self.now, self.view
+        for srv in self.servers.values():
+            if srv.state == "removed":
+                continue
+            snap = srv.engine.snapshot(now)
+            if srv.state != "ready":
+                snap = snap._replace(ready=False)
+            srv.snapshot = snap
+            self.metrics.append(snap)
+            if srv.state == "ready":
+                view.snapshots[srv.index] = snap
+
+    def _dispatch(self, request: Request) -> None:
+        view = self.view
+        if not view.snapshots:
+            self.dropped.append(Dropped(request, "", self.now, "no routable server"))
+            return
+        view._start(request, self.now)
+        decision = self.pick(request, view)
+        server_id = decision if type(decision) is str else decision.server_id
+        srv = self.servers.get(server_id)
+        if srv is None or srv.state != "ready":
+            raise SimulationError(f"pick chose {server_id!r}, which is not a routable server")
+        i = srv.index
+        self.dispatched[request.request_id] = (view.snapshots[i], view.prefix_match(i), srv.inflight,
+                                               srv.inflight_tokens, self.now, decision)
+        srv.inflight += 1
+        srv.inflight_tokens += request.prompt_tokens
+        view.inflight_requests[i] = srv.inflight
+        view.inflight_prompt_tokens[i] = srv.inflight_tokens
+        srv.engine.submit(request, self.now)
+        self.schedule(srv)
+
+    def loop(self) -> RunResult:
+        started = time.perf_counter()
+        requests, heap, inf = self.requests, self.heap, float("inf")
+        n, i = len(requests), 0
+        next_scrape = 0.0
+        next_control = self.control_interval if self.controller else inf
+        while True:
+            t_arrival = requests[i].arrival_s if i < n else inf
+            t_event = heap[0][0] if heap else inf
+            if t_arrival == inf and (t_event == inf or heap[0][2] == _ACTION and not self._busy()):
+                break
+            t = min(t_arrival, t_event)
+            if next_scrape <= t or next_control <= t:
+                if next_scrape <= next_control:
+                    self.now = next_scrape
+                    self._scrape()
+                    next_scrape += self.scrape_interval
+                else:
+                    self.now = next_control
+                    self.controller(self.control)
+                    next_control += self.control_interval
+                continue
+            self.now = t
+            if t_event <= t_arrival:
+                _, _, kind, payload, version = heappop(heap)
+                if kind == _WAKE:
+                    if version == payload.version:
+                        payload.wake = None
+                        payload.engine.advance_to(t)
+                        self.schedule(payload)
+                elif kind == _DONE:
+                    self._complete(*payload)
+                elif kind == _READY:
+                    if payload.state == "loading":
+                        payload.state = "ready"
+                        payload.engine.advance_to(t)
+                        payload.snapshot = payload.engine.snapshot(t)
+                        self._reindex()
+                else:
+                    payload(self.control)
+            else:
+                i += 1
+                self._dispatch(requests[i - 1])
+        return RunResult(self.outcomes, self.dropped, self.metrics, self.now, time.perf_counter() - started,
+                         {sid: s.state for sid, s in self.servers.items()}, self.seen, self.epoch)
+
+    def _busy(self) -> bool:
+        return any(s.engine.busy for s in self.servers.values())

@@ -1,0 +1,128 @@
+"""Loaders for the public traces in ``../shared/traces`` (see its README), as :class:`~sim.request.Request`s.
+
+Both loaders rescale time to a target mean arrival rate (``rate``, requests/s; None keeps the trace's
+own timing) by dividing every inter-arrival gap by the same factor, so burstiness is kept; ``speedup``
+then divides all arrival times (a speedup of 4 replays the same requests four times faster).
+
+- Azure (CSV: ``TIMESTAMP, ContextTokens, GeneratedTokens``): no prefix information, so shared prefixes
+  are synthesised with :class:`~sim.prefixes.SharedPrefixes` (system prompts; pass ``prefixes=None``
+  for none).
+- Mooncake (JSON lines: ``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``): each
+  512-token hash block ``h`` becomes 32 16-token blocks hashed ``h * 32 + j``, cut to the prompt's full
+  16-token blocks; shared leading runs of ``hash_ids`` become shared leading runs of block hashes.
+
+``stream_fraction`` of the requests (drawn from the seed) stream. Zero-length prompts or outputs in a
+trace are raised to one token.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from datetime import datetime
+from pathlib import Path
+
+from sim.prefixes import SharedPrefixes
+from sim.profile import BLOCK_TOKENS
+from sim.request import Request
+
+TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+AZURE_CONV = TRACES_DIR / "azure" / "AzureLLMInferenceTrace_conv_2023.csv"
+MOONCAKE = TRACES_DIR / "mooncake" / "mooncake_fast25_synthetic_trace.jsonl"
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceError(ValueError):
+    """A trace file is missing or malformed; the message names the file and line."""
+
+
+def _parse_time(text: str) -> float:
+    day, _, clock = text.strip().partition(" ")
+    whole, _, fraction = clock.partition(".")
+    base = datetime.fromisoformat(f"{day} {whole}").timestamp()
+    return base + (float("0." + fraction) if fraction else 0.0)
+
+
+def _rescale(times: list[float], rate: float | None, speedup: float = 1.0) -> list[float]:
+    """Offsets from the first arrival, scaled to ``rate`` if given, then divided by ``speedup``."""
+    if speedup <= 0:
+        raise TraceError(f"speedup must be positive, got {speedup}")
+    if speedup != 1.0:
+        return [t / speedup for t in _rescale(times, rate)]
+    if not times:
+        return times
+    start = times[0]
+    offsets = [t - start for t in times]
+    if rate is None or len(times) < 2 or offsets[-1] <= 0:
+        return offsets
+    if rate <= 0:
+        raise TraceError(f"target rate must be positive, got {rate}")
+    factor = (len(times) - 1) / offsets[-1] / rate
+    return [o * factor for o in offsets]
+
+
+def load_azure(path: Path | str = AZURE_CONV, *, rate: float | None = None, limit: int | None = None,
+               prefixes: SharedPrefixes | None = SharedPrefixes(), stream_fraction: float = 1.0,
+               seed: int = 0, id_prefix: str = "az", speedup: float = 1.0) -> list[Request]:
+    """The Azure LLM inference trace (conversation by default); see the module docstring."""
+    path = Path(path)
+    rows: list[tuple[float, int, int]] = []
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            for line, row in enumerate(reader, start=2):
+                if limit is not None and len(rows) >= limit:
+                    break
+                try:
+                    rows.append((_parse_time(row["TIMESTAMP"]), int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+                except (KeyError, ValueError, TypeError) as err:
+                    raise TraceError(f"{path}:{line}: bad Azure row {row!r}: {err}") from err
+    except OSError as err:
+        raise TraceError(f"cannot read Azure trace {path}: {err}") from err
+    rows.sort(key=lambda r: r[0])
+    times = _rescale([r[0] for r in rows], rate, speedup)
+    rng = random.Random(seed)
+    sampler = prefixes.sampler(seed) if prefixes else None
+    requests = []
+    for i, (t, (_, prompt, output)) in enumerate(zip(times, rows)):
+        prompt, output = max(1, prompt), max(1, output)
+        hashes = sampler.hashes(prompt) if sampler else ()
+        requests.append(Request(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
+                                stream=rng.random() < stream_fraction))
+    return requests
+
+
+def load_mooncake(path: Path | str = MOONCAKE, *, rate: float | None = None, limit: int | None = None,
+                  stream_fraction: float = 1.0, seed: int = 0, id_prefix: str = "mc",
+                  speedup: float = 1.0) -> list[Request]:
+    """The Mooncake trace with its prefix hashes mapped onto 16-token blocks; see the module docstring."""
+    path = Path(path)
+    per_block = MOONCAKE_BLOCK_TOKENS // BLOCK_TOKENS
+    rows = []
+    try:
+        with path.open() as handle:
+            for line, text in enumerate(handle, start=1):
+                if limit is not None and len(rows) >= limit:
+                    break
+                if not text.strip():
+                    continue
+                try:
+                    item = json.loads(text)
+                    rows.append((float(item["timestamp"]) / 1000.0, int(item["input_length"]),
+                                 int(item["output_length"]), [int(h) for h in item["hash_ids"]]))
+                except (KeyError, ValueError, TypeError) as err:
+                    raise TraceError(f"{path}:{line}: bad Mooncake record: {err}") from err
+    except OSError as err:
+        raise TraceError(f"cannot read Mooncake trace {path}: {err}") from err
+    rows.sort(key=lambda r: r[0])
+    times = _rescale([r[0] for r in rows], rate, speedup)
+    rng = random.Random(seed)
+    requests = []
+    for i, (t, (_, prompt, output, ids)) in enumerate(zip(times, rows)):
+        prompt, output = max(1, prompt), max(1, output)
+        full = prompt // BLOCK_TOKENS
+        hashes = tuple(h * per_block + j for h in ids for j in range(per_block))[:full]
+        requests.append(Request(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
+                                stream=rng.random() < stream_fraction))
+    return requests

@@ -1,0 +1,98 @@
+"""What a pick function sees: the router's view of the pool when one request arrives.
+
+``pick(request, view)`` returns the chosen server's id, or a :class:`Pick` that also carries the
+predictions it used (they go into the telemetry record). The view holds, for each routable server ``i``
+(ready, not draining), in the same order:
+
+- ``snapshots[i]`` — the server's metrics as of the last scrape (stale by up to the scrape interval);
+- ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
+  finished (fresh: the router's own accounting);
+- ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
+  The simulator reads the server's actual cache at dispatch time; a real router estimates the same
+  quantity from an index of its own past decisions, so this is the upper bound of that estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+from sim.records import ServerSnapshot
+from sim.request import Request
+
+if TYPE_CHECKING:
+    from sim.engine import ServerEngine
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A routing decision with the predictions behind it (all optional)."""
+
+    server_id: str
+    predicted_ttft_ms: float | None = None
+    predicted_tpot_ms: float | None = None
+    predicted_e2e_ms: float | None = None
+    model_versions: dict[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """Everything the view knows about one server for one request, in one value."""
+
+    snapshot: ServerSnapshot
+    inflight_requests: int
+    inflight_prompt_tokens: int
+    prefix_match: float
+
+    @property
+    def server_id(self) -> str:
+        return self.snapshot.server_id
+
+
+class PoolView:
+    """The router's view at one arrival; the runner reuses one instance and updates it in place."""
+
+    __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens", "_engines",
+                 "_matches")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.request: Request | None = None
+        self.snapshots: list[ServerSnapshot] = []
+        self.inflight_requests: list[int] = []
+        self.inflight_prompt_tokens: list[int] = []
+        self._engines: list[ServerEngine] = []
+        self._matches: list[float | None] = []
+
+    def __len__(self) -> int:
+        return len(self.snapshots)
+
+    def server_ids(self) -> list[str]:
+        return [s.server_id for s in self.snapshots]
+
+    def prefix_match(self, i: int) -> float:
+        """Fraction (0-1) of the current request's prompt cached on server ``i``."""
+        value = self._matches[i]
+        if value is None:
+            value = self._matches[i] = self._engines[i].prefix_match(self.request)
+        return value
+
+    def prefix_matches(self) -> list[float]:
+        return [self.prefix_match(i) for i in range(len(self.snapshots))]
+
+    def engines(self) -> list[ServerEngine]:
+        """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""
+        return list(self._engines)
+
+    def candidates(self) -> list[Candidate]:
+        return [Candidate(s, self.inflight_requests[i], self.inflight_prompt_tokens[i], self.prefix_match(i))
+                for i, s in enumerate(self.snapshots)]
+
+    def _start(self, request: Request, now: float) -> None:
+        self.request, self.now = request, now
+        self._matches = [None] * len(self.snapshots)
+
+
+PickResult = Union[str, Pick]
+PickFunction = Callable[[Request, PoolView], PickResult]

@@ -1,0 +1,102 @@
+"""Closed loop: the HPA simulator drives the pool simulator on synthetic rate steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscale.closed_loop import LoopSettings, _Loop, run_closed_loop
+from autoscale.errors import SpecError
+from autoscale.pods import group_pods
+from autoscale.spec import (
+    Behavior,
+    HpaSpec,
+    MetricSpec,
+    MetricTarget,
+    PolicyType,
+    ScalingPolicy,
+    ScalingRules,
+    SourceType,
+    TargetType,
+)
+from sim.records import ServerSnapshot
+from sim.request import Request
+
+QUEUE = MetricSpec(SourceType.PODS, "vllm:num_requests_waiting", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
+SETTINGS = LoopSettings(load_delay_s=30.0)
+
+
+def steps(*phases: tuple[float, float]) -> list[Request]:
+    """Evenly spaced requests: ``(duration s, rate req/s)`` phases one after the other."""
+    requests, start = [], 0.0
+    for duration, rate in phases:
+        count = int(duration * rate)
+        requests += [Request(f"r{len(requests) + i}", start + i / rate, 1000, 100) for i in range(count)]
+        start += duration
+    return requests
+
+
+def one_per_minute_up(down_window: int = 300) -> Behavior:
+    return Behavior(scale_up=ScalingRules((ScalingPolicy(PolicyType.PODS, 1, 60),), stabilization_window_seconds=0),
+                    scale_down=ScalingRules((ScalingPolicy(PolicyType.PERCENT, 100, 15),),
+                                            stabilization_window_seconds=down_window))
+
+
+def test_rate_step_up_scales_at_the_policy_pace() -> None:
+    spec = HpaSpec(max_replicas=6, metrics=(QUEUE,), behavior=one_per_minute_up())
+    result = run_closed_loop(spec, steps((120.0, 4.0), (300.0, 80.0)), SETTINGS)
+    ups = [s for s in result.syncs if s.desired > s.current]
+    # The step lands at 120 s; the pipeline scrapes every 15 s, the HPA syncs every 15 s: the first sync
+    # after a scrape that saw the queue scales up, then the Pods 1/60 s policy adds one pod a minute.
+    assert ups[0].at <= 120.0 + 15.0 + 15.0
+    assert all(s.metric_desired > s.desired for s in ups)
+    assert [(s.at - ups[0].at, s.desired) for s in ups] == [(0.0, 2), (60.0, 3), (120.0, 4), (180.0, 5)]
+
+
+def test_rate_step_down_waits_for_the_stabilization_window() -> None:
+    window = 120
+    spec = HpaSpec(max_replicas=6, min_replicas=1, metrics=(QUEUE,), behavior=one_per_minute_up(window))
+    settings = LoopSettings(load_delay_s=30.0, initial_replicas=4)
+    result = run_closed_loop(spec, steps((120.0, 40.0), (400.0, 2.0)), settings)
+    first_low = next(s.at for s in result.syncs if s.metric_desired is not None and s.metric_desired < s.current)
+    downs = [s for s in result.syncs if s.desired < s.current]
+    assert downs, "the pool never scaled down"
+    assert downs[0].at >= first_low + window - 15.0
+
+
+def test_loading_server_is_a_missing_pod() -> None:
+    spec = HpaSpec(max_replicas=4, metrics=(QUEUE,))
+    loop = _Loop(spec, SETTINGS, ["server-0"])
+    loop.created["server-1"] = 10.0
+
+    def snap(sid: str, ready: bool) -> ServerSnapshot:
+        return ServerSnapshot(sid, "h100", "default", 20.0, 9, 3, 0.1, 0, 0, 9, 3 / 256, 1, ready=ready)
+
+    metrics = loop._metrics([snap("server-0", True), snap("server-1", False)], 20.0)
+    pods = loop._pods({"server-0": "ready", "server-1": "loading"})
+    samples = metrics.pod_samples(QUEUE, 20.0)
+    assert set(samples) == {"server-0"}
+    groups = group_pods(pods, samples, None, 20.0)
+    assert groups.missing == {"server-1"} and groups.ready_count == 1
+
+
+def test_same_seed_same_timeline() -> None:
+    spec = HpaSpec(max_replicas=6, metrics=(QUEUE,), behavior=one_per_minute_up())
+    trace = steps((60.0, 4.0), (120.0, 80.0))
+    first, second = run_closed_loop(spec, trace, SETTINGS), run_closed_loop(spec, trace, SETTINGS)
+    assert first.timeline == second.timeline
+    assert first.ttft_ms == second.ttft_ms
+    assert first.replica_seconds == second.replica_seconds
+
+
+def test_cost_counts_loading_servers() -> None:
+    spec = HpaSpec(max_replicas=6, metrics=(QUEUE,), behavior=one_per_minute_up())
+    result = run_closed_loop(spec, steps((60.0, 4.0), (120.0, 80.0)), SETTINGS)
+    booked = sum(SETTINGS.tick_s * (p.ready + p.loading + p.draining) for p in result.timeline)
+    assert any(p.loading for p in result.timeline)
+    assert result.replica_seconds == pytest.approx(booked)
+
+
+def test_cpu_metrics_are_refused_with_a_clear_error() -> None:
+    spec = HpaSpec(max_replicas=3)  # CPU 80 % by default
+    with pytest.raises(SpecError, match="reports no cpu"):
+        run_closed_loop(spec, steps((10.0, 1.0)), SETTINGS)

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+
+from sim.engine import ServerEngine
+from sim.policies import POLICIES, policy
+from sim.profile import H100
+from sim.records import ServerSnapshot
+from sim.request import Request
+from sim.view import PoolView
+
+
+def _view(waiting: list[int], kv: list[float], inflight: list[int],
+          cached_blocks: list[int]) -> tuple[PoolView, Request]:
+    request = Request("r", 0.0, 640, 10, prefix_hashes=tuple(range(40)))
+    view = PoolView()
+    engines = []
+    for i, blocks in enumerate(cached_blocks):
+        engine = ServerEngine(H100, f"s{i}")
+        engine.cache.allocate(blocks)
+        for h in range(blocks):
+            engine.cache.register(h)
+        engines.append(engine)
+    view.snapshots = [ServerSnapshot(f"s{i}", "h100", "h100", 0.0, w, 0, k, 0, 0, w, 0.0, 0)
+                      for i, (w, k) in enumerate(zip(waiting, kv))]
+    view.inflight_requests = list(inflight)
+    view.inflight_prompt_tokens = [0] * len(waiting)
+    view._engines = engines
+    view._start(request, 0.0)
+    return view, request
+
+
+@pytest.mark.parametrize("name, waiting, kv, inflight, cached, expected", [
+    ("least-queue", [3, 1, 2], [0.1, 0.9, 0.5], [0, 0, 0], [0, 0, 0], "s1"),
+    ("least-queue", [1, 1, 2], [0.1, 0.9, 0.5], [4, 2, 0], [0, 0, 0], "s1"),
+    ("least-kv", [3, 1, 2], [0.4, 0.9, 0.2], [0, 0, 0], [0, 0, 0], "s2"),
+    ("composite", [0, 0, 0], [0.5, 0.5, 0.5], [0, 0, 0], [0, 40, 10], "s1"),
+    ("composite", [5, 0, 0], [0.9, 0.1, 0.1], [0, 0, 0], [40, 0, 0], "s1"),
+    ("composite", [0, 0, 0], [0.2, 0.6, 0.6], [0, 0, 0], [0, 0, 0], "s0"),
+], ids=["lq-fewest-waiting", "lq-tie-fewest-inflight", "kv-lowest", "composite-prefix",
+        "composite-load-beats-prefix", "composite-kv"])
+def test_pick_table(name, waiting, kv, inflight, cached, expected) -> None:
+    view, request = _view(waiting, kv, inflight, cached)
+    assert policy(name)(request, view) == expected
+
+
+def test_round_robin_cycles_and_random_is_seeded() -> None:
+    view, request = _view([0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0])
+    rr = policy("round-robin")
+    assert [rr(request, view) for _ in range(4)] == ["s0", "s1", "s2", "s0"]
+    draws = [policy("random", seed=4)(request, view) for _ in range(3)]
+    again = policy("random", seed=4)
+    assert [again(request, view)] == draws[:1]
+
+
+def test_every_policy_picks_a_listed_server_without_touching_the_view() -> None:
+    view, request = _view([1, 2, 0], [0.3, 0.1, 0.5], [1, 0, 2], [5, 0, 0])
+    before = (list(view.snapshots), list(view.inflight_requests))
+    for name in POLICIES:
+        assert policy(name)(request, view) in {"s0", "s1", "s2"}
+    assert (view.snapshots, view.inflight_requests) == before
+
+
+def test_unknown_policy() -> None:
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        policy("nope")
+
+
+def test_candidates_bundle_what_the_view_knows() -> None:
+    view, _ = _view([1, 0], [0.2, 0.4], [3, 1], [10, 0])
+    first, second = view.candidates()
+    assert (first.server_id, first.inflight_requests, first.prefix_match) == ("s0", 3, 0.25)
+    assert (second.snapshot.kv_cache_usage, second.prefix_match) == (0.4, 0.0)

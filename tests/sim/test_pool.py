@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import pytest
+
+from contract.telemetry import decode, encode
+from sim.oracle import oracle_pick, true_ttft_ms
+from sim.policies import policy
+from sim.pool import PoolControl, SimulationError, run, slow_down, uniform_pool
+from sim.profile import H100
+from sim.request import Request
+from sim.synthetic import Lengths, generate, poisson_arrivals
+from sim.traces import load_mooncake
+from sim.view import Pick, PoolView
+
+
+def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[Request]:
+    return generate(poisson_arrivals(rate, duration, seed), Lengths(800, 0.6, high=4000), Lengths(100, 0.8, high=600),
+                    seed=seed, **kw)
+
+
+def test_telemetry_has_one_valid_record_per_request_with_stream_semantics() -> None:
+    requests = _load(20.0, 10.0, stream_fraction=0.5)
+    result = run(requests, uniform_pool(2), policy("least-queue"))
+    assert len(result.records) == len(requests) and not result.dropped
+    for record in result.records:
+        assert decode(encode(record)) == record
+        assert record.e2e_ms > 0
+        assert (record.ttft_ms is not None) == record.stream
+        assert record.pool_key == "h100"
+    streamed = [r for r in result.records if r.stream]
+    assert 0 < len(streamed) < len(result.records)
+    assert all(r.ttft_ms <= r.e2e_ms for r in streamed)
+
+
+def test_features_are_what_the_router_saw_at_dispatch() -> None:
+    seen = {}
+
+    def pick(request: Request, view: PoolView) -> Pick:
+        seen[request.request_id] = (view.snapshots[0].num_running, view.inflight_requests[0])
+        return Pick(view.snapshots[0].server_id, predicted_ttft_ms=12.5, model_versions={"ttft": 3})
+
+    result = run(_load(30.0, 5.0), uniform_pool(1), pick)
+    for record in result.records:
+        assert (record.num_running, record.inflight_requests) == seen[record.request_id]
+        assert record.predicted_ttft_ms == 12.5 and record.model_versions == {"ttft": 3}
+    assert max(r.inflight_requests for r in result.records) > 0
+
+
+def test_snapshots_are_as_stale_as_the_scrape_interval() -> None:
+    times = []
+
+    def pick(request: Request, view: PoolView) -> str:
+        times.append((view.now, view.snapshots[0].time_s))
+        return view.snapshots[0].server_id
+
+    run(_load(50.0, 3.0), uniform_pool(1), pick, scrape_interval_s=0.2)
+    assert all(0 <= now - scraped < 0.2 + 1e-9 for now, scraped in times)
+    assert max(now - scraped for now, scraped in times) > 0.1
+
+
+def test_added_server_takes_requests_only_after_its_load_delay() -> None:
+    def add_at_5s(control: PoolControl) -> None:
+        control.add_server(H100.with_(load_delay_s=3.0), "late")
+
+    requests = _load(20.0, 15.0)
+    result = run(requests, uniform_pool(1), policy("round-robin"), actions=[(5.0, add_at_5s)])
+    late = [o for o in result.outcomes if o.server_id == "late"]
+    assert late and min(o.submitted_s for o in late) >= 8.0
+    assert result.servers == {"server-0": "ready", "late": "ready"}
+    assert any(not s.ready for s in result.metrics if s.server_id == "late")
+
+
+def test_removed_server_drains_and_controller_is_called_periodically() -> None:
+    calls = []
+
+    def controller(control: PoolControl) -> None:
+        calls.append(control.now)
+        if len(calls) == 1:
+            control.remove_server("server-1")
+
+    result = run(_load(20.0, 12.0), uniform_pool(2), policy("round-robin"), controller=controller,
+                 control_interval_s=4.0)
+    assert calls[:3] == [4.0, 8.0, 12.0]
+    assert all(o.submitted_s <= 4.0 for o in result.outcomes if o.server_id == "server-1")
+    assert result.servers["server-1"] == "removed"
+    assert len(result.outcomes) + len(result.dropped) == len(_load(20.0, 12.0))
+
+
+def test_slowdown_action_raises_latency_on_that_server() -> None:
+    requests = _load(10.0, 30.0)
+    base = run(requests, uniform_pool(2), policy("round-robin"))
+    slowed = run(requests, uniform_pool(2), policy("round-robin"), actions=[(10.0, slow_down("server-1", 3.0))])
+
+    def late_e2e(result, server):
+        values = [o.e2e_ms for o in result.outcomes if o.server_id == server and o.request.arrival_s > 12.0]
+        return sum(values) / len(values)
+
+    assert late_e2e(slowed, "server-1") > 2.0 * late_e2e(base, "server-1")
+    assert late_e2e(slowed, "server-0") == pytest.approx(late_e2e(base, "server-0"))
+
+
+def test_bad_pick_is_an_error() -> None:
+    with pytest.raises(SimulationError, match="nowhere"):
+        run(_load(5.0, 2.0), uniform_pool(1), lambda request, view: "nowhere")
+
+
+def test_rising_load_brings_queueing_and_a_longer_ttft_tail() -> None:
+    p99, waiting = [], []
+    for rate in (5.0, 20.0, 40.0):
+        result = run(_load(rate, 30.0, seed=1), uniform_pool(1), policy("round-robin"))
+        ttfts = sorted(o.ttft_ms for o in result.outcomes)
+        p99.append(ttfts[int(0.99 * len(ttfts))])
+        waiting.append(sum(s.num_waiting for s in result.metrics) / len(result.metrics))
+    assert p99[0] < p99[1] < p99[2]
+    assert waiting[2] > 10 * waiting[0] and waiting[2] > 0.5
+
+
+def test_prefix_affine_routing_beats_random_on_mooncake_hit_rate() -> None:
+    requests = load_mooncake(limit=1500)  # reuse builds up over the trace: 17% best case by 1,000 requests
+
+    def hit_rate(name: str) -> float:
+        result = run(requests, uniform_pool(4), policy(name))
+        cached = sum(o.cached_prompt_tokens for o in result.outcomes)
+        return cached / sum(o.request.prompt_tokens for o in result.outcomes)
+
+    affine, scattered = hit_rate("composite"), hit_rate("random")
+    assert affine > 3 * scattered and affine > scattered + 0.02
+
+
+def test_oracle_ttft_is_the_ttft_the_request_then_gets() -> None:
+    requests = _load(15.0, 6.0, seed=2)
+    predicted = {}
+
+    def pick(request: Request, view: PoolView) -> str:
+        engine = view.engines()[0]
+        predicted[request.request_id] = true_ttft_ms(engine, request, view.now)
+        return view.snapshots[0].server_id
+
+    result = run(requests, uniform_pool(1), pick)
+    last = requests[-1].request_id  # nothing arrives after it, so the oracle is exact
+    outcome = next(o for o in result.outcomes if o.request.request_id == last)
+    assert predicted[last] == pytest.approx(outcome.ttft_ms)
+    assert all(predicted[o.request.request_id] <= o.ttft_ms + 1e-6 for o in result.outcomes)
+
+
+def test_oracle_router_is_no_worse_than_random() -> None:
+    requests = _load(25.0, 8.0, seed=3)
+    oracle = run(requests, uniform_pool(2), oracle_pick)
+    randomly = run(requests, uniform_pool(2), policy("random"))
+    mean = lambda result: sum(o.ttft_ms for o in result.outcomes) / len(result.outcomes)  # noqa: E731
+    assert mean(oracle) < mean(randomly)
+
+
+def test_runs_without_telemetry_keep_outcomes_only_and_on_record_streams_records() -> None:
+    requests = _load(10.0, 3.0)
+    quiet = run(requests, uniform_pool(1), policy("round-robin"), telemetry=False)
+    assert len(quiet.outcomes) == len(requests) and quiet.records == []
+    streamed = []
+    loud = run(requests, uniform_pool(1), policy("round-robin"), on_record=streamed.append)
+    assert streamed == loud.records and len(streamed) == len(requests)
