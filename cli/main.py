@@ -13,6 +13,7 @@ COMMANDS = (
     "predictor.cli",
     "demo.cli",
     "autoscale.cli",
+    "router.cli",
     "sim.cli",
 )
 

@@ -112,13 +112,13 @@ def _wait_until_answering(settings: BrokerSettings, pid: int) -> None:
 def _format_storage(java: str, lib: Path, settings: BrokerSettings, properties: Path) -> None:
     done = subprocess.run(
         [java, *_jvm_flags(lib, settings), "kafka.tools.StorageTool", "format", "--ignore-formatted",
-         "-t", _cluster_id(), "-c", str(properties)], capture_output=True, text=True)
+         f"--cluster-id={_cluster_id()}", "-c", str(properties)], capture_output=True, text=True)
     if done.returncode != 0:
         raise BrokerFailed(f"formatting the broker storage failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (it may start with '-')."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 

@@ -1,0 +1,132 @@
+"""Decision-latency benchmark: one scheduling decision over N candidates with embedded prediction.
+
+Trains TTFT and TPOT XGBoost models of the reference's size (200 trees, depth 6, by default) on
+synthetic rows, applies them to an in-process :class:`predictor.runtime.ModelRuntime`, fills a pool of
+N servers with varied state, and times :meth:`router.service.RouterService.pick` (pool snapshots,
+feature matrix, prediction, filters, scorers, admitter, picker, in-flight accounting) plus, separately,
+the prediction call alone. Requests are released after each pick so the pool state stays the same.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.model_update import encode_update, make_update
+from router.engine import Engine
+from router.metering import Completion
+from router.metrics import RouterMetrics
+from router.pipeline import load_pipeline
+from router.predictors import EmbeddedPredictor
+from router.plugins.predicted_latency_producer import candidate_features
+from router.roles import Candidate, Request
+from router.service import RouterService
+from router.state.pool import PoolState
+from router.state.server_metrics import ServerMetrics
+from router.state.servers import ServerSpec
+from router.telemetry_sink import MemoryTelemetry
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    candidates: int
+    decisions: int
+    trees: int
+    depth: int
+    slo: bool
+    engine: str
+    pick_p50_ms: float
+    pick_p99_ms: float
+    pick_max_ms: float
+    pick_cpu_p50_ms: float  # CPU time of the deciding thread: what the decision costs without preemption
+    pick_cpu_p99_ms: float
+    predict_p50_ms: float
+    predict_p99_ms: float
+
+
+def _rows(n: int, rng: np.random.Generator) -> np.ndarray:
+    return feature_matrix({
+        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
+        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
+        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
+        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n)})
+
+
+def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
+    import xgboost
+    rng = np.random.default_rng(version)
+    x = _rows(4000, rng)
+    base = {"ttft": 30.0, "tpot": 8.0}[target]
+    y = base * (1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]) + 0.01 * x[:, 8] + rng.exponential(base * 0.2, len(x))
+    params = {"max_depth": depth, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
+              "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1, "seed": version}
+    booster = xgboost.train(params, xgboost.DMatrix(x, label=y), trees)
+    return encode_update(make_update(
+        model=bytes(booster.save_raw("ubj")), version=version, pool_key="default", target=target, objective="mean",
+        quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time(),
+        window_stats={"rows": len(x)}, holdout_metrics={}))
+
+
+def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
+                     slo: bool = False, seed: int = 0) -> BenchResult:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from predictor.runtime import ModelRuntime
+    runtime = ModelRuntime()
+    for version, target in enumerate(("ttft", "tpot"), start=1):
+        result = runtime.apply(_model_update(target, trees, depth, version))
+        if result.outcome.value != "applied":
+            raise RuntimeError(f"the benchmark's {target} model was not applied: {result}")
+    predictor = EmbeddedPredictor(runtime)
+    rng = random.Random(seed)
+    specs = tuple(ServerSpec(f"s{i}", f"10.0.{i // 250}.{i % 250}:8000") for i in range(candidates))
+    pool = PoolState(specs)
+    now = time.monotonic()
+    for spec in specs:
+        pool.scraped(spec.server_id, ServerMetrics(rng.uniform(0, 0.9), rng.randrange(8), rng.randrange(1, 40)), now)
+    service = RouterService(Engine(load_pipeline(None)), pool, MemoryTelemetry(limit=1), RouterMetrics(),
+                            predictor=predictor, rng=rng)
+    hashes = tuple(rng.getrandbits(63) for _ in range(64))
+    picks, cpus, predicts = [], [], []
+    features = None
+    for i in range(decisions + 200):  # the first 200 warm up caches and JIT kernels
+        request = Request(request_id=f"r{i}", prompt_tokens=1024, max_tokens=256, stream=slo,
+                          slo_ttft_ms=800.0 if slo else None, slo_tpot_ms=60.0 if slo else None,
+                          block_hashes=hashes[: rng.randrange(64)])
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        dispatch = service.pick(request)
+        elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
+        if features is None:
+            features = candidate_features(request, [Candidate(s) for s in pool.snapshots(request, time.monotonic())])
+        started = time.perf_counter()
+        predictor.predict("default", features)
+        predict_elapsed = time.perf_counter() - started
+        service.complete(dispatch, Completion(e2e_ms=100.0, output_tokens=2, ttft_ms=50.0 if slo else None,
+                                              tpot_ms=50.0 if slo else None))
+        if i >= 200:
+            picks.append(elapsed * 1000)
+            cpus.append(cpu * 1000)
+            predicts.append(predict_elapsed * 1000)
+    p = np.percentile
+    return BenchResult(candidates, decisions, trees, depth, slo, runtime.engine, float(p(picks, 50)), float(p(picks, 99)),
+                       float(max(picks)), float(p(cpus, 50)), float(p(cpus, 99)), float(p(predicts, 50)),
+                       float(p(predicts, 99)))
+
+
+def print_report(result: BenchResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"Decision latency: {result.candidates} candidates, {result.decisions} decisions, "
+                        f"{result.trees} trees × depth {result.depth} per model, kernel {result.engine}, "
+                        f"{'SLO streaming' if result.slo else 'no-SLO'} requests")
+    for column in ("what", "p50 ms", "p99 ms"):
+        table.add_column(column)
+    table.add_row("whole decision (pick)", f"{result.pick_p50_ms:.3f}", f"{result.pick_p99_ms:.3f}")
+    table.add_row("whole decision, CPU time", f"{result.pick_cpu_p50_ms:.3f}", f"{result.pick_cpu_p99_ms:.3f}")
+    table.add_row("prediction call alone", f"{result.predict_p50_ms:.3f}", f"{result.predict_p99_ms:.3f}")
+    Console().print(table)
+    print(f"max decision: {result.pick_max_ms:.3f} ms")

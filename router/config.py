@@ -1,0 +1,91 @@
+"""The router's config file (YAML)::
+
+    settings: {httpPort: 8080, predictor: embedded, ...}   # RouterSettings fields, camelCase
+    servers: [{id: s1, address: "10.0.0.1:8000", pool: h100}]  # or:
+    serversFile: servers.yaml                                 # reread when it changes
+    scheduling: {...}                                         # see router.pipeline; default if left out
+
+Kafka comes from the environment (:class:`contract.topics.KafkaSettings`). Loading is strict; every
+error names the key and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from contract.settings import from_env
+from router.errors import ConfigError
+from router.params import camel
+from router.pipeline import Pipeline, load_pipeline
+from router.settings import RouterSettings
+from router.state.servers import ServerSpec, parse_servers
+
+_KEYS = {"settings", "servers", "serversFile", "scheduling"}
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    settings: RouterSettings
+    pipeline: Pipeline
+    servers: tuple[ServerSpec, ...] = ()
+    servers_file: Path | None = None
+
+
+def load_config(source: Path | str | Mapping[str, Any], environ: Mapping[str, str] | None = None) -> RouterConfig:
+    """A config from a YAML file path or from data already loaded."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"cannot read router config {path}: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise ConfigError(f"router config {path} is not valid YAML: {err}") from err
+        base = path.parent
+    else:
+        data, base = source, Path.cwd()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"router config must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ConfigError(f"router config: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
+    if "servers" in data and "serversFile" in data:
+        raise ConfigError("router config: give either 'servers' or 'serversFile', not both")
+    servers = parse_servers(data["servers"]) if "servers" in data else ()
+    servers_file = None
+    if "serversFile" in data:
+        if not isinstance(data["serversFile"], str):
+            raise ConfigError(f"serversFile must be a path, got {data['serversFile']!r}")
+        servers_file = base / data["serversFile"]
+    return RouterConfig(settings=_settings(data.get("settings") or {}, environ), pipeline=load_pipeline(data.get("scheduling")),
+                        servers=servers, servers_file=servers_file)
+
+
+def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"settings must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(RouterSettings)
+    by_key = {camel(f.name): f.name for f in dataclasses.fields(RouterSettings)}
+    overrides = {}
+    for key, value in raw.items():
+        name = by_key.get(key)
+        if name is None:
+            raise ConfigError(f"settings: unknown key {key!r} (known: {', '.join(sorted(by_key))})")
+        kind = hints[name]
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+              isinstance(value, int) and not isinstance(value, bool) if kind is int else isinstance(value, kind))
+        if not ok:
+            raise ConfigError(f"settings: {key!r} must be {kind.__name__}, got {value!r}")
+        overrides[name] = float(value) if kind is float else value
+    settings = from_env(RouterSettings, environ, **overrides)
+    if settings.predictor not in ("embedded", "remote", "none"):
+        raise ConfigError(f"settings: 'predictor' must be 'embedded', 'remote' or 'none', got {settings.predictor!r}")
+    return settings

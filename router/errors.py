@@ -1,0 +1,43 @@
+"""The router's errors, one small hierarchy::
+
+    RouterError
+    ├── ConfigError            the router or plugin configuration is invalid (names the key and value)
+    ├── RequestError           a request carries a malformed header or body (answered with HTTP 400)
+    ├── AdmissionRejected      a sheddable request was shed; ``reason`` is shown to the client (HTTP 429)
+    ├── NoCandidates           no server is available to take the request (HTTP 503)
+    └── PredictionUnavailable  the predictor could not answer; ``reason`` is the fallback reason counted
+"""
+
+from __future__ import annotations
+
+
+class RouterError(Exception):
+    """Base of every error the router raises on purpose."""
+
+
+class ConfigError(RouterError):
+    """The configuration is invalid; the message names the plugin or key and the offending value."""
+
+
+class RequestError(RouterError):
+    """A request header or body is malformed."""
+
+
+class AdmissionRejected(RouterError):
+    """A sheddable request was rejected because no server is predicted to meet its SLO."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NoCandidates(RouterError):
+    """There is no server to route to."""
+
+
+class PredictionUnavailable(RouterError):
+    """The predictor gave no answer for a pool; ``reason`` is a short label such as ``no-model``."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason

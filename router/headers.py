@@ -1,0 +1,87 @@
+"""Request headers that steer scheduling, parsed strictly.
+
+``x-prediction-based-scheduling: true|false`` opts in (or explicitly not), ``x-prediction-based-scheduling-off:
+true`` opts out when the router predicts every request; ``x-slo-ttft-ms`` / ``x-slo-tpot-ms`` (aliases
+``x-llm-d-slo-ttft-ms`` / ``x-llm-d-slo-tpot-ms``) are positive finite milliseconds; ``x-request-priority`` is
+an integer (negative = sheddable). A malformed value raises :class:`~router.errors.RequestError` naming
+the header and the value; it is never ignored. Header names are matched case-insensitively.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from router.errors import RequestError
+
+OPT_IN = "x-prediction-based-scheduling"
+OPT_OUT = "x-prediction-based-scheduling-off"
+SLO_TTFT = ("x-slo-ttft-ms", "x-llm-d-slo-ttft-ms")
+SLO_TPOT = ("x-slo-tpot-ms", "x-llm-d-slo-tpot-ms")
+PRIORITY = "x-request-priority"
+REQUEST_ID = "x-request-id"
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingHeaders:
+    opted_in: bool = False
+    opted_out: bool = False
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    priority: int = 0
+    request_id: str | None = None
+
+
+def parse_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> SchedulingHeaders:
+    """The scheduling choices in ``headers`` (a mapping or ``(name, value)`` pairs)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    lowered: dict[str, str] = {}
+    for name, value in pairs:
+        lowered[name.lower()] = value.strip()
+    return SchedulingHeaders(
+        opted_in=_flag(lowered, OPT_IN), opted_out=_flag(lowered, OPT_OUT),
+        slo_ttft_ms=_slo(lowered, SLO_TTFT), slo_tpot_ms=_slo(lowered, SLO_TPOT),
+        priority=_priority(lowered), request_id=lowered.get(REQUEST_ID) or None)
+
+
+def _flag(headers: Mapping[str, str], name: str) -> bool:
+    value = headers.get(name)
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise RequestError(f"header {name!r} must be true or false, got {value!r}")
+
+
+def _slo(headers: Mapping[str, str], names: tuple[str, ...]) -> float | None:
+    found = [(n, headers[n]) for n in names if n in headers]
+    if not found:
+        return None
+    values = []
+    for name, raw in found:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise RequestError(f"header {name!r} must be a number of milliseconds, got {raw!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise RequestError(f"header {name!r} must be a positive finite number of milliseconds, got {raw!r}")
+        values.append(value)
+    if len(set(values)) > 1:
+        raise RequestError(f"headers {' and '.join(repr(n) for n, _ in found)} disagree: "
+                           f"{' vs '.join(v for _, v in found)}")
+    return values[0]
+
+
+def _priority(headers: Mapping[str, str]) -> int:
+    raw = headers.get(PRIORITY)
+    if raw is None:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise RequestError(f"header {PRIORITY!r} must be an integer, got {raw!r}") from None

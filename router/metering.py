@@ -1,0 +1,104 @@
+"""Measuring a response as it passes through: TTFT, TPOT (per output token) and E2E, in milliseconds.
+
+Streaming responses are Server-Sent Events of OpenAI chunks. TTFT is the time from dispatch to the first
+chunk carrying generated text; TPOT is the time from that chunk to the last text chunk divided by the
+output tokens after the first. The output token count comes from the final ``usage`` (the router asks
+for it with ``stream_options.include_usage``); only when a server sends no usage does it fall back to
+counting text chunks. Non-streaming responses give E2E and their ``usage``. Times are passed in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    e2e_ms: float
+    output_tokens: int
+    prompt_tokens: int | None = None  # the server's own count, when it reports usage
+    ttft_ms: float | None = None  # streaming only
+    tpot_ms: float | None = None  # streaming with more than one output token
+
+
+class StreamMeter:
+    """Feeds SSE bytes in arrival order; :meth:`finish` returns the measured :class:`Completion`."""
+
+    def __init__(self, dispatched: float):
+        self.dispatched = dispatched
+        self.first_text: float | None = None
+        self.last_text: float | None = None
+        self.text_chunks = 0
+        self.usage: dict[str, Any] | None = None
+        self.error: str | None = None
+        self._buffer = b""
+
+    def feed(self, data: bytes, now: float) -> None:
+        self._buffer += data
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            self._event(event, now)
+
+    def _event(self, event: bytes, now: float) -> None:
+        for line in event.splitlines():
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(chunk, dict):
+                self._chunk(chunk, now)
+
+    def _chunk(self, chunk: dict[str, Any], now: float) -> None:
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if "error" in chunk:
+            self.error = str(chunk["error"])
+        if any(_text_of(choice) for choice in chunk.get("choices") or () if isinstance(choice, dict)):
+            self.first_text = now if self.first_text is None else self.first_text
+            self.last_text = now
+            self.text_chunks += 1
+
+    def finish(self, now: float) -> Completion:
+        e2e = (now - self.dispatched) * 1000.0
+        tokens = _usage_int(self.usage, "completion_tokens")
+        output = tokens if tokens is not None else self.text_chunks
+        ttft = None if self.first_text is None else (self.first_text - self.dispatched) * 1000.0
+        tpot = None
+        if ttft is not None and output > 1 and self.last_text is not None:
+            tpot = (self.last_text - self.first_text) * 1000.0 / (output - 1)  # type: ignore[operator]
+        return Completion(e2e_ms=e2e, output_tokens=output, prompt_tokens=_usage_int(self.usage, "prompt_tokens"),
+                          ttft_ms=ttft if ttft is not None else (e2e if output == 0 else None), tpot_ms=tpot)
+
+
+def meter_json(body: bytes, dispatched: float, now: float) -> Completion:
+    """The completion of a non-streaming JSON response."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = {}
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    return Completion(e2e_ms=(now - dispatched) * 1000.0, output_tokens=_usage_int(usage, "completion_tokens") or 0,
+                      prompt_tokens=_usage_int(usage, "prompt_tokens"))
+
+
+def _text_of(choice: dict[str, Any]) -> str:
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+        return delta["content"]
+    text = choice.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def _usage_int(usage: Any, key: str) -> int | None:
+    if isinstance(usage, dict):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None

@@ -1,0 +1,49 @@
+"""The router's Prometheus metrics, each declared once, in a registry of its own (one per router).
+
+Latency histograms follow SPEC §4: TTFT means E2E when the request does not stream.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram("inference_objective_request_ttft_seconds",
+                              "Observed time to first token (E2E when not streaming).", registry=r,
+                              buckets=LATENCY_BUCKETS)
+        self.predicted_ttft = Histogram("inference_objective_request_predicted_ttft_seconds",
+                                        "Predicted TTFT of the chosen server.", registry=r, buckets=LATENCY_BUCKETS)
+        self.tpot = Histogram("inference_objective_request_tpot_seconds", "Observed time per output token.",
+                              registry=r, buckets=TPOT_BUCKETS)
+        self.predicted_tpot = Histogram("inference_objective_request_predicted_tpot_seconds",
+                                        "Predicted TPOT of the chosen server.", registry=r, buckets=TPOT_BUCKETS)
+        self.ttft_violations = Counter("inference_objective_request_ttft_slo_violation",
+                                       "Requests whose observed TTFT exceeded their TTFT SLO.", registry=r)
+        self.tpot_violations = Counter("inference_objective_request_tpot_slo_violation",
+                                       "Requests whose observed TPOT exceeded their TPOT SLO.", registry=r)
+        self.decisions = Counter("headroom_router_decisions", "Scheduling decisions by profile.", ["profile"],
+                                 registry=r)
+        self.fallbacks = Counter("headroom_router_fallbacks", "Fallbacks to the heuristic, by scope and reason.",
+                                 ["scope", "reason"], registry=r)
+        self.rejections = Counter("headroom_router_admissions_rejected", "Sheddable requests rejected.", registry=r)
+        self.decision_latency = Histogram("headroom_router_decision_seconds", "Time to schedule one request.",
+                                          registry=r, buckets=DECISION_BUCKETS)
+        self.model_version = Gauge("headroom_router_model_version", "Model version of the last prediction used.",
+                                   ["target"], registry=r)
+        self.request_errors = Counter("headroom_router_request_errors", "Requests that failed, by kind.",
+                                      ["kind"], registry=r)
+        self.telemetry = Counter("headroom_router_telemetry_records", "Telemetry records by outcome.",
+                                 ["outcome"], registry=r)
+        self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
+                                        "Telemetry records waiting for delivery to Kafka.", registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

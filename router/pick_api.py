@@ -1,0 +1,118 @@
+"""The plain gRPC ``Router`` API: ``Pick`` a server for a request, ``Report`` how it went.
+
+An adapter only: proto → domain (headers, prompt, optional caller-supplied candidates) →
+:class:`~router.service.RouterService` → proto. Domain errors map to status codes in :data:`STATUS_OF`.
+A picked request waits for its report in a bounded table (oldest forgotten first, its in-flight
+accounting released).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+
+import grpc
+
+from router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
+from router.headers import parse_headers
+from router.metering import Completion
+from router.prompt import PromptInfo, read_body
+from router.proto import router_pb2, router_pb2_grpc
+from router.roles import ServerSnapshot
+from router.service import Dispatch, RouterService
+
+STATUS_OF: dict[type[RouterError], grpc.StatusCode] = {
+    RequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    AdmissionRejected: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NoCandidates: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class PickServicer(router_pb2_grpc.RouterServicer):
+    def __init__(self, service: RouterService, max_pending: int = 100_000):
+        self.service = service
+        self.max_pending = max_pending
+        self.pending: OrderedDict[str, Dispatch] = OrderedDict()
+
+    async def Pick(self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext) -> router_pb2.PickResponse:  # noqa: N802
+        try:
+            dispatch = self._pick(request)
+        except RouterError as err:
+            await context.abort(STATUS_OF.get(type(err), grpc.StatusCode.INTERNAL), str(err))
+        self.pending[dispatch.request.request_id] = dispatch
+        while len(self.pending) > self.max_pending:
+            _, old = self.pending.popitem(last=False)
+            self.service.abandon(old, "never-reported")
+        return response_of(dispatch)
+
+    async def Report(self, request: router_pb2.ReportRequest, context: grpc.aio.ServicerContext) -> router_pb2.ReportResponse:  # noqa: N802
+        dispatch = self.pending.pop(request.request_id, None)
+        if dispatch is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"request {request.request_id!r} is not awaiting a report")
+        if request.failed:
+            self.service.abandon(dispatch, "reported-failed")
+            return router_pb2.ReportResponse(telemetry_sent=False)
+        completion = Completion(
+            e2e_ms=request.e2e_ms, output_tokens=request.output_tokens, prompt_tokens=request.prompt_tokens or None,
+            ttft_ms=request.ttft_ms if request.HasField("ttft_ms") else None,
+            tpot_ms=request.tpot_ms if request.HasField("tpot_ms") else None)
+        return router_pb2.ReportResponse(telemetry_sent=self.service.complete(dispatch, completion) is not None)
+
+    def _pick(self, request: router_pb2.PickRequest) -> Dispatch:
+        if not request.request_id:
+            raise RequestError("request_id must be set")
+        if request.request_id in self.pending:
+            raise RequestError(f"request_id {request.request_id!r} is already awaiting a report")
+        headers = parse_headers(dict(request.headers))
+        if request.body:
+            try:
+                doc = json.loads(request.body)
+            except ValueError as err:
+                raise RequestError(f"body is not valid JSON: {err}") from None
+            prompt = read_body(doc, request.chat)
+        else:
+            if request.prompt_tokens < 1 or request.max_tokens < 0:
+                raise RequestError(f"prompt_tokens must be positive and max_tokens not negative, got "
+                                   f"{request.prompt_tokens} and {request.max_tokens}")
+            prompt = PromptInfo(request.prompt_tokens, request.max_tokens, request.stream, tuple(request.block_hashes))
+        servers = [snapshot_of(s) for s in request.candidates] or None
+        return self.service.pick(self.service.request_of(request.request_id, headers, prompt), servers)
+
+
+def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
+    if not state.server_id:
+        raise RequestError("every candidate needs a server_id")
+    for name in ("kv_cache_usage", "prefix_match"):
+        value = getattr(state, name)
+        if not 0.0 <= value <= 1.0:
+            raise RequestError(f"candidate {state.server_id!r}: {name} must be within [0, 1], got {value}")
+    if min(state.num_waiting, state.num_running, state.inflight_requests, state.inflight_prompt_tokens) < 0:
+        raise RequestError(f"candidate {state.server_id!r}: counts must not be negative")
+    if not math.isfinite(state.metrics_age_s) or state.metrics_age_s < 0:
+        raise RequestError(f"candidate {state.server_id!r}: metrics_age_s must be finite and not negative")
+    return ServerSnapshot(
+        server_id=state.server_id, address=state.address, pool_key=state.pool_key or "default",
+        kv_cache_usage=state.kv_cache_usage, num_waiting=state.num_waiting, num_running=state.num_running,
+        prefix_match=state.prefix_match, inflight_requests=state.inflight_requests,
+        inflight_prompt_tokens=state.inflight_prompt_tokens, running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
+        metrics_age_s=state.metrics_age_s)
+
+
+def response_of(dispatch: Dispatch) -> router_pb2.PickResponse:
+    decision = dispatch.decision
+    scores = {s.candidate.server.server_id: s.score for s in decision.scored}
+    results = []
+    for cand in decision.candidates:
+        p = cand.prediction
+        results.append(router_pb2.CandidateResult(
+            server_id=cand.server.server_id, predicted=p is not None,
+            predicted_ttft_ms=p.ttft_ms if p else 0.0, predicted_tpot_ms=p.tpot_ms if p else 0.0,
+            ttft_headroom_ms=cand.ttft_headroom_ms, tpot_headroom_ms=cand.tpot_headroom_ms,
+            score=scores.get(cand.server.server_id), fallback_reason=cand.fallback_reason or ""))
+    chosen = decision.chosen
+    versions = dict(chosen.prediction.versions) if chosen and chosen.prediction else {}
+    return router_pb2.PickResponse(
+        server_id=dispatch.server.server_id, address=dispatch.server.address, profile=decision.profile,
+        fallback=decision.fallback or "", fallback_reasons=list(decision.fallback_reasons), candidates=results,
+        model_versions=versions)

@@ -1,0 +1,1 @@
+"""Built-in scheduling plugins, one per module; :mod:`router.registry` lists them."""

@@ -1,0 +1,75 @@
+"""prefix-cache-affinity-filter: keeps the "warm" servers that already hold most of the prompt's prefix.
+
+Reads each candidate's ``prefix_match`` and, when present, its predicted TTFT. Warm servers are those
+at or above ``strictThreshold`` if any are, else those at or above ``affinityThreshold``. All candidates
+are kept when: the filter is disabled (``affinityThreshold`` 0), there is at most one candidate, no
+server is warm, exploration fires (probability ``explorationProbability``, to seed caches on other
+servers), or the TTFT load gate trips: the best predicted TTFT among warm servers exceeds the best
+overall by more than ``maxTTFTPenaltyMs``. The gate compares only predicted candidates: a group with no
+predictions neither trips nor blocks it.
+
+Parameters:
+    affinityThreshold (0.80): prefix-match fraction that makes a server warm; 0 disables the filter.
+    strictThreshold (0.99): tighter gate tried first; 0 disables it.
+    explorationProbability (0.01): chance of skipping the filter.
+    maxTTFTPenaltyMs (5000): how much slower (predicted TTFT) warm servers may be before affinity breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from router.params import build_params, check_range
+from router.roles import Candidate, Context, Request
+
+TYPE = "prefix-cache-affinity-filter"
+
+
+@dataclass(frozen=True)
+class Params:
+    affinity_threshold: float = 0.80
+    strict_threshold: float = 0.99
+    exploration_probability: float = 0.01
+    max_ttft_penalty_ms: float = 5000.0
+
+    def __post_init__(self) -> None:
+        check_range("affinity_threshold", self.affinity_threshold, 0.0, 1.0)
+        check_range("strict_threshold", self.strict_threshold, 0.0, 1.0)
+        check_range("exploration_probability", self.exploration_probability, 0.0, 1.0)
+        check_range("max_ttft_penalty_ms", self.max_ttft_penalty_ms, 0.0, 3.6e6)
+
+
+@dataclass(frozen=True)
+class PrefixCacheAffinityFilter:
+    name: str
+    params: Params = Params()
+
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]:
+        everyone = tuple(candidates)
+        p = self.params
+        if p.affinity_threshold <= 0 or len(everyone) <= 1:
+            return everyone
+        if p.exploration_probability > 0 and context.rng.random() < p.exploration_probability:
+            return everyone
+        warm: tuple[Candidate, ...] = ()
+        if p.strict_threshold > 0:
+            warm = tuple(c for c in everyone if c.server.prefix_match >= p.strict_threshold)
+        if not warm:
+            warm = tuple(c for c in everyone if c.server.prefix_match >= p.affinity_threshold)
+        if not warm:
+            return everyone
+        best_warm, best_all = _best_ttft(warm), _best_ttft(everyone)
+        if best_warm is not None and best_all is not None and best_warm - best_all > p.max_ttft_penalty_ms:
+            return everyone
+        return warm
+
+
+def _best_ttft(candidates: Sequence[Candidate]) -> float | None:
+    predicted = [c.prediction.ttft_ms for c in candidates if c.prediction is not None]
+    return min(predicted) if predicted else None
+
+
+def build(name: str, raw: Mapping[str, Any] | None = None) -> PrefixCacheAffinityFilter:
+    return PrefixCacheAffinityFilter(name, build_params(Params, raw, name))

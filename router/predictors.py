@@ -1,0 +1,68 @@
+"""Adapters from the predictor package to the router's one-method :class:`~router.roles.LatencyPredictor`.
+
+:class:`EmbeddedPredictor` calls an in-process :class:`predictor.runtime.ModelRuntime`;
+:class:`RemotePredictor` calls prediction servers over gRPC. Its errors become
+:class:`~router.errors.PredictionUnavailable` with the fallback reason the router counts: ``no-model``
+(nothing trained yet: warm-up), ``no-model-for-pool``, ``invalid-batch``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from contract.features import TARGETS
+from predictor.errors import InvalidBatch, NotReady, UnknownPool
+from predictor.runtime import ModelRuntime
+from router.errors import PredictionUnavailable
+from router.roles import PredictionBatch
+
+
+class EmbeddedPredictor:
+    """Predictions from a model runtime in this process, using models of one objective (``mean``)."""
+
+    def __init__(self, runtime: ModelRuntime, objective: str = "mean"):
+        self.runtime = runtime
+        self.objective = objective
+
+    def predict(self, pool_key: str, features: np.ndarray) -> PredictionBatch:
+        try:
+            prediction = self.runtime.predict(pool_key, features)
+        except NotReady as err:
+            raise PredictionUnavailable("no-model", str(err)) from err
+        except UnknownPool as err:
+            raise PredictionUnavailable("no-model-for-pool", str(err)) from err
+        except InvalidBatch as err:
+            raise PredictionUnavailable("invalid-batch", str(err)) from err
+        values = {}
+        for target in TARGETS:
+            column = prediction.get(target, self.objective)
+            if column is not None:
+                values[target] = column
+        ok = np.ones(features.shape[0], dtype=bool)
+        for column in values.values():
+            ok &= np.isfinite(column) & (column >= 0)
+        versions = {m.target: m.version for m in prediction.models if m.objective == self.objective}
+        return PredictionBatch(values=values, ok=ok, versions=versions)
+
+
+class RemotePredictor:
+    """Predictions from prediction servers through :class:`predictor.client.PredictorClient`.
+
+    The client never raises for a failed call; rows come back not ok. When no row of a call could be
+    answered, this raises ``predictor-unavailable`` (so the fallback is counted under that reason);
+    otherwise the failed rows alone fall back.
+    """
+
+    def __init__(self, client, objective: str = "mean"):
+        self.client = client
+        self.objective = objective
+
+    def predict(self, pool_key: str, features: np.ndarray) -> PredictionBatch:
+        answer = self.client.predict(pool_key, features)
+        if not answer.ok.any():
+            detail = next((e for e in answer.errors if e), "no prediction")
+            reason = "no-model" if "no model" in detail else "predictor-unavailable"
+            raise PredictionUnavailable(reason, detail)
+        values = {t: answer.get(t, self.objective) for t in TARGETS if answer.get(t, self.objective) is not None}
+        versions = {t: v for (t, objective), v in answer.versions.items() if objective == self.objective}
+        return PredictionBatch(values=values, ok=np.asarray(answer.ok, dtype=bool), versions=versions)

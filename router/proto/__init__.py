@@ -1,0 +1,1 @@
+"""The router's own gRPC API (``router.proto``) and its generated modules."""

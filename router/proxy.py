@@ -1,0 +1,142 @@
+"""The OpenAI-compatible HTTP proxy: ``POST /v1/completions`` and ``/v1/chat/completions``.
+
+Per request: parse the scheduling headers and the body (400 with the reason when malformed), pick a
+server (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server),
+forward the body there, and relay the response — JSON, or the SSE stream chunk by chunk — while metering
+TTFT / TPOT / E2E. Streaming requests ask the server for a final ``usage`` chunk so TPOT is measured in
+tokens. The chosen server is named in the ``x-headroom-server`` response header. ``GET /metrics``
+serves the router's Prometheus metrics and ``GET /healthz`` its liveness.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import aiohttp
+from aiohttp import web
+
+from router.errors import AdmissionRejected, NoCandidates, RequestError
+from router.headers import parse_headers
+from router.metering import StreamMeter, meter_json
+from router.prompt import read_body
+from router.service import Dispatch, RouterService
+
+log = logging.getLogger(__name__)
+
+SERVER_HEADER = "x-headroom-server"
+_HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
+
+
+def error_response(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+class Proxy:
+    def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0):
+        self.service = service
+        self.upstream_timeout_s = upstream_timeout_s
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             timeout=aiohttp.ClientTimeout(total=self.upstream_timeout_s))
+
+    async def _close(self, app: web.Application) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, chat=True)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.service.metrics.telemetry_buffered.set(getattr(self.service.telemetry, "buffered", 0))
+        return web.Response(body=self.service.metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"servers": len(self.service.pool.servers)})
+
+    async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            doc = json.loads(await request.read())
+            headers = parse_headers(request.headers.items())
+            prompt = read_body(doc, chat)
+        except ValueError as err:
+            return error_response(400, "invalid_request_error", f"request body is not valid JSON: {err}")
+        except RequestError as err:
+            return error_response(400, "invalid_request_error", str(err))
+        request_id = headers.request_id or uuid.uuid4().hex
+        try:
+            dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt))
+        except AdmissionRejected as err:
+            return error_response(429, "admission_rejected", err.reason)
+        except NoCandidates as err:
+            return error_response(503, "no_servers", str(err))
+        if prompt.stream:
+            doc = {**doc, "stream_options": {**(doc.get("stream_options") or {}), "include_usage": True}}
+        return await self._forward(request, dispatch, doc)
+
+    async def _forward(self, request: web.Request, dispatch: Dispatch, doc: dict) -> web.StreamResponse:
+        assert self.session is not None
+        url = f"http://{dispatch.server.address}{request.path}"
+        forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        forward["content-type"] = "application/json"
+        finished = False
+        try:
+            async with self.session.post(url, data=json.dumps(doc).encode(), headers=forward) as upstream:
+                if upstream.status != 200:
+                    body = await upstream.read()
+                    self.service.abandon(dispatch, f"upstream-{upstream.status}")
+                    finished = True
+                    return web.Response(body=body, status=upstream.status,
+                                        content_type=upstream.content_type or "application/json",
+                                        headers={SERVER_HEADER: dispatch.server.server_id})
+                if upstream.content_type == "text/event-stream":
+                    response = await self._relay_stream(request, dispatch, upstream)
+                else:
+                    body = await upstream.read()
+                    self.service.complete(dispatch, meter_json(body, dispatch.dispatch_mono, self.service.monotonic()))
+                    response = web.Response(body=body, status=200, content_type=upstream.content_type,
+                                            headers={SERVER_HEADER: dispatch.server.server_id})
+                finished = True
+                return response
+        except (aiohttp.ClientError, TimeoutError) as err:
+            self.service.abandon(dispatch, "upstream-connection")
+            finished = True
+            return error_response(502, "upstream_error", f"server {dispatch.server.server_id}: {type(err).__name__}: {err}")
+        finally:
+            if not finished:  # the client went away mid-stream
+                self.service.abandon(dispatch, "client-disconnected")
+
+    async def _relay_stream(self, request: web.Request, dispatch: Dispatch,
+                            upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                            "cache-control": "no-cache",
+                                                            SERVER_HEADER: dispatch.server.server_id})
+        await response.prepare(request)
+        meter = StreamMeter(dispatch.dispatch_mono)
+        try:
+            async for chunk in upstream.content.iter_any():
+                meter.feed(chunk, self.service.monotonic())
+                await response.write(chunk)
+        except (aiohttp.ClientError, TimeoutError):
+            self.service.abandon(dispatch, "upstream-stream-broken")
+            return response
+        self.service.complete(dispatch, meter.finish(self.service.monotonic()))
+        await response.write_eof()
+        return response

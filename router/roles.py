@@ -1,0 +1,208 @@
+"""The scheduling vocabulary: the request, a server snapshot, a candidate with its prediction, scores,
+and the role protocols plugins implement.
+
+Plugins import only from here (and :mod:`router.params`), never from each other. Every role method is
+pure: it reads its arguments and the :class:`Context` and returns a new value; randomness comes from
+``context.rng`` and predictions from ``context.predictor``; no plugin reads a clock.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the router knows about a request when it schedules it."""
+
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int = 0  # the output cap; 0 when unknown
+    stream: bool = False
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    priority: int = 0  # negative = sheddable
+    predict: bool = True  # take the predicted-latency profile (headers decide)
+    block_hashes: tuple[int, ...] = ()  # chained prompt block hashes, for prefix matching
+
+    @property
+    def has_slo(self) -> bool:
+        return self.slo_ttft_ms is not None or self.slo_tpot_ms is not None
+
+    @property
+    def sheddable(self) -> bool:
+        return self.priority < 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    """One candidate server's state at scheduling time, from its metrics plus the router's accounting."""
+
+    server_id: str
+    address: str = ""
+    pool_key: str = "default"
+    kv_cache_usage: float = 0.0  # fraction 0-1
+    num_waiting: int = 0
+    num_running: int = 0
+    prefix_match: float = 0.0  # fraction of this request's prompt estimated cached there, 0-1
+    inflight_requests: int = 0  # dispatched by this router, not finished
+    inflight_prompt_tokens: int = 0
+    running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
+    metrics_age_s: float = 0.0  # how old the scraped metrics are
+
+    @property
+    def is_idle(self) -> bool:
+        return self.num_waiting == 0 and self.num_running == 0 and self.inflight_requests == 0
+
+    @property
+    def is_cold(self) -> bool:
+        return self.kv_cache_usage < COLD_KV_USAGE
+
+    @property
+    def tightest_running_tpot_slo_ms(self) -> float | None:
+        return min(self.running_tpot_slos_ms) if self.running_tpot_slos_ms else None
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Predicted latencies (ms) for one request on one server, and the model versions that made them."""
+
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float | None = None
+    versions: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def response_ms(self, stream: bool) -> float:
+        """When the client sees its first token: TTFT if streaming, else E2E (TTFT if E2E is unknown)."""
+        return self.ttft_ms if stream or self.e2e_ms is None else self.e2e_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A server under consideration, with its prediction and headroom once the producer has run.
+
+    ``prediction`` is None when it could not be made; ``fallback_reason`` then says why, and the engine
+    scores this candidate with the heuristic profile.
+    """
+
+    server: ServerSnapshot
+    prediction: Prediction | None = None
+    ttft_headroom_ms: float | None = None  # SLO - predicted TTFT; None without a TTFT SLO
+    tpot_headroom_ms: float | None = None  # (tightened) SLO - predicted TPOT; None unless it applies
+    fallback_reason: str | None = None
+
+    @property
+    def predicted(self) -> bool:
+        return self.prediction is not None
+
+    @property
+    def meets_slo(self) -> bool | None:
+        """True/False when predicted against at least one SLO, None when unknown or no SLO applies."""
+        ttft, tpot = self.ttft_headroom_ms, self.tpot_headroom_ms
+        if self.prediction is None or (ttft is None and tpot is None):
+            return None
+        return (ttft is None or ttft >= 0) and (tpot is None or tpot >= 0)
+
+    def with_prediction(self, prediction: Prediction | None, ttft_headroom_ms: float | None = None,
+                        tpot_headroom_ms: float | None = None, fallback_reason: str | None = None) -> Candidate:
+        """This server with a (new) prediction; cheaper than ``dataclasses.replace`` on the hot path."""
+        return Candidate(self.server, prediction, ttft_headroom_ms, tpot_headroom_ms, fallback_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A candidate and its score in [0, 1] (the engine's weighted, clamped sum over scorers)."""
+
+    candidate: Candidate
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionBatch:
+    """A predictor's answer for the rows of one feature matrix.
+
+    ``values`` maps a target (``ttft``, ``tpot``, optionally ``e2e``) to an ``(n,)`` array in ms; ``ok``
+    marks the rows whose predictions are usable; ``versions`` maps each target to its model version.
+    """
+
+    values: Mapping[str, np.ndarray]
+    ok: np.ndarray
+    versions: Mapping[str, int]
+
+
+class LatencyPredictor(Protocol):
+    """The one-method boundary to the predictor (embedded runtime or remote client).
+
+    Raises :class:`router.errors.PredictionUnavailable` when it cannot answer for the pool at all.
+    """
+
+    def predict(self, pool_key: str, features: np.ndarray) -> PredictionBatch: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What plugins may use beyond their arguments: a seedable RNG and the predictor."""
+
+    rng: random.Random
+    predictor: LatencyPredictor | None = None
+
+
+@runtime_checkable
+class Producer(Protocol):
+    """Attaches predictions (and headroom) to every candidate."""
+
+    name: str
+
+    def produce(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]: ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """Keeps a subset of the candidates; must never return an empty subset of a non-empty input."""
+
+    name: str
+
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Scores each candidate, ideally in [0, 1]; the engine clamps and weights."""
+
+    name: str
+
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]: ...
+
+
+@runtime_checkable
+class Admitter(Protocol):
+    """Returns None to admit, or the reason the request is rejected."""
+
+    name: str
+
+    def admit(self, request: Request, candidates: Sequence[Candidate]) -> str | None: ...
+
+
+@runtime_checkable
+class Picker(Protocol):
+    """Chooses one of the scored candidates."""
+
+    name: str
+
+    def pick(self, scored: Sequence[Scored], context: Context) -> Scored: ...
+
+
+def role_of(plugin: object) -> str:
+    """The role a plugin instance plays, by the method it defines."""
+    for role, method in (("producer", "produce"), ("filter", "filter"), ("scorer", "score"),
+                         ("admitter", "admit"), ("picker", "pick")):
+        if callable(getattr(plugin, method, None)):
+            return role
+    raise TypeError(f"{type(plugin).__name__} implements no scheduling role")

@@ -1,0 +1,147 @@
+"""The running router: HTTP proxy, Pick API and ext_proc listeners over one :class:`RouterService`,
+plus the background work (metrics scraping, server-file watching, telemetry delivery, model tailing).
+
+Lifecycle: :meth:`RouterServer.start` binds every listener and starts the background tasks;
+:meth:`RouterServer.stop` stops accepting, lets requests in progress finish for ``grace_s``, then flushes
+telemetry; :meth:`RouterServer.serve` does both around SIGTERM / SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+
+import grpc
+from aiohttp import web
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from contract.topics import KafkaSettings
+from router.config import RouterConfig
+from router.engine import Engine
+from router.ext_proc import ExtProcServicer
+from router.metrics import RouterMetrics
+from router.pick_api import PickServicer
+from router.proto import router_pb2_grpc
+from router.proxy import Proxy
+from router.roles import LatencyPredictor
+from router.service import RouterService
+from router.state.inflight import Inflight
+from router.state.pool import PoolState
+from router.state.prefix_index import PrefixIndex
+from router.state.scraper import MetricsScraper
+from router.state.servers import ServerFile
+from router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
+
+log = logging.getLogger(__name__)
+
+
+class RouterServer:
+    def __init__(self, config: RouterConfig, kafka: KafkaSettings, *, predictor: LatencyPredictor | None = None):
+        """``predictor`` overrides the one the settings describe (``embedded`` tails models from Kafka)."""
+        self.config = config
+        self.kafka = kafka
+        s = config.settings
+        self.server_file = ServerFile(config.servers_file) if config.servers_file else None
+        servers = self.server_file.servers if self.server_file else config.servers
+        self.pool = PoolState(servers, inflight=Inflight(s.inflight_ttl_s), prefix=PrefixIndex(s.prefix_max_blocks),
+                              unhealthy_after_s=s.unhealthy_after_s)
+        self.telemetry = KafkaTelemetry(kafka, s.telemetry_buffer) if s.telemetry else MemoryTelemetry()
+        self._tailer = None
+        self._client = None
+        if predictor is None and s.predictor == "embedded":
+            predictor = self._embedded_predictor()
+        elif predictor is None and s.predictor == "remote":
+            predictor = self._remote_predictor()
+        self.metrics = RouterMetrics()
+        self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
+                                     predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed))
+        self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
+        self.proxy = Proxy(self.service, s.upstream_timeout_s)
+        self.http_port = self.pick_port = self.ext_proc_port = 0
+        self._runner: web.AppRunner | None = None
+        self._grpc: list[grpc.aio.Server] = []
+        self._tasks: list[asyncio.Task] = []
+        self._stop = asyncio.Event()
+
+    def _embedded_predictor(self) -> LatencyPredictor:
+        from predictor.runtime import ModelRuntime
+        from predictor.tailer import ModelUpdateTailer
+        from router.predictors import EmbeddedPredictor
+        runtime = ModelRuntime()
+        self._tailer = ModelUpdateTailer(runtime, self.kafka)
+        return EmbeddedPredictor(runtime)
+
+    def _remote_predictor(self) -> LatencyPredictor:
+        from predictor.client import PredictorClient
+        from router.predictors import RemotePredictor
+        addresses = [a.strip() for a in self.config.settings.predictor_addresses.split(",") if a.strip()]
+        self._client = PredictorClient(addresses, timeout_seconds=self.config.settings.predictor_timeout_s)
+        return RemotePredictor(self._client)
+
+    async def start(self) -> None:
+        s = self.config.settings
+        if self._tailer is not None:
+            self._tailer.start()
+        self._runner = web.AppRunner(self.proxy.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.host, s.http_port)
+        await site.start()
+        self.http_port = self._runner.addresses[0][1]
+        if s.pick_port >= 0:
+            server = grpc.aio.server()
+            router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service), server)
+            self.pick_port = server.add_insecure_port(f"{s.host}:{s.pick_port}")
+            await server.start()
+            self._grpc.append(server)
+        if s.ext_proc_port >= 0:
+            server = grpc.aio.server()
+            ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service), server)
+            self.ext_proc_port = server.add_insecure_port(f"{s.host}:{s.ext_proc_port}")
+            await server.start()
+            self._grpc.append(server)
+        self._tasks = [asyncio.create_task(self.scraper.run(self._stop), name="scraper"),
+                       asyncio.create_task(self._background(), name="router-background")]
+        log.info("router listening: http %d, pick %d, ext_proc %d", self.http_port, self.pick_port, self.ext_proc_port)
+
+    async def _background(self) -> None:
+        poll_s = self.config.settings.server_file_poll_s
+        next_file_check = 0.0
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set():
+            if isinstance(self.telemetry, KafkaTelemetry):
+                self.telemetry.poll()
+                self.metrics.telemetry_buffered.set(self.telemetry.buffered)
+            if self.server_file is not None and loop.time() >= next_file_check:
+                next_file_check = loop.time() + poll_s
+                if self.server_file.refresh():
+                    self.pool.set_servers(self.server_file.servers)
+                    log.info("server list changed: %d servers", len(self.server_file.servers))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=0.05)
+
+    async def stop(self, grace_s: float = 5.0, flush_s: float = 5.0) -> None:
+        await asyncio.gather(*(server.stop(grace_s) for server in self._grpc))
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tailer is not None:
+            await asyncio.to_thread(self._tailer.stop)
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+        if isinstance(self.telemetry, KafkaTelemetry):
+            left = await asyncio.to_thread(self.telemetry.flush, flush_s)
+            if left:
+                log.warning("%d telemetry records were not delivered before shutdown", left)
+
+    async def serve(self) -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await self.start()
+        await stopping.wait()
+        await self.stop()

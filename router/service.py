@@ -1,0 +1,144 @@
+"""The router's core service, shared by every interface (HTTP proxy, Pick API, Envoy ext_proc).
+
+:meth:`RouterService.pick` turns a request into a :class:`Dispatch` (snapshots → engine → accounting)
+or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
+:meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
+latency metrics and sends one telemetry record carrying the prediction that was used;
+:meth:`RouterService.abandon` releases a request that failed. All calls run on one event loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
+from router.engine import Decision, Engine
+from router.errors import AdmissionRejected
+from router.headers import SchedulingHeaders
+from router.metering import Completion
+from router.metrics import RouterMetrics
+from router.prompt import PromptInfo
+from router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from router.state.pool import PoolState
+from router.telemetry_sink import TelemetrySink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A request on its way to a server."""
+
+    request: Request
+    decision: Decision
+    arrival_ts: float  # wall clock, unix seconds
+    dispatch_ts: float
+    dispatch_mono: float  # monotonic clock, for measuring
+
+    @property
+    def server(self):
+        return self.decision.chosen.server  # type: ignore[union-attr]
+
+
+class RouterService:
+    def __init__(self, engine: Engine, pool: PoolState, telemetry: TelemetrySink, metrics: RouterMetrics,
+                 *, predictor: LatencyPredictor | None = None, rng: random.Random | None = None,
+                 monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.engine = engine
+        self.pool = pool
+        self.telemetry = telemetry
+        self.metrics = metrics
+        self.predictor = predictor
+        self.rng = rng or random.Random()
+        self.monotonic = monotonic
+        self.wall = wall
+        self.invalid_records = 0
+
+    def request_of(self, request_id: str, headers: SchedulingHeaders, prompt: PromptInfo) -> Request:
+        return Request(request_id=request_id, prompt_tokens=prompt.prompt_tokens, max_tokens=prompt.max_tokens,
+                       stream=prompt.stream, slo_ttft_ms=headers.slo_ttft_ms, slo_tpot_ms=headers.slo_tpot_ms,
+                       priority=headers.priority,
+                       predict=self.engine.wants_prediction(headers.opted_in, headers.opted_out),
+                       block_hashes=prompt.block_hashes)
+
+    def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None) -> Dispatch:
+        """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch."""
+        arrival = self.wall()
+        started = time.perf_counter()
+        now = self.monotonic()
+        if servers is None:
+            servers = self.pool.snapshots(request, now)
+        decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
+        self.metrics.decision_latency.observe(time.perf_counter() - started)
+        self.metrics.decisions.labels(decision.profile).inc()
+        for reason in decision.fallback_reasons:
+            self.metrics.fallbacks.labels(decision.fallback or "none", reason).inc()
+        if decision.rejection is not None:
+            self.metrics.rejections.inc()
+            raise AdmissionRejected(decision.rejection)
+        chosen = decision.chosen
+        if chosen is not None and chosen.prediction is not None:
+            for target, version in chosen.prediction.versions.items():
+                self.metrics.model_version.labels(target).set(version)
+        self.pool.dispatched(request, chosen.server.server_id, now)  # type: ignore[union-attr]
+        return Dispatch(request, decision, arrival, self.wall(), now)
+
+    def complete(self, dispatch: Dispatch, completion: Completion) -> TelemetryRecord | None:
+        """Finish a request that got a response; returns the telemetry record sent (None if unusable)."""
+        self.pool.completed(dispatch.request.request_id)
+        self._observe(dispatch, completion)
+        record = self._record(dispatch, completion)
+        if record is not None:
+            self.telemetry.send(record)
+            self.metrics.telemetry.labels("sent").inc()
+        return record
+
+    def abandon(self, dispatch: Dispatch, kind: str) -> None:
+        """Release a request that failed (``kind`` labels the error metric)."""
+        self.pool.completed(dispatch.request.request_id)
+        self.metrics.request_errors.labels(kind).inc()
+
+    def _observe(self, dispatch: Dispatch, done: Completion) -> None:
+        request, m = dispatch.request, self.metrics
+        prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        first_ms = done.ttft_ms if request.stream and done.ttft_ms is not None else done.e2e_ms
+        m.ttft.observe(first_ms / 1000.0)
+        if prediction is not None:
+            m.predicted_ttft.observe(prediction.response_ms(request.stream) / 1000.0)
+        if done.tpot_ms is not None:
+            m.tpot.observe(done.tpot_ms / 1000.0)
+            if prediction is not None:
+                m.predicted_tpot.observe(prediction.tpot_ms / 1000.0)
+        if request.slo_ttft_ms is not None and first_ms > request.slo_ttft_ms:
+            m.ttft_violations.inc()
+        if request.slo_tpot_ms is not None and done.tpot_ms is not None and done.tpot_ms > request.slo_tpot_ms:
+            m.tpot_violations.inc()
+
+    def _record(self, dispatch: Dispatch, done: Completion) -> TelemetryRecord | None:
+        request, server = dispatch.request, dispatch.server
+        prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        fields = dict(
+            request_id=request.request_id, server_id=server.server_id, pool_key=server.pool_key,
+            stream=request.stream, arrival_ts=dispatch.arrival_ts, dispatch_ts=dispatch.dispatch_ts,
+            completion_ts=dispatch.dispatch_ts + done.e2e_ms / 1000.0,
+            prompt_tokens=done.prompt_tokens if done.prompt_tokens else request.prompt_tokens,
+            output_tokens=done.output_tokens, kv_cache_usage=server.kv_cache_usage,
+            num_waiting=server.num_waiting, num_running=server.num_running, prefix_match=server.prefix_match,
+            inflight_requests=server.inflight_requests, inflight_prompt_tokens=server.inflight_prompt_tokens,
+            e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
+            ttft_ms=done.ttft_ms if request.stream else None, tpot_ms=done.tpot_ms if request.stream else None,
+            slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)
+        if prediction is not None:
+            fields.update(predicted_ttft_ms=prediction.ttft_ms, predicted_tpot_ms=prediction.tpot_ms,
+                          predicted_e2e_ms=prediction.e2e_ms, model_versions=dict(prediction.versions) or None)
+        try:
+            return validate({"v": SCHEMA_VERSION, **{k: v for k, v in fields.items() if v is not None}})
+        except InvalidRecord as err:
+            self.invalid_records += 1
+            self.metrics.telemetry.labels("unusable").inc()
+            log.info("request %s: no telemetry record: %s", request.request_id, err.reason)
+            return None

@@ -1,0 +1,32 @@
+"""The router's typed settings: each declared once with a type, default, environment variable and meaning.
+
+Built once at the entry point: defaults, then the environment, then the ``settings:`` section of the
+config file (camelCase keys, e.g. ``httpPort``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.settings import setting
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    host: str = setting("127.0.0.1", "HEADROOM_ROUTER_HOST", "Interface every router listener binds.")
+    http_port: int = setting(8080, "HEADROOM_ROUTER_HTTP_PORT", "OpenAI-compatible proxy and /metrics; 0 picks a free port.")
+    pick_port: int = setting(9090, "HEADROOM_ROUTER_PICK_PORT", "gRPC Pick/Report API; 0 picks a free port, -1 disables.")
+    ext_proc_port: int = setting(9091, "HEADROOM_ROUTER_EXT_PROC_PORT", "Envoy ext_proc gRPC server; 0 picks a free port, -1 disables.")
+    scrape_interval_s: float = setting(0.05, "HEADROOM_ROUTER_SCRAPE_INTERVAL_S", "How often each server's /metrics is scraped.")
+    scrape_timeout_s: float = setting(1.0, "HEADROOM_ROUTER_SCRAPE_TIMEOUT_S", "Timeout of one metrics scrape.")
+    unhealthy_after_s: float = setting(5.0, "HEADROOM_ROUTER_UNHEALTHY_AFTER_S", "A server unscraped this long stops being a candidate.")
+    inflight_ttl_s: float = setting(600.0, "HEADROOM_ROUTER_INFLIGHT_TTL_S", "In-flight accounting forgets a request after this long.")
+    prefix_max_blocks: int = setting(200_000, "HEADROOM_ROUTER_PREFIX_MAX_BLOCKS", "Prefix-index blocks kept per server (LRU).")
+    server_file_poll_s: float = setting(1.0, "HEADROOM_ROUTER_SERVER_FILE_POLL_S", "How often a server file is checked for changes.")
+    upstream_timeout_s: float = setting(600.0, "HEADROOM_ROUTER_UPSTREAM_TIMEOUT_S", "Longest a proxied request may take.")
+    predictor: str = setting("embedded", "HEADROOM_ROUTER_PREDICTOR", "Where predictions come from: embedded (models tailed from Kafka), remote (prediction servers) or none.")
+    predictor_addresses: str = setting("127.0.0.1:50061", "HEADROOM_ROUTER_PREDICTOR_ADDRESSES", "Comma-separated host:port of prediction servers (remote).")
+    predictor_timeout_s: float = setting(0.05, "HEADROOM_ROUTER_PREDICTOR_TIMEOUT_S", "Deadline of one remote prediction call.")
+    telemetry: bool = setting(True, "HEADROOM_ROUTER_TELEMETRY", "Produce completed-request telemetry to Kafka.")
+    telemetry_buffer: int = setting(100_000, "HEADROOM_ROUTER_TELEMETRY_BUFFER", "Telemetry records buffered while Kafka is away; more are dropped.")
+    seed: int = setting(-1, "HEADROOM_ROUTER_SEED", "Seed of the scheduling RNG; -1 seeds from the OS.")

@@ -1,0 +1,1 @@
+"""What the router knows about its servers: scraped metrics, its own in-flight accounting, a prefix index."""

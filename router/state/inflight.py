@@ -1,0 +1,80 @@
+"""The router's own accounting of requests it dispatched that have not finished, per server.
+
+Each request is tracked by id from :meth:`Inflight.start` to :meth:`Inflight.finish`; finishing twice or
+finishing an unknown id changes nothing, so the counts can never go negative. A request that never
+finishes (a lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date
+on every change, so reading them costs nothing. Time is passed in, never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class InflightRequest:
+    request_id: str
+    server_id: str
+    prompt_tokens: int
+    tpot_slo_ms: float | None
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    requests: int = 0
+    prompt_tokens: int = 0
+    tpot_slos_ms: tuple[float, ...] = ()
+
+
+IDLE = ServerLoad()
+
+
+class Inflight:
+    def __init__(self, ttl_s: float = 600.0):
+        self.ttl_s = ttl_s
+        self._requests: dict[str, InflightRequest] = {}  # in start order
+        self._load: dict[str, ServerLoad] = {}
+
+    def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
+              now: float) -> None:
+        self.finish(request_id)  # a reused id replaces its earlier entry
+        entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now)
+        self._requests[request_id] = entry
+        load = self._load.get(server_id, IDLE)
+        slos = load.tpot_slos_ms + (tpot_slo_ms,) if tpot_slo_ms is not None else load.tpot_slos_ms
+        self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos)
+
+    def finish(self, request_id: str) -> InflightRequest | None:
+        entry = self._requests.pop(request_id, None)
+        if entry is None:
+            return None
+        load = self._load[entry.server_id]
+        if load.requests <= 1:
+            del self._load[entry.server_id]
+        else:
+            slos = list(load.tpot_slos_ms)
+            if entry.tpot_slo_ms is not None:
+                slos.remove(entry.tpot_slo_ms)
+            self._load[entry.server_id] = ServerLoad(load.requests - 1, load.prompt_tokens - entry.prompt_tokens,
+                                                     tuple(slos))
+        return entry
+
+    def expire(self, now: float) -> list[str]:
+        """Drop requests older than the TTL; returns the servers whose load changed."""
+        changed = []
+        for rid in [rid for rid, r in self._requests.items() if now - r.started > self.ttl_s]:
+            entry = self.finish(rid)
+            if entry is not None:
+                changed.append(entry.server_id)
+        return changed
+
+    def load_of(self, server_id: str) -> ServerLoad:
+        return self._load.get(server_id, IDLE)
+
+    def load(self) -> dict[str, ServerLoad]:
+        """Current load per server that has any in flight."""
+        return dict(self._load)
+
+    def __len__(self) -> int:
+        return len(self._requests)

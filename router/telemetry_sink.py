@@ -1,0 +1,94 @@
+"""Completed-request telemetry to Kafka, without ever holding up routing.
+
+:class:`KafkaTelemetry` wraps an idempotent confluent-kafka producer with a bounded local buffer
+(``buffer_records``). :meth:`send` never blocks: when the buffer is full the record is dropped and
+counted. While the broker is down records wait in the buffer and are delivered, in order and without
+duplicates, when it returns (messages do not time out unless ``delivery_timeout_s`` is set). Someone
+must call :meth:`poll` regularly (the server does, on its event loop) to serve delivery reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from contract.telemetry import TelemetryRecord, encode
+from contract.topics import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+class TelemetrySink(Protocol):
+    def send(self, record: TelemetryRecord) -> None: ...
+
+
+@dataclass
+class TelemetryCounts:
+    sent: int = 0  # accepted into the buffer
+    delivered: int = 0
+    failed: int = 0  # permanently failed after being buffered
+    dropped: int = 0  # refused because the buffer was full
+
+
+@dataclass
+class MemoryTelemetry:
+    """Keeps records in a list: for routers run without Kafka (``telemetry`` disabled)."""
+
+    records: list[TelemetryRecord] = field(default_factory=list)
+    limit: int = 10_000
+
+    def send(self, record: TelemetryRecord) -> None:
+        self.records.append(record)
+        del self.records[:-self.limit]
+
+
+class KafkaTelemetry:
+    def __init__(self, kafka: KafkaSettings, buffer_records: int = 100_000, delivery_timeout_s: float = 0.0,
+                 client_id: str = "headroom-router"):
+        self.topic = kafka.telemetry_topic
+        self.counts = TelemetryCounts()
+        self._producer = Producer({
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "client.id": client_id,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": buffer_records,
+            "message.timeout.ms": int(delivery_timeout_s * 1000),  # 0: wait for the broker as long as it takes
+            "reconnect.backoff.max.ms": 1000,
+            "error_cb": self._on_error,
+            "logger": log,
+        })
+
+    def send(self, record: TelemetryRecord) -> None:
+        try:
+            self._producer.produce(self.topic, key=record.server_id.encode(), value=encode(record),
+                                   on_delivery=self._on_delivery)
+            self.counts.sent += 1
+        except BufferError:
+            self.counts.dropped += 1
+        self._producer.poll(0)
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+    @property
+    def buffered(self) -> int:
+        return len(self._producer)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for the buffer to drain; returns how many records are still buffered."""
+        return self._producer.flush(timeout_s)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.counts.delivered += 1
+        else:
+            self.counts.failed += 1
+            log.warning("telemetry record not delivered to %s: %s", self.topic, err)
+
+    def _on_error(self, err: KafkaError) -> None:
+        log.info("telemetry producer: %s", err)

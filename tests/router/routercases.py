@@ -1,0 +1,80 @@
+"""Builders shared by the router tests: servers, candidates with predictions, a table predictor."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from router.errors import PredictionUnavailable
+from router.roles import Candidate, Context, Prediction, PredictionBatch, Request, ServerSnapshot
+
+
+def server(name: str, **state) -> ServerSnapshot:
+    defaults = {"num_running": 1}  # busy unless a case says idle
+    defaults.update(state)
+    return ServerSnapshot(server_id=name, address=f"127.0.0.1:{8000 + abs(hash(name)) % 1000}", **defaults)
+
+
+def cand(name: str, ttft: float | None = None, tpot: float = 10.0, *, slo_ttft: float | None = None,
+         slo_tpot: float | None = None, **state) -> Candidate:
+    """A candidate; with ``ttft`` it carries a prediction and the headroom against the given SLOs."""
+    snap = server(name, **state)
+    if ttft is None:
+        return Candidate(server=snap, fallback_reason="prediction-failed")
+    return Candidate(server=snap, prediction=Prediction(ttft_ms=ttft, tpot_ms=tpot),
+                     ttft_headroom_ms=None if slo_ttft is None else slo_ttft - ttft,
+                     tpot_headroom_ms=None if slo_tpot is None else slo_tpot - tpot)
+
+
+def ctx(seed: int = 0, predictor=None) -> Context:
+    return Context(rng=random.Random(seed), predictor=predictor)
+
+
+def req(**fields) -> Request:
+    fields.setdefault("request_id", "r1")
+    fields.setdefault("prompt_tokens", 512)
+    return Request(**fields)
+
+
+class TablePredictor:
+    """Predicts TTFT = base + per_waiting·waiting, TPOT fixed; pools listed in ``unavailable`` raise."""
+
+    def __init__(self, base: float = 100.0, per_waiting: float = 50.0, tpot: float = 20.0,
+                 unavailable: dict[str, str] | None = None, failing_rows: set[int] = frozenset(), version: int = 3):
+        self.base, self.per_waiting, self.tpot = base, per_waiting, tpot
+        self.unavailable = unavailable or {}
+        self.failing_rows = failing_rows
+        self.version = version
+        self.calls: list[tuple[str, np.ndarray]] = []
+
+    def predict(self, pool_key: str, features: np.ndarray) -> PredictionBatch:
+        self.calls.append((pool_key, features.copy()))
+        if pool_key in self.unavailable:
+            raise PredictionUnavailable(self.unavailable[pool_key])
+        n = features.shape[0]
+        waiting = features[:, 1]
+        ok = np.array([i not in self.failing_rows for i in range(n)])
+        return PredictionBatch(values={"ttft": self.base + self.per_waiting * waiting, "tpot": np.full(n, self.tpot)},
+                               ok=ok, versions={"ttft": self.version, "tpot": self.version})
+
+
+def router_config(addresses, *, scheduling=None, **settings):
+    """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing."""
+    from router.config import load_config
+    base = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": False, "predictor": "none",
+            "scrapeIntervalS": 0.02, "seed": 1}
+    base.update(settings)
+    data = {"settings": base, "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
+    if scheduling is not None:
+        data["scheduling"] = scheduling
+    return load_config(data, environ={})
+
+
+async def wait_for(condition, timeout_s: float = 5.0, step_s: float = 0.01) -> bool:
+    import asyncio
+    for _ in range(int(timeout_s / step_s)):
+        if condition():
+            return True
+        await asyncio.sleep(step_s)
+    return condition()

@@ -1,0 +1,103 @@
+"""The Envoy ext_proc server, driven by a client speaking the protocol as Envoy does."""
+
+import asyncio
+import json
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from contract.settings import from_env
+from contract.topics import KafkaSettings
+from router.ext_proc import DESTINATION_HEADER
+from router.server import RouterServer
+from tests.router.routercases import TablePredictor, router_config, wait_for
+from tests.router.upstream import Upstream, upstreams
+
+
+def header_map(headers):
+    return base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in headers.items()])
+
+
+def sse(*chunks):
+    return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+async def exchange(port, messages):
+    """Send ``messages`` one at a time, as Envoy does, collecting each reply."""
+    replies = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = ep_grpc.ExternalProcessorStub(channel).Process()
+        for message in messages:
+            await call.write(message)
+            reply = await call.read()
+            replies.append(reply)
+            if reply.HasField("immediate_response"):
+                break
+        await call.done_writing()
+    return replies
+
+
+async def with_router(scenario, predictor=None):
+    async with upstreams(Upstream("a", running=2, kv=0.3), Upstream("b", waiting=5, running=2, kv=0.5)) as servers:
+        router = RouterServer(router_config([s.address for s in servers]), from_env(KafkaSettings, {}),
+                              predictor=predictor)
+        await router.start()
+        assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
+        try:
+            return await scenario(router, servers), router
+        finally:
+            await router.stop()
+
+
+def request_messages(headers, body):
+    return [ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+                {":method": "POST", ":path": "/v1/completions", **headers}))),
+            ep.ProcessingRequest(request_body=ep.HttpBody(body=json.dumps(body).encode(), end_of_stream=True))]
+
+
+def test_routes_and_meters_a_streaming_response():
+    async def scenario(router, servers):
+        body = {"prompt": "hello world", "max_tokens": 4, "stream": True}
+        response = [ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=header_map({":status": "200"})))]
+        chunks = sse({"choices": [{"text": "ab"}]}, {"choices": [{"text": "cd"}]},
+                     {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+        for i, chunk in enumerate(chunks):
+            response.append(ep.ProcessingRequest(response_body=ep.HttpBody(body=chunk, end_of_stream=i == len(chunks) - 1)))
+        head = await exchange(router.ext_proc_port, request_messages(
+            {"x-prediction-based-scheduling": "true", "x-request-id": "env-1"}, body) + response)
+        return head, {s.address for s in servers}
+    (replies, addresses), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
+    assert replies[0].HasField("request_headers")
+    mutation = replies[1].request_body.response.header_mutation.set_headers
+    (header,) = [h.header for h in mutation if h.header.key == DESTINATION_HEADER]
+    assert header.raw_value.decode() in addresses
+    assert replies[1].request_body.response.clear_route_cache
+    assert replies[1].dynamic_metadata.fields["envoy.lb"].struct_value.fields[DESTINATION_HEADER].string_value == \
+        header.raw_value.decode()
+    assert [r.WhichOneof("response") for r in replies[2:]] == ["response_headers"] + ["response_body"] * 4
+    (record,) = router.telemetry.records
+    assert record.request_id == "env-1" and record.output_tokens == 4 and record.stream
+    assert record.predicted_ttft_ms == 100.0 and record.tpot_ms is not None
+    assert len(router.pool.inflight) == 0
+
+
+def test_immediate_errors():
+    async def scenario(router, servers):
+        bad = await exchange(router.ext_proc_port, request_messages({"x-slo-ttft-ms": "soon"}, {"prompt": "x"}))
+        shed = await exchange(router.ext_proc_port, request_messages(
+            {"x-prediction-based-scheduling": "true", "x-slo-ttft-ms": "1", "x-request-priority": "-1"}, {"prompt": "x"}))
+        return bad[-1].immediate_response, shed[-1].immediate_response
+    (bad, shed), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
+    assert bad.status.code == 400 and "x-slo-ttft-ms" in json.loads(bad.body)["error"]["message"]
+    assert shed.status.code == 429 and "priority -1" in json.loads(shed.body)["error"]["message"]
+
+
+def test_stream_ending_early_releases_the_request():
+    async def scenario(router, servers):
+        await exchange(router.ext_proc_port, request_messages({}, {"prompt": "x"}))
+        return await wait_for(lambda: len(router.pool.inflight) == 0)
+    released, router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    assert released
+    assert 'headroom_router_request_errors_total{kind="ext-proc-stream-ended"} 1.0' in router.metrics.exposition().decode()

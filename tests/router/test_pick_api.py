@@ -1,0 +1,95 @@
+"""The gRPC Pick/Report API over a real in-process grpc.aio server."""
+
+import asyncio
+import json
+
+import grpc
+import pytest
+
+from contract.settings import from_env
+from contract.topics import KafkaSettings
+from router.proto import router_pb2, router_pb2_grpc
+from router.server import RouterServer
+from tests.router.routercases import TablePredictor, router_config
+
+
+def candidates(*waiting):
+    return [router_pb2.ServerState(server_id=f"c{i}", address=f"10.0.0.{i}:8000", num_waiting=w, num_running=2,
+                                   kv_cache_usage=0.5) for i, w in enumerate(waiting)]
+
+
+async def with_router(calls, predictor=None):
+    router = RouterServer(router_config([]), from_env(KafkaSettings, {}), predictor=predictor)
+    await router.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.pick_port}") as channel:
+            return await calls(router_pb2_grpc.RouterStub(channel)), router
+    finally:
+        await router.stop()
+
+
+def run(calls, predictor=None):
+    return asyncio.run(asyncio.wait_for(with_router(calls, predictor), timeout=60))
+
+
+def test_pick_then_report():
+    async def calls(stub):
+        picked = await stub.Pick(router_pb2.PickRequest(
+            request_id="r1", headers={"x-prediction-based-scheduling": "true", "x-slo-ttft-ms": "500"},
+            prompt_tokens=300, max_tokens=20, stream=True, candidates=candidates(0, 30)))
+        reported = await stub.Report(router_pb2.ReportRequest(request_id="r1", e2e_ms=900, ttft_ms=120,
+                                                              tpot_ms=30, output_tokens=20, prompt_tokens=310))
+        return picked, reported
+    (picked, reported), router = run(calls, TablePredictor(base=100, per_waiting=50))
+    assert picked.server_id == "c0" and picked.address == "10.0.0.0:8000" and picked.profile == "predicted"
+    by_id = {c.server_id: c for c in picked.candidates}
+    assert by_id["c0"].ttft_headroom_ms == 400 and by_id["c1"].ttft_headroom_ms == -1100
+    assert not by_id["c1"].HasField("score")  # the tier filter removed it
+    assert dict(picked.model_versions) == {"ttft": 3, "tpot": 3}
+    assert reported.telemetry_sent
+    (record,) = router.telemetry.records
+    assert (record.server_id, record.prompt_tokens, record.ttft_ms, record.predicted_ttft_ms) == ("c0", 310, 120, 100)
+
+
+def test_body_gives_the_prompt():
+    async def calls(stub):
+        body = json.dumps({"messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 5, "stream": True})
+        return await stub.Pick(router_pb2.PickRequest(request_id="b1", body=body.encode(), chat=True,
+                                                      candidates=candidates(1)))
+    picked, router = run(calls)
+    assert picked.server_id == "c0" and picked.profile == "heuristic"
+    (pending,) = router.pool.inflight._requests.values()
+    assert pending.prompt_tokens > 50
+
+
+@pytest.mark.parametrize("request_, code, text", [
+    pytest.param(router_pb2.PickRequest(request_id="x", headers={"x-slo-tpot-ms": "nan"}, prompt_tokens=5,
+                                        candidates=candidates(0)), grpc.StatusCode.INVALID_ARGUMENT,
+                 "'x-slo-tpot-ms'", id="malformed-header"),
+    pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5), grpc.StatusCode.UNAVAILABLE,
+                 "no servers", id="no-candidates"),
+    pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, headers={
+        "x-prediction-based-scheduling": "true", "x-slo-ttft-ms": "10", "x-request-priority": "-2"},
+        candidates=candidates(3, 4)), grpc.StatusCode.RESOURCE_EXHAUSTED, "priority -2", id="shed"),
+    pytest.param(router_pb2.PickRequest(request_id="", prompt_tokens=5, candidates=candidates(0)),
+                 grpc.StatusCode.INVALID_ARGUMENT, "request_id", id="missing-id"),
+    pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, candidates=[
+        router_pb2.ServerState(server_id="c", kv_cache_usage=2.0)]), grpc.StatusCode.INVALID_ARGUMENT,
+        "kv_cache_usage", id="bad-candidate"),
+])
+def test_pick_errors(request_, code, text):
+    async def calls(stub):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Pick(request_)
+        return caught.value
+    error, _ = run(calls, TablePredictor())
+    assert error.code() == code and text in error.details()
+
+
+def test_report_unknown_request():
+    async def calls(stub):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Report(router_pb2.ReportRequest(request_id="nope", e2e_ms=1))
+        return caught.value
+    error, _ = run(calls)
+    assert error.code() == grpc.StatusCode.NOT_FOUND

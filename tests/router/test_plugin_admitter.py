@@ -1,0 +1,33 @@
+import pytest
+
+from router.plugins.latency_slo_admitter import build
+from tests.router.routercases import cand, req
+
+SLO = {"slo_ttft": 500.0}
+SHED = {"slo_ttft_ms": 500.0, "priority": -1}
+BUSY = {"kv_cache_usage": 0.5}
+
+CASES = [
+    pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", 800, **SLO, **BUSY)], True,
+                 id="sheddable-none-meets-rejected"),
+    pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", 400, **SLO, **BUSY)], False,
+                 id="sheddable-one-meets-admitted"),
+    pytest.param(req(slo_ttft_ms=500.0, priority=0), [cand("a", 900, **SLO, **BUSY)], False,
+                 id="not-sheddable-admitted"),
+    pytest.param(req(priority=-1), [cand("a", 900, **BUSY)], False, id="no-slo-headers-admitted"),
+    pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", 900, **SLO, num_running=0, kv_cache_usage=0.3)],
+                 False, id="idle-server-admits"),
+    pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", 900, **SLO, kv_cache_usage=0.01)], False,
+                 id="cold-server-admits"),
+    pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", None, **BUSY)], False,
+                 id="fail-open-without-prediction"),
+    pytest.param(req(**SHED), [cand("a", None, **BUSY)], False, id="fail-open-no-predictions-at-all"),
+]
+
+
+@pytest.mark.parametrize("request_, candidates, rejected", CASES)
+def test_admitter(request_, candidates, rejected):
+    reason = build("admitter").admit(request_, candidates)
+    assert (reason is not None) == rejected
+    if rejected:
+        assert "priority -1" in reason and "SLO" in reason

@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+
+from contract.features import FEATURE_NAMES
+from router.plugins.predicted_latency_producer import build
+from router.roles import Candidate
+from tests.router.routercases import TablePredictor, ctx, req, server
+
+
+def candidates(*snaps):
+    return [Candidate(server=s) for s in snaps]
+
+
+def test_predicts_every_candidate_in_one_call_per_pool():
+    predictor = TablePredictor(base=100, per_waiting=50)
+    out = build("p").produce(req(prompt_tokens=700, max_tokens=64),
+                             candidates(server("a", num_waiting=0), server("b", num_waiting=2),
+                                        server("c", pool_key="h100")), ctx(predictor=predictor))
+    assert [c.prediction.ttft_ms for c in out] == [100.0, 200.0, 100.0]
+    assert sorted(pool for pool, _ in predictor.calls) == ["default", "h100"]
+    features = predictor.calls[0][1]
+    assert features.shape == (2, len(FEATURE_NAMES))
+    assert features[0, FEATURE_NAMES.index("prompt_tokens")] == 700
+    assert features[1, FEATURE_NAMES.index("max_tokens")] == 64
+    assert all(c.prediction.versions == {"ttft": 3, "tpot": 3} for c in out)
+
+
+CASES = [
+    pytest.param(dict(slo_ttft_ms=300.0), {}, 200.0, None, id="ttft-headroom"),
+    pytest.param(dict(slo_ttft_ms=300.0, slo_tpot_ms=50.0), {}, 200.0, None, id="tpot-ignored-when-not-streaming"),
+    pytest.param(dict(slo_ttft_ms=300.0, slo_tpot_ms=50.0, stream=True), {}, 200.0, 30.0, id="tpot-headroom-streaming"),
+    pytest.param(dict(slo_ttft_ms=300.0, slo_tpot_ms=50.0, stream=True), {"running_tpot_slos_ms": (40.0, 25.0)},
+                 200.0, 5.0, id="tightened-by-running-slos"),
+    pytest.param(dict(slo_ttft_ms=300.0, stream=True), {"running_tpot_slos_ms": (40.0,)}, 200.0, 20.0,
+                 id="running-slo-applies-without-own-tpot-slo"),
+    pytest.param(dict(), {}, None, None, id="no-slo-no-headroom"),
+]
+
+
+@pytest.mark.parametrize("fields, state, ttft_headroom, tpot_headroom", CASES)
+def test_headroom(fields, state, ttft_headroom, tpot_headroom):
+    (out,) = build("p").produce(req(**fields), candidates(server("a", **state)), ctx(predictor=TablePredictor()))
+    assert out.ttft_headroom_ms == ttft_headroom
+    assert out.tpot_headroom_ms == tpot_headroom
+
+
+def test_slo_buffer_factor_tightens_tpot():
+    (out,) = build("p", {"sloBufferFactor": 0.5}).produce(
+        req(slo_tpot_ms=60.0, stream=True), candidates(server("a")), ctx(predictor=TablePredictor(tpot=20.0)))
+    assert out.tpot_headroom_ms == 10.0
+
+
+def test_degrades_per_candidate():
+    predictor = TablePredictor(unavailable={"broken": "no-model"}, failing_rows={1})
+    out = build("p").produce(req(), candidates(server("a"), server("b"), server("c", pool_key="broken"),
+                                               server("d", metrics_age_s=60.0)), ctx(predictor=predictor))
+    assert [c.fallback_reason for c in out] == [None, "prediction-failed", "no-model", "stale-metrics"]
+    assert [c.predicted for c in out] == [True, False, False, False]
+
+
+def test_non_finite_prediction_is_a_failure():
+    class NanPredictor(TablePredictor):
+        def predict(self, pool_key, features):
+            batch = super().predict(pool_key, features)
+            batch.values["ttft"][0] = np.nan
+            return batch
+    (out,) = build("p").produce(req(), candidates(server("a")), ctx(predictor=NanPredictor()))
+    assert out.fallback_reason == "prediction-failed"
+
+
+def test_no_predictor():
+    (out,) = build("p").produce(req(), candidates(server("a")), ctx())
+    assert out.fallback_reason == "predictor-unavailable" and out.prediction is None

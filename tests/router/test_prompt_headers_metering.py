@@ -1,0 +1,94 @@
+import pytest
+
+from router.errors import RequestError
+from router.headers import parse_headers
+from router.metering import StreamMeter, meter_json
+from router.prompt import read_body
+
+
+@pytest.mark.parametrize("body, chat, tokens, blocks", [
+    pytest.param({"prompt": "a" * 130}, False, 33, 2, id="text-4-bytes-per-token"),
+    pytest.param({"prompt": ["é" * 2]}, False, 1, 0, id="one-element-list-utf8"),
+    pytest.param({"prompt": list(range(40))}, False, 40, 2, id="token-ids"),
+    pytest.param({"messages": [{"role": "user", "content": "x" * 100}]}, True, 28, 1, id="chat"),
+    pytest.param({"prompt": "hi", "headroom": {"prompt_tokens": 64, "hash_ids": [1, 2, 3, 4, 5]}}, False, 64, 4,
+                 id="trace-extension"),
+])
+def test_read_body(body, chat, tokens, blocks):
+    info = read_body(body, chat)
+    assert info.prompt_tokens == tokens and len(info.block_hashes) == blocks
+
+
+def test_shared_prefix_shares_hashes():
+    a = read_body({"prompt": "s" * 128 + "question one"}, False).block_hashes
+    b = read_body({"prompt": "s" * 128 + "another question"}, False).block_hashes
+    assert a[:2] == b[:2]
+
+
+@pytest.mark.parametrize("body, chat, message", [
+    pytest.param([], False, "JSON object", id="not-object"),
+    pytest.param({"prompt": 5}, False, "'prompt'", id="bad-prompt"),
+    pytest.param({"messages": []}, True, "'messages'", id="empty-messages"),
+    pytest.param({"prompt": "x", "max_tokens": -1}, False, "'max_tokens'", id="negative-max-tokens"),
+    pytest.param({"prompt": "x", "stream": "yes"}, False, "'stream'", id="bad-stream"),
+    pytest.param({"prompt": "x", "headroom": {"hash_ids": ["a"]}}, False, "hash_ids", id="bad-extension"),
+])
+def test_read_body_errors(body, chat, message):
+    with pytest.raises(RequestError, match=message):
+        read_body(body, chat)
+
+
+@pytest.mark.parametrize("headers, field, value", [
+    pytest.param({"X-SLO-TTFT-MS": "250"}, "slo_ttft_ms", 250.0, id="case-insensitive"),
+    pytest.param({"x-llm-d-slo-tpot-ms": "20"}, "slo_tpot_ms", 20.0, id="llm-d-alias"),
+    pytest.param({"x-slo-ttft-ms": "100", "x-llm-d-slo-ttft-ms": "100"}, "slo_ttft_ms", 100.0, id="agreeing-aliases"),
+    pytest.param({"x-request-priority": "-3"}, "priority", -3, id="priority"),
+    pytest.param({"x-prediction-based-scheduling": "TRUE"}, "opted_in", True, id="opt-in"),
+    pytest.param({"x-prediction-based-scheduling-off": "true"}, "opted_out", True, id="opt-out"),
+])
+def test_headers(headers, field, value):
+    assert getattr(parse_headers(headers), field) == value
+
+
+@pytest.mark.parametrize("headers, message", [
+    pytest.param({"x-slo-ttft-ms": "abc"}, "'x-slo-ttft-ms' must be a number", id="not-number"),
+    pytest.param({"x-slo-tpot-ms": "0"}, "positive", id="zero"),
+    pytest.param({"x-slo-tpot-ms": "inf"}, "finite", id="infinite"),
+    pytest.param({"x-slo-ttft-ms": "100", "x-llm-d-slo-ttft-ms": "200"}, "disagree", id="conflicting-aliases"),
+    pytest.param({"x-request-priority": "1.5"}, "integer", id="fractional-priority"),
+    pytest.param({"x-prediction-based-scheduling": "maybe"}, "true or false", id="bad-flag"),
+])
+def test_header_errors(headers, message):
+    with pytest.raises(RequestError, match=message):
+        parse_headers(headers)
+
+
+def sse(payload):
+    import json
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+def test_stream_meter_counts_tokens_not_chunks():
+    meter = StreamMeter(dispatched=10.0)
+    meter.feed(sse({"choices": [{"delta": {"role": "assistant"}}]}), 10.05)  # no text yet
+    meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[:10], 10.1)  # split across reads
+    meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[10:], 10.1)
+    meter.feed(sse({"choices": [{"delta": {"content": "cdef"}}]}), 10.3)
+    meter.feed(sse({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}) + b"data: [DONE]\n\n", 10.31)
+    done = meter.finish(10.32)
+    assert done.output_tokens == 5 and done.prompt_tokens == 7
+    assert done.ttft_ms == pytest.approx(100.0) and done.tpot_ms == pytest.approx(50.0)  # 200 ms over 4 tokens
+    assert done.e2e_ms == pytest.approx(320.0)
+
+
+def test_stream_meter_without_usage_counts_text_chunks():
+    meter = StreamMeter(dispatched=0.0)
+    for t in (0.1, 0.2, 0.3):
+        meter.feed(sse({"choices": [{"text": "x"}]}), t)
+    done = meter.finish(0.4)
+    assert done.output_tokens == 3 and done.tpot_ms == pytest.approx(100.0)
+
+
+def test_meter_json():
+    done = meter_json(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 9}}', 1.0, 1.5)
+    assert (done.e2e_ms, done.output_tokens, done.prompt_tokens, done.ttft_ms) == (500.0, 9, 3, None)

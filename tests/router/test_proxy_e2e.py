@@ -1,0 +1,162 @@
+"""The HTTP proxy end to end: real aiohttp model servers, the real router, a real HTTP client."""
+
+import asyncio
+import json
+
+import aiohttp
+
+from contract.settings import from_env
+from contract.topics import KafkaSettings
+from router.server import RouterServer
+from tests.router.routercases import TablePredictor, router_config, wait_for
+from tests.router.upstream import Upstream, upstreams
+
+PREDICT = {"x-prediction-based-scheduling": "true"}
+
+
+async def started(servers, predictor=None, **settings):
+    router = RouterServer(router_config([s.address for s in servers], **settings), from_env(KafkaSettings, {}),
+                          predictor=predictor)
+    await router.start()
+    assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
+    return router
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_non_streaming_request_is_proxied_and_recorded():
+    async def scenario():
+        async with upstreams(Upstream("a"), Upstream("b")) as servers:
+            router = await started(servers)
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions",
+                                     json={"prompt": "hello there", "max_tokens": 4}) as response:
+                    status, body, chosen = response.status, await response.json(), response.headers["x-headroom-server"]
+            await router.stop()
+            return status, body, chosen, router
+    status, body, chosen, router = run(scenario)
+    assert status == 200 and body["choices"][0]["text"] == "tok" * 4
+    (record,) = router.telemetry.records
+    assert record.server_id == chosen and record.stream is False
+    assert record.output_tokens == 4 and record.prompt_tokens == 11 and record.e2e_ms > 0
+    assert record.predicted_ttft_ms is None  # not opted in: heuristic profile
+    assert len(router.pool.inflight) == 0
+
+
+def test_streaming_measures_tpot_in_tokens_and_records_the_prediction():
+    async def scenario():
+        async with upstreams(Upstream("a", tokens_per_chunk=3), Upstream("b", tokens_per_chunk=3)) as servers:
+            router = await started(servers, predictor=TablePredictor(base=40.0, tpot=7.0))
+            chunks = []
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{router.http_port}/v1/chat/completions", headers=PREDICT,
+                                     json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9,
+                                           "stream": True}) as response:
+                    async for line in response.content:
+                        chunks.append(line)
+            await router.stop()
+            return chunks, router
+    chunks, router = run(scenario)
+    assert chunks[-2:] == [b"data: [DONE]\n", b"\n"]
+    (record,) = router.telemetry.records
+    assert record.stream is True and record.output_tokens == 9  # 3 chunks of 3 tokens, counted in tokens
+    assert record.ttft_ms is not None and record.tpot_ms is not None and record.tpot_ms > 0
+    assert (record.predicted_ttft_ms, record.predicted_tpot_ms) == (40.0, 7.0)
+    assert record.model_versions == {"ttft": 3, "tpot": 3}
+    assert 'headroom_router_decisions_total{profile="predicted"} 1.0' in router.metrics.exposition().decode()
+
+
+def test_header_errors_and_admission_rejection():
+    async def scenario():
+        busy = [Upstream("a", waiting=8, running=4, kv=0.6), Upstream("b", waiting=9, running=4, kv=0.7)]
+        async with upstreams(*busy) as servers:
+            router = await started(servers, predictor=TablePredictor(base=100.0, per_waiting=100.0))
+            url = f"http://127.0.0.1:{router.http_port}/v1/completions"
+            results = {}
+            async with aiohttp.ClientSession() as http:
+                for name, headers in {
+                    "bad-slo": {"x-slo-ttft-ms": "fast"},
+                    "negative-slo": {"x-llm-d-slo-ttft-ms": "-5"},
+                    "bad-priority": {"x-request-priority": "low"},
+                    "shed": {**PREDICT, "x-slo-ttft-ms": "200", "x-request-priority": "-1"},
+                    "not-sheddable": {**PREDICT, "x-slo-ttft-ms": "200"},
+                }.items():
+                    async with http.post(url, json={"prompt": "x", "max_tokens": 2}, headers=headers) as response:
+                        results[name] = (response.status, (await response.json()))
+                async with http.post(url, data=b"{not json") as response:
+                    results["bad-json"] = (response.status, await response.json())
+            await router.stop()
+            return results, router
+    results, router = run(scenario)
+    assert results["bad-slo"][0] == 400 and "'x-slo-ttft-ms'" in results["bad-slo"][1]["error"]["message"]
+    assert results["negative-slo"][0] == 400 and "positive" in results["negative-slo"][1]["error"]["message"]
+    assert results["bad-priority"][0] == 400
+    assert results["bad-json"][0] == 400
+    status, body = results["shed"]
+    assert status == 429 and "priority -1" in body["error"]["message"] and body["error"]["type"] == "admission_rejected"
+    assert results["not-sheddable"][0] == 200
+    text = router.metrics.exposition().decode()
+    assert "headroom_router_admissions_rejected_total 1.0" in text
+    assert "inference_objective_request_ttft_slo_violation_total 0.0" in text
+
+
+def test_same_prompt_sticks_to_the_warm_server():
+    async def scenario():
+        async with upstreams(*(Upstream(n) for n in "abcd")) as servers:
+            router = await started(servers, predictor=TablePredictor())
+            prompt = "a long shared system prompt " * 40
+            chosen = []
+            async with aiohttp.ClientSession() as http:
+                for _ in range(6):
+                    async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions", headers=PREDICT,
+                                         json={"prompt": prompt, "max_tokens": 1}) as response:
+                        chosen.append(response.headers["x-headroom-server"])
+            await router.stop()
+            return chosen
+    chosen = run(scenario)
+    assert len(set(chosen[1:])) == 1 and chosen[1] == chosen[0]
+
+
+def test_fallback_when_predictor_has_no_model_and_upstream_failure_releases_inflight():
+    async def scenario():
+        async with upstreams(Upstream("a")) as servers:
+            router = await started(servers, predictor=TablePredictor(unavailable={"default": "no-model"}))
+            url = f"http://127.0.0.1:{router.http_port}/v1/completions"
+            async with aiohttp.ClientSession() as http:
+                async with http.post(url, headers=PREDICT, json={"prompt": "x", "max_tokens": 2}) as response:
+                    ok = response.status
+                await servers[0].stop()  # the server dies; the router still believes in it briefly
+                async with http.post(url, json={"prompt": "x", "max_tokens": 2}) as response:
+                    failed = response.status, await response.json()
+            await router.stop()
+            return ok, failed, router
+    ok, failed, router = run(scenario)
+    assert ok == 200 and failed[0] == 502 and "s0" in failed[1]["error"]["message"]
+    text = router.metrics.exposition().decode()
+    assert 'headroom_router_fallbacks_total{reason="no-model",scope="full"} 1.0' in text
+    assert 'headroom_router_request_errors_total{kind="upstream-connection"} 1.0' in text
+    assert len(router.pool.inflight) == 0
+
+
+def test_server_file_changes_reach_the_running_router(tmp_path):
+    async def scenario():
+        async with upstreams(Upstream("a"), Upstream("b")) as servers:
+            path = tmp_path / "pool.yaml"
+            path.write_text(f"servers: [{{id: a, address: '{servers[0].address}'}}]\n")
+            from router.config import load_config
+            config = load_config({"settings": {"httpPort": 0, "pickPort": -1, "extProcPort": -1, "telemetry": False,
+                                               "predictor": "none", "serverFilePollS": 0.02},
+                                  "serversFile": str(path)}, environ={})
+            router = RouterServer(config, from_env(KafkaSettings, {}))
+            await router.start()
+            first = sorted(router.pool.servers)
+            path.write_text(f"servers: [{{id: a, address: '{servers[0].address}'}}, "
+                            f"{{id: b, address: '{servers[1].address}'}}]\n")
+            grew = await wait_for(lambda: sorted(router.pool.servers) == ["a", "b"])
+            await router.stop()
+            return first, grew, router.pick_port, router.ext_proc_port
+    first, grew, pick_port, ext_proc_port = run(scenario)
+    assert first == ["a"] and grew
+    assert (pick_port, ext_proc_port) == (0, 0)  # disabled listeners

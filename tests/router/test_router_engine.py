@@ -1,0 +1,81 @@
+import pytest
+
+from router.engine import Engine
+from router.errors import NoCandidates
+from router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from tests.router.routercases import TablePredictor, ctx, req, server
+
+NO_EXPLORATION = {**DEFAULT_PIPELINE, "plugins": [
+    {**p, "params": {"explorationProbability": 0.0}} if p["type"] == "prefix-cache-affinity-filter" else
+    {**p, "params": {"epsilonExploreNeg": 0.0}} if p["type"] == "slo-headroom-tier-filter" else p
+    for p in DEFAULT_PIPELINE["plugins"]]}
+
+
+@pytest.fixture
+def engine():
+    return Engine(load_pipeline(NO_EXPLORATION))
+
+
+def test_predicted_profile_picks_fastest(engine):
+    servers = [server("a", num_waiting=4), server("b", num_waiting=0), server("c", num_waiting=9)]
+    picks = {engine.decide(req(), servers, ctx(seed, TablePredictor())).chosen.server.server_id for seed in range(50)}
+    decision = engine.decide(req(), servers, ctx(0, TablePredictor()))
+    assert decision.profile == "predicted" and decision.fallback is None
+    assert "c" not in picks and "b" in picks  # the slowest scores 0
+
+
+def test_not_opted_in_takes_heuristic(engine):
+    decision = engine.decide(req(predict=False), [server("a")], ctx(0, TablePredictor()))
+    assert decision.profile == "heuristic" and decision.fallback is None
+    assert decision.candidates[0].prediction is None
+
+
+def test_warm_up_falls_back_fully_with_reason(engine):
+    predictor = TablePredictor(unavailable={"default": "no-model"})
+    decision = engine.decide(req(), [server("a"), server("b")], ctx(0, predictor))
+    assert decision.profile == "heuristic"
+    assert (decision.fallback, decision.fallback_reasons) == ("full", ("no-model",))
+    assert decision.chosen is not None
+
+
+def test_partial_fallback_scores_unpredicted_with_heuristic(engine):
+    predictor = TablePredictor(failing_rows={1})
+    servers = [server("a", num_waiting=1, kv_cache_usage=0.9), server("b", num_waiting=0, kv_cache_usage=0.1)]
+    decision = engine.decide(req(), servers, ctx(0, predictor))
+    assert decision.profile == "predicted"
+    assert (decision.fallback, decision.fallback_reasons) == ("partial", ("prediction-failed",))
+    scores = {s.candidate.server.server_id: s.score for s in decision.scored}
+    # "a" is the only predicted candidate (latency score 1); "b" gets the heuristic mean of kv-free 0.9,
+    # queue 1 (alone in its group) and prefix 0.
+    assert scores["a"] == pytest.approx(1.0) and scores["b"] == pytest.approx((0.9 + 1.0 + 0.0) / 3)
+
+
+def test_sheddable_rejected_when_nobody_meets_slo(engine):
+    servers = [server("a", num_waiting=20, kv_cache_usage=0.5), server("b", num_waiting=30, kv_cache_usage=0.6)]
+    decision = engine.decide(req(slo_ttft_ms=200.0, priority=-1), servers, ctx(0, TablePredictor()))
+    assert decision.chosen is None and "priority -1" in decision.rejection
+
+
+def test_sheddable_admitted_in_fallback(engine):
+    servers = [server("a", num_waiting=20, kv_cache_usage=0.5)]
+    decision = engine.decide(req(slo_ttft_ms=200.0, priority=-1), servers, ctx(0, TablePredictor(unavailable={"default": "unreachable"})))
+    assert decision.chosen is not None and decision.fallback == "full"
+
+
+def test_slo_request_goes_to_positive_tier(engine):
+    servers = [server("a", num_waiting=0), server("b", num_waiting=10), server("c", num_waiting=2)]
+    picks = {engine.decide(req(slo_ttft_ms=300.0), servers, ctx(seed, TablePredictor())).chosen.server.server_id
+             for seed in range(40)}
+    assert picks <= {"a", "c"} and "a" in picks  # "most" spreads: a has the most headroom (200 ms of 300)
+
+
+def test_no_servers(engine):
+    with pytest.raises(NoCandidates):
+        engine.decide(req(), [], ctx())
+
+
+def test_wants_prediction():
+    engine = Engine(load_pipeline(None))
+    assert (engine.wants_prediction(False, False), engine.wants_prediction(True, False)) == (False, True)
+    engine_all = Engine(load_pipeline({**DEFAULT_PIPELINE, "predictAll": True}))
+    assert (engine_all.wants_prediction(False, False), engine_all.wants_prediction(False, True)) == (True, False)

@@ -1,0 +1,59 @@
+from router.state.inflight import Inflight
+from router.state.prefix_index import PrefixIndex, block_hashes
+
+
+def test_inflight_counts_and_never_negative():
+    inflight = Inflight(ttl_s=60)
+    inflight.start("r1", "a", 100, 30.0, now=0)
+    inflight.start("r2", "a", 50, None, now=1)
+    inflight.start("r3", "b", 10, None, now=1)
+    load = inflight.load()
+    assert (load["a"].requests, load["a"].prompt_tokens, load["a"].tpot_slos_ms) == (2, 150, (30.0,))
+    inflight.finish("r1")
+    inflight.finish("r1")
+    inflight.finish("unknown")
+    assert inflight.load()["a"].requests == 1 and len(inflight) == 2
+    inflight.finish("r2")
+    inflight.finish("r3")
+    assert inflight.load() == {}
+
+
+def test_inflight_expires_with_ttl():
+    inflight = Inflight(ttl_s=10)
+    inflight.start("old", "a", 100, None, now=0)
+    inflight.start("new", "a", 100, None, now=8)
+    assert inflight.expire(now=11) == ["a"]
+    assert inflight.load()["a"].requests == 1
+
+
+def test_block_hashes_chain():
+    a = block_hashes(list(range(40)))
+    b = block_hashes(list(range(32)) + [99] * 8)
+    c = block_hashes([7] + list(range(1, 40)))
+    assert len(a) == 2 and a == b  # the partial third block is not hashed
+    assert c[0] != a[0] and c[1] != a[1]  # a change in block 0 changes every later hash
+
+
+def test_prefix_match_fraction_and_lru():
+    index = PrefixIndex(max_blocks=4)
+    shared = block_hashes(list(range(64)))  # 4 blocks
+    index.record("a", shared)
+    assert index.match("a", shared, 64) == 1.0
+    assert index.match("a", shared[:2] + (1, 2), 64) == 0.5
+    assert index.match("b", shared, 64) == 0.0
+    index.record("a", block_hashes(list(range(1000, 1032))))  # 2 new blocks evict the 2 oldest
+    assert index.size("a") == 4
+    assert index.match("a", shared, 64) == 0.0  # leading block evicted
+    index.forget("a")
+    assert index.size("a") == 0
+
+
+def test_matches_walks_all_servers_at_once():
+    index = PrefixIndex()
+    prompt = block_hashes(list(range(160)))  # 10 blocks
+    index.record("full", prompt)
+    index.record("half", prompt[:5])
+    index.record("other", block_hashes(list(range(500, 660))))
+    assert index.matches(prompt, 160) == {"full": 1.0, "half": 0.5}
+    index.forget("full")
+    assert index.matches(prompt, 160) == {"half": 0.5}

@@ -1,0 +1,101 @@
+import asyncio
+import math
+
+from aiohttp import web
+
+from router.state.pool import PoolState
+from router.state.prefix_index import block_hashes
+from router.state.scraper import MetricsScraper
+from router.state.server_metrics import ServerMetrics
+from router.state.servers import ServerFile, ServerSpec, parse_servers
+from tests.router.routercases import req
+
+import pytest
+
+from router.errors import ConfigError
+
+
+def test_snapshot_combines_metrics_inflight_and_prefix():
+    pool = PoolState((ServerSpec("a", "127.0.0.1:1"), ServerSpec("b", "127.0.0.1:2", "h100")))
+    pool.scraped("a", ServerMetrics(0.5, 2, 3), now=10.0)
+    pool.scraped("b", ServerMetrics(0.1, 0, 0), now=9.0)
+    hashes = block_hashes(list(range(64)))
+    first = req(request_id="r1", prompt_tokens=64, block_hashes=hashes, stream=True, slo_tpot_ms=25.0)
+    pool.dispatched(first, "a", now=10.0)
+    snaps = {s.server_id: s for s in pool.snapshots(req(prompt_tokens=64, block_hashes=hashes), now=10.5)}
+    a, b = snaps["a"], snaps["b"]
+    assert (a.kv_cache_usage, a.num_waiting, a.num_running) == (0.5, 2, 3)
+    assert (a.inflight_requests, a.inflight_prompt_tokens, a.running_tpot_slos_ms) == (1, 64, (25.0,))
+    assert a.prefix_match == 1.0 and b.prefix_match == 0.0
+    assert a.metrics_age_s == 0.5 and b.pool_key == "h100"
+    pool.completed("r1")
+    assert pool.snapshots(req(), now=11)[0].inflight_requests == 0
+
+
+def test_unhealthy_servers_leave_candidates_until_none_remain():
+    pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2")), unhealthy_after_s=5)
+    pool.scraped("a", ServerMetrics(0, 0, 0), now=0)
+    pool.scraped("b", ServerMetrics(0, 0, 0), now=4)
+    assert [s.server_id for s in pool.snapshots(req(), now=8)] == ["b"]
+    assert sorted(s.server_id for s in pool.snapshots(req(), now=100)) == ["a", "b"]
+    never = PoolState((ServerSpec("c", "h:3"),))
+    assert math.isinf(never.snapshots(req(), now=0)[0].metrics_age_s)
+
+
+def test_server_list_change_drops_state():
+    pool = PoolState((ServerSpec("a", "h:1"),))
+    pool.dispatched(req(block_hashes=(1, 2)), "a", now=0)
+    pool.set_servers((ServerSpec("b", "h:2"),))
+    assert list(pool.servers) == ["b"] and pool.prefix.size("a") == 0
+
+
+def test_server_file_is_reread_when_changed(tmp_path):
+    path = tmp_path / "servers.yaml"
+    path.write_text("servers:\n  - {id: a, address: '127.0.0.1:8001'}\n")
+    watched = ServerFile(path)
+    assert [s.server_id for s in watched.servers] == ["a"]
+    assert watched.refresh() is False
+    path.write_text("servers:\n  - {id: a, address: '127.0.0.1:8001'}\n  - {id: b, address: '127.0.0.1:8002', pool: x}\n")
+    assert watched.refresh() is True and [s.pool_key for s in watched.servers] == ["default", "x"]
+    path.write_text("servers: nope\n")
+    assert watched.refresh() is False and "must be a list" in watched.last_error
+    assert len(watched.servers) == 2  # the broken file keeps the previous list
+
+
+@pytest.mark.parametrize("entries, message", [
+    pytest.param([{"address": "nohost"}], "address must be 'host:port'", id="bad-address"),
+    pytest.param([{"address": "h:1", "port": 2}], "unknown key 'port'", id="unknown-key"),
+    pytest.param([{"address": "h:1"}, {"address": "h:1"}], "duplicate server id 'h:1'", id="duplicate"),
+])
+def test_server_entry_errors(entries, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_servers(entries)
+
+
+def test_scraper_reads_live_metrics_endpoints():
+    async def scenario():
+        async def metrics(request):
+            return web.Response(text="# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 4\n"
+                                     "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n")
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        pool = PoolState((ServerSpec("up", f"127.0.0.1:{port}"), ServerSpec("down", "127.0.0.1:1")))
+        scraper = MetricsScraper(pool, interval_s=0.01, timeout_s=1.0)
+        stop = asyncio.Event()
+        task = asyncio.create_task(scraper.run(stop))
+        for _ in range(200):
+            if scraper.rounds >= 2:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        await runner.cleanup()
+        return pool
+    pool = asyncio.run(scenario())
+    assert pool.scrapes["up"].metrics == ServerMetrics(0.25, 4, 0)
+    assert pool.scrapes["down"].metrics is None and "127.0.0.1:1" in pool.scrapes["down"].error

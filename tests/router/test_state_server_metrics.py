@@ -1,0 +1,44 @@
+import pytest
+
+from router.state.server_metrics import MetricsFormatError, ServerMetrics, parse_metrics
+
+VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="llama"} 3.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="llama"} 7.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="llama"} 0.42
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{model_name="llama"} 12345.0
+"""
+TWO_MODELS = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 1
+vllm:num_requests_waiting{model_name="b"} 2
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="a"} 0.1
+vllm:gpu_cache_usage_perc{model_name="b"} 0.3
+"""
+JETSTREAM = """# TYPE jetstream_prefill_backlog_size gauge
+jetstream_prefill_backlog_size{id="x"} 5
+# TYPE jetstream_slots_used_percentage gauge
+jetstream_slots_used_percentage{id="x"} 0.75
+"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    pytest.param(VLLM, ServerMetrics(0.42, 3, 7), id="vllm"),
+    pytest.param(TWO_MODELS, ServerMetrics(0.3, 3, 0), id="label-sets-summed-usage-max"),
+    pytest.param(JETSTREAM, ServerMetrics(0.75, 5, 0), id="jetstream"),
+])
+def test_parse(text, expected):
+    assert parse_metrics(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    pytest.param("# TYPE other gauge\nother 1\n", "none of the metrics", id="unknown-metrics"),
+    pytest.param("vllm:num_requests_waiting{ 1\n", "not Prometheus text", id="garbage"),
+])
+def test_rejects(text, message):
+    with pytest.raises(MetricsFormatError, match=message):
+        parse_metrics(text)

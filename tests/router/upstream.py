@@ -1,0 +1,91 @@
+"""A minimal real OpenAI-compatible model server for router tests (aiohttp, on 127.0.0.1).
+
+Streams ``max_tokens`` tokens (default 6), ``tokens_per_chunk`` per SSE chunk, ``token_delay_s`` apart,
+ends with a ``usage`` chunk when asked (``stream_options.include_usage``), and serves vLLM metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+
+class Upstream:
+    def __init__(self, name: str, *, waiting: int = 0, running: int = 0, kv: float = 0.1,
+                 tokens_per_chunk: int = 1, token_delay_s: float = 0.002):
+        self.name = name
+        self.waiting, self.running, self.kv = waiting, running, kv
+        self.tokens_per_chunk = tokens_per_chunk
+        self.token_delay_s = token_delay_s
+        self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> Upstream:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._complete)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=(
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{model_name="m"}} {self.waiting}\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="m"}} {self.running}\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{model_name="m"}} {self.kv}\n'))
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.received.append((request.path, dict(request.headers), body))
+        tokens = body.get("max_tokens") or 6
+        chat = request.path.endswith("chat/completions")
+        usage = {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens}
+        if not body.get("stream"):
+            await asyncio.sleep(self.token_delay_s * tokens)
+            text = "tok" * tokens
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+            return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage})
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        sent = 0
+        while sent < tokens:
+            n = min(self.tokens_per_chunk, tokens - sent)
+            piece = "tok" * n
+            choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            await response.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+            sent += n
+            await asyncio.sleep(self.token_delay_s)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+@asynccontextmanager
+async def upstreams(*servers: Upstream):
+    for s in servers:
+        await s.start()
+    try:
+        yield servers
+    finally:
+        for s in servers:
+            await s.stop()
