@@ -7,7 +7,7 @@ simulated time comes. Endpoints:
 
 - ``POST /v1/completions`` and ``POST /v1/chat/completions`` — JSON, or SSE with ``"stream": true``
   (one token per chunk, then a chunk with ``usage``, then ``data: [DONE]``). The prompt may be text,
-  token ids or chat messages (counted by :mod:`sim.textprompt`); the output has ``max_tokens`` tokens
+  token ids or chat messages (counted by :mod:`contract.prompt`); the output has ``max_tokens`` tokens
   (default 16) of filler text. The extension field ``"headroom": {"prompt_tokens": N, "hash_ids":
   [...], "output_tokens": M}`` sets exact counts and 16-token block hashes (e.g. from a trace). Every
   response carries ``"headroom": {"server_id", "ttft_ms", "tpot_ms", "e2e_ms"}`` — the simulated times.
@@ -32,7 +32,7 @@ from sim.exposition import CONTENT_TYPE, metrics_registry, render
 from sim.profile import ServerProfile
 from sim.request import Request
 from sim.sequence import SeqState
-from sim.textprompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
+from contract.prompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
 
 DEFAULT_MAX_TOKENS = 16
 FILLER = " tok"

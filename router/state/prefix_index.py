@@ -1,7 +1,7 @@
 """An approximate per-server index of prompt prefix blocks, built from the router's own decisions.
 
-A prompt is cut into 16-token blocks; block ``i``'s hash chains the hash of block ``i-1`` with its tokens,
-so equal hashes mean equal prefixes. When the router sends a prompt to a server it records the prompt's
+A prompt is cut into 16-token blocks hashed as a chain (:mod:`contract.prompt`), so equal hashes mean
+equal prefixes. When the router sends a prompt to a server it records the prompt's
 block hashes there; a later prompt's match on that server is the share of its tokens covered by its
 leading blocks the server has seen. Each server keeps at most ``max_blocks`` hashes, least recently used
 evicted first (a stand-in for the server's own cache eviction).
@@ -9,23 +9,10 @@ evicted first (a stand-in for the server's own cache eviction).
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections import OrderedDict
 from collections.abc import Sequence
 
-BLOCK_TOKENS = 16
-
-
-def block_hashes(tokens: Sequence[int], block_tokens: int = BLOCK_TOKENS) -> tuple[int, ...]:
-    """Chained 64-bit hashes of the full ``block_tokens``-token blocks of ``tokens``."""
-    hashes = []
-    previous = 0
-    for start in range(0, len(tokens) - block_tokens + 1, block_tokens):
-        block = struct.pack(f"<Q{block_tokens}q", previous, *tokens[start:start + block_tokens])
-        previous = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "little")
-        hashes.append(previous)
-    return tuple(hashes)
+from contract.prompt import BLOCK_TOKENS
 
 
 class PrefixIndex:

@@ -1,5 +1,6 @@
 from router.state.inflight import Inflight
-from router.state.prefix_index import PrefixIndex, block_hashes
+from contract.prompt import token_block_hashes as block_hashes
+from router.state.prefix_index import PrefixIndex
 
 
 def test_inflight_counts_and_never_negative():

@@ -4,7 +4,7 @@ import math
 from aiohttp import web
 
 from router.state.pool import PoolState
-from router.state.prefix_index import block_hashes
+from contract.prompt import token_block_hashes as block_hashes
 from router.state.scraper import MetricsScraper
 from router.state.server_metrics import ServerMetrics
 from router.state.servers import ServerFile, ServerSpec, parse_servers

@@ -1,0 +1,53 @@
+"""Prompts as headroom counts them: a token estimate for text and chained hashes of 16-token blocks.
+
+Text is one token per 4 UTF-8 bytes (rounded up, at least 1) — a stable estimate, not a tokenizer; token
+ids count as given. Block ``i`` covers tokens ``16i .. 16i+15`` (bytes ``64i .. 64i+63`` of text) and its
+hash chains the previous block's hash with its content, the way vLLM hashes KV blocks: two prompts share
+a cached prefix exactly as far as their leading hashes agree. The router's prefix index, the simulated
+servers and the trace-replay extension (``headroom.hash_ids``) all use these, so they agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+BLOCK_TOKENS = 16
+BYTES_PER_TOKEN = 4
+
+
+def count_tokens(text: str) -> int:
+    return max(1, -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN))
+
+
+def text_block_hashes(text: str) -> tuple[int, ...]:
+    """Chained hashes of the full 16-token blocks of ``text``."""
+    raw = text.encode("utf-8")
+    size = BLOCK_TOKENS * BYTES_PER_TOKEN
+    return _chain([raw[i:i + size] for i in range(0, len(raw) - size + 1, size)])
+
+
+def token_block_hashes(token_ids: Sequence[int]) -> tuple[int, ...]:
+    """Chained hashes of the full 16-token blocks of a pre-tokenized prompt."""
+    full = len(token_ids) // BLOCK_TOKENS * BLOCK_TOKENS
+    return _chain([",".join(map(str, token_ids[i:i + BLOCK_TOKENS])).encode() for i in range(0, full, BLOCK_TOKENS)])
+
+
+def chat_text(messages: Sequence[Mapping]) -> str:
+    """The text a chat request's messages stand for: ``<|role|>\\ncontent\\n`` per message, text parts only."""
+    parts = []
+    for message in messages:
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+        parts.append(f"<|{message.get('role', 'user')}|>\n{content}\n")
+    return "".join(parts)
+
+
+def _chain(blocks: Sequence[bytes]) -> tuple[int, ...]:
+    hashes, previous = [], b""
+    for block in blocks:
+        digest = hashlib.blake2b(previous + block, digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "big") >> 1)
+        previous = digest
+    return tuple(hashes)
