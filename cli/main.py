@@ -12,6 +12,8 @@ COMMANDS = (
     "localkafka.cli",
     "predictor.cli",
     "demo.cli",
+    "streams.cli",
+    "trainer.cli",
     "autoscale.cli",
     "router.cli",
     "sim.cli",

@@ -1,57 +1,53 @@
-"""``headroom demo`` — start the local broker, send telemetry through it, print what came back."""
+"""``headroom demo`` — the whole system on one machine under trace load, with a live view and a report."""
 
 from __future__ import annotations
 
 import argparse
+import signal
+from dataclasses import replace
+from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.live import Live
 
 from cli.main import CommandError
 from contract.settings import from_env
-from contract.topics import KafkaSettings
-from demo.telemetry_roundtrip import round_trip, synthetic_records
-from localkafka import broker
-from localkafka.cli import start
+from demo.processes import ComponentFailed
+from demo.settings import DemoSettings
 from localkafka.errors import BrokerError
-from localkafka.settings import BrokerSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker")
-    parser.add_argument("--records", type=int, default=5000, help="telemetry records to send (default 5000)")
-    parser.add_argument("--servers", type=int, default=8, help="simulated servers (default 8)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--keep-kafka", action="store_true", help="leave the broker running afterwards")
+    parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker and a simulated pool")
+    parser.add_argument("--duration", type=float, help="seconds of load (default 120)")
+    parser.add_argument("--rate", type=float, help="requests/s of the time-scaled Azure trace (default 6)")
+    parser.add_argument("--report-dir", type=Path, help="where the report goes (default demo-report/)")
+    parser.add_argument("--seed", type=int)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from demo.run import run as run_demo, write_report
+    from demo.view import live_panel, summary_tables
+
+    settings = from_env(DemoSettings)
+    overrides = {"duration_s": args.duration, "rate": args.rate, "report_dir": args.report_dir, "seed": args.seed}
+    settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    signal.signal(signal.SIGTERM, _stop)  # so a terminated demo still shuts its processes down
     console = Console()
-    broker_settings = from_env(BrokerSettings)
-    was_running = broker.status(broker_settings).running
+    console.print(f"headroom demo: {settings.fast_servers} H100 + {settings.slow_servers} A100 simulated servers, "
+                  f"Azure conversation trace at {settings.rate:g} req/s for {settings.duration_s:g} s; the H100 "
+                  f"servers slow down {settings.slowdown:g}x at {settings.regime_change_at:.0%} of the run")
     try:
-        with console.status("starting the local Kafka broker"):
-            status, _ = start(broker_settings)
-    except BrokerError as err:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            report = run_demo(settings, on_tick=lambda tick: live.update(live_panel(tick)))
+    except (BrokerError, ComponentFailed) as err:
         raise CommandError(str(err)) from err
-    console.print(f"Kafka on {status.bootstrap} (pid {status.pid})")
-    try:
-        settings = from_env(KafkaSettings, bootstrap_servers=broker_settings.bootstrap)
-        records = synthetic_records(args.records, args.servers, args.seed)
-        with console.status(f"sending {len(records)} telemetry records through Kafka"):
-            summary = round_trip(settings, records)
-    finally:
-        if not (was_running or args.keep_kafka):
-            broker.down(broker_settings)
-    table = Table(title=f"telemetry read back from '{settings.telemetry_topic}'")
-    for column in ("server", "records", "mean TTFT ms", "mean TPOT ms"):
-        table.add_column(column, justify="right")
-    for server, (count, ttft, tpot) in summary.by_server.items():
-        table.add_row(server, str(count), f"{ttft:.1f}", f"{tpot:.2f}")
-    console.print(table)
-    console.print(f"produced {summary.produced} in {summary.produce_s:.2f} s, consumed {summary.consumed} "
-                  f"in {summary.consume_s:.2f} s, duplicates {summary.duplicates}")
-    if summary.consumed != summary.produced or summary.duplicates:
-        raise CommandError("telemetry was lost or duplicated on the way through Kafka")
+    console.print(summary_tables(report))
+    path = write_report(report, settings.report_dir)
+    console.print(f"report: {path}  ({report.seconds:.0f} s in all)")
     return 0
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -7,11 +7,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from cli.main import CommandError
 from contract.settings import from_env
 from contract.topics import KafkaSettings
 from localkafka import admin, broker
 from localkafka.errors import BrokerError
+from localkafka.selftest import round_trip, synthetic_records
 from localkafka.settings import BrokerSettings
 
 
@@ -20,11 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = group.add_subparsers(dest="kafka_command", required=True, metavar="ACTION")
     for name, run, text in (("up", _up, "start the broker (idempotent) and create the topics"),
                             ("down", _down, "stop the broker"),
-                            ("status", _status, "say whether the broker runs and answers")):
+                            ("status", _status, "say whether the broker runs and answers"),
+                            ("check", _check, "send synthetic telemetry through the broker and read it back")):
         parser = commands.add_parser(name, help=text)
         parser.add_argument("--state-dir", type=Path, help="folder for broker data, log and pid file "
                             "(default $HEADROOM_STATE_DIR or .headroom)")
         parser.set_defaults(run=run)
+        if name == "check":
+            parser.add_argument("--records", type=int, default=5000, help="telemetry records to send")
+            parser.add_argument("--servers", type=int, default=8, help="servers the records are spread over")
 
 
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
@@ -67,3 +75,23 @@ def _status(args: argparse.Namespace) -> int:
     state = "answering" if status.answering else "NOT answering"
     print(f"Kafka is running on {status.bootstrap} (pid {status.pid}), {state}; log {status.log_file}")
     return 0 if status.answering else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if not broker.status(settings).answering:
+        raise CommandError(f"no broker answers on {settings.bootstrap}; run `headroom kafka up` first")
+    kafka = from_env(KafkaSettings, bootstrap_servers=settings.bootstrap)
+    summary = round_trip(kafka, synthetic_records(args.records, args.servers, seed=1))
+    console = Console()
+    table = Table(title=f"telemetry read back from '{kafka.telemetry_topic}'")
+    for column in ("server", "records", "mean TTFT ms", "mean TPOT ms"):
+        table.add_column(column, justify="right")
+    for server, (count, ttft, tpot) in summary.by_server.items():
+        table.add_row(server, str(count), f"{ttft:.1f}", f"{tpot:.2f}")
+    console.print(table)
+    console.print(f"produced {summary.produced} in {summary.produce_s:.2f} s, consumed {summary.consumed} "
+                  f"in {summary.consume_s:.2f} s, duplicates {summary.duplicates}")
+    if summary.consumed != summary.produced or summary.duplicates:
+        raise CommandError("telemetry was lost or duplicated on the way through Kafka")
+    return 0

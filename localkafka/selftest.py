@@ -1,4 +1,4 @@
-"""Synthetic telemetry through the local broker and back: produce records, consume them, summarise.
+"""A self-test of a broker: synthetic telemetry produced to it and read back, exactly once.
 
 The records come from a small explicit latency model (TTFT grows with queue and non-cached prompt
 tokens, TPOT with running batch and KV usage) so the summary has something real to show.

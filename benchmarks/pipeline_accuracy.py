@@ -1,0 +1,113 @@
+"""Accuracy benchmark: the pipeline's models on simulator telemetry from the shared traces, scored online.
+
+The simulator (``sim``) replays a trace on a pool of calibrated servers routed by the composite heuristic.
+The telemetry then flows, in completion order, through the worker's own ingest path (validation, strata,
+capped and aged windows) and training rounds (holdout, fit, promotion gate) every ``--interval`` seconds
+of event time, exactly as in ``headroom worker``. Every record is first predicted by the models live at
+its completion (prequential evaluation: what a router would have got), so each prediction is on data the
+model has never seen. Usage: ``python benchmarks/pipeline_accuracy.py --trace azure --load 0.7``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from contract.features import records_matrix, target_value  # noqa: E402
+from contract.telemetry import encode  # noqa: E402
+from sim.bench import capacity_rps  # noqa: E402
+from sim.policies import policy  # noqa: E402
+from sim.pool import run, uniform_pool  # noqa: E402
+from sim.traces import load_azure, load_mooncake  # noqa: E402
+from streams.ingest import Ingestor  # noqa: E402
+from streams.settings import PipelineSettings  # noqa: E402
+from streams.windows import Windows  # noqa: E402
+from trainer.drift import ErrorDriftDetector  # noqa: E402
+from trainer.evaluation import score  # noqa: E402
+from trainer.fit import predict  # noqa: E402
+from trainer.live import LiveModels, live_model  # noqa: E402
+from trainer.policy import RetrainPolicy  # noqa: E402
+from trainer.rounds import train_round  # noqa: E402
+
+LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
+
+
+def simulate(trace: str, load: float, servers: int, limit: int, seed: int):
+    loader = LOADERS[trace]
+    capacity = capacity_rps(loader(limit=500)) * servers
+    requests = loader(rate=load * capacity, limit=limit, stream_fraction=0.8, seed=seed)
+    return run(requests, uniform_pool(servers), policy("composite", seed), seed=seed).records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", choices=sorted(LOADERS), default="azure")
+    parser.add_argument("--load", type=float, default=0.7, help="offered load as a fraction of pool capacity")
+    parser.add_argument("--servers", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=12_000)
+    parser.add_argument("--interval", type=float, default=10.0, help="event-time seconds between retrains")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    records = sorted(simulate(args.trace, args.load, args.servers, args.requests, args.seed),
+                     key=lambda r: r.completion_ts)
+    settings = PipelineSettings()
+    ingestor = Ingestor(Windows(settings.limits), lambda w: RetrainPolicy(settings.rule, ErrorDriftDetector()))
+    live = LiveModels()
+    pool_key = records[0].pool_key
+    scored: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    rounds, round_seconds, promoted = 0, 0.0, 0
+    start = records[0].completion_ts
+    chunks: dict[int, list] = {}
+    for record in records:
+        chunks.setdefault(int((record.completion_ts - start) // args.interval), []).append(record)
+    offset = 0
+    for index in sorted(chunks):
+        chunk = chunks[index]
+        features = records_matrix(chunk)
+        for target in ("ttft", "tpot", "e2e"):
+            rows = [i for i, r in enumerate(chunk) if target_value(r, target) is not None]
+            for objective in ("mean", "quantile"):
+                model = live.get(pool_key, target, objective)
+                if model is None or not rows:
+                    continue
+                actual, predicted = scored.setdefault((target, objective), ([], []))
+                actual.extend(target_value(chunk[i], target) for i in rows)
+                predicted.extend(predict(model.booster, features[rows]).tolist())
+        for record in chunk:
+            ingestor.ingest(encode(record), 0, offset)
+            offset += 1
+        for target in ("ttft", "tpot", "e2e"):
+            samples = ingestor.windows.samples((pool_key, target))
+            if len(samples) < settings.min_samples:
+                continue
+            began = time.perf_counter()
+            for outcome in train_round(pool_key, target, samples, live, settings.train_params,
+                                       settings.round_spec, now=time.time()):
+                if outcome.update is not None:
+                    live.offer(live_model(outcome.update, outcome.booster))
+                    promoted += 1
+            rounds += 1
+            round_seconds += time.perf_counter() - began
+    print(f"{args.trace} at {args.load:.0%} load on {args.servers} servers: {len(records)} records over "
+          f"{records[-1].completion_ts - start:.0f} s; mean waiting queue "
+          f"{np.mean([r.num_waiting for r in records]):.2f}, mean KV {np.mean([r.kv_cache_usage for r in records]):.2f}; "
+          f"{rounds} rounds ({round_seconds / max(rounds, 1):.2f} s each), {promoted} promotions")
+    for (target, objective), (actual, predicted) in sorted(scored.items()):
+        m = score(np.array(actual), np.array(predicted), settings.quantile)
+        line = f"  {target:4s} {objective:8s} {m.rows:6d} predictions: "
+        if objective == "mean":
+            line += f"MAE {m.mae:9.2f} ms  MAPE {100 * m.mape:5.1f}%"
+        else:
+            line += f"p{round(100 * settings.quantile)} coverage {m.coverage:.3f}"
+        print(line + f"  (observed median {np.median(actual):.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Freshness benchmark: seconds from a regime change in the simulator to a better model on ``model-updates``.
+
+The simulator replays the Azure trace on 4 servers; at ``--change-at`` seconds every server becomes
+``--slowdown`` times slower. Telemetry before the change is published first (the worker trains its
+first models; then the router predicts with them, so live residuals exist); telemetry after the change
+is published paced at its real rate, carrying the predictions of the models that were live at the
+change. The clock starts with the first post-change record. A model counts as fresh when its window
+includes post-change telemetry and it beats the pre-change model on the post-change records. Usage:
+``python benchmarks/pipeline_freshness.py --bootstrap 127.0.0.1:9092``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from contract.features import records_matrix  # noqa: E402
+from contract.telemetry import encode  # noqa: E402
+from pipeline_ingest import fresh_kafka  # noqa: E402
+from sim.bench import capacity_rps  # noqa: E402
+from sim.policies import policy  # noqa: E402
+from sim.pool import run, slow_down, uniform_pool  # noqa: E402
+from sim.traces import load_azure  # noqa: E402
+from tests.streams.worker_process import WorkerProcess  # noqa: E402
+from trainer.evaluation import score  # noqa: E402
+from trainer.fit import load_booster, predict  # noqa: E402
+from trainer.publish import read_latest, tail  # noqa: E402
+
+
+def with_predictions(records, boosters):
+    features = records_matrix(records)
+    predicted = {t: predict(b, features) for t, b in boosters.items()}
+    return [dataclasses.replace(r, **({f"predicted_{t}_ms": float(p[i]) for t, p in predicted.items()}
+                                      if r.stream else {})) for i, r in enumerate(records)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--servers", type=int, default=4)
+    parser.add_argument("--load", type=float, default=0.7)
+    parser.add_argument("--change-at", type=float, default=100.0, help="virtual seconds into the trace")
+    parser.add_argument("--slowdown", type=float, default=2.0)
+    parser.add_argument("--watch", type=float, default=60.0, help="seconds to wait for a fresh model")
+    args = parser.parse_args()
+
+    capacity = capacity_rps(load_azure(limit=500)) * args.servers
+    requests = load_azure(rate=args.load * capacity, limit=int(args.load * capacity * (args.change_at + args.watch)),
+                          stream_fraction=0.8)
+    pool = uniform_pool(args.servers)
+    result = run(requests, pool, policy("composite"), actions=[(args.change_at, slow_down(s.server_id, args.slowdown))
+                                                                 for s in pool])
+    epoch = result.epoch_unix
+    shift = time.time() - (epoch + args.change_at) - 5.0  # the change happens 5 s after the publishing starts
+    records = sorted((dataclasses.replace(r, arrival_ts=r.arrival_ts + shift, dispatch_ts=r.dispatch_ts + shift,
+                                          completion_ts=r.completion_ts + shift) for r in result.records),
+                     key=lambda r: r.completion_ts)
+    change = epoch + args.change_at + shift
+    before = [r for r in records if r.dispatch_ts < change]
+    after = [r for r in records if r.dispatch_ts >= change]
+    kafka = fresh_kafka(args.bootstrap, 4)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 5})
+
+    def publish(batch):
+        for r in batch:
+            producer.produce(kafka.telemetry_topic, key=r.pool_key.encode(), value=encode(r))
+            producer.poll(0)
+        producer.flush(30)
+
+    with tempfile.TemporaryDirectory() as folder:
+        worker = WorkerProcess(kafka, f"fresh-{uuid.uuid4().hex[:6]}", Path(folder),
+                               extra_env={"HEADROOM_PIPELINE_LOG_LEVEL": "info"}).start()
+        try:
+            half = len(before) // 2
+            publish(before[:half])
+            deadline = time.monotonic() + 120
+            latest = {}
+            while time.monotonic() < deadline and not {"ttft", "tpot"} <= {k.split("/")[1] for k in latest}:
+                time.sleep(1)
+                latest = {k: u for k, u in read_latest(kafka)[0].items() if k.endswith("/mean")}
+            old = {u.target: u for u in latest.values()}
+            boosters = {t: load_booster(u.model) for t, u in old.items() if t in ("ttft", "tpot")}
+            publish(with_predictions(before[half:], boosters))
+            arrivals = []
+            stop = threading.Event()
+
+            def follow():
+                for item in tail(kafka, idle_s=None, poll_s=0.2):
+                    if item.update is not None:
+                        arrivals.append((time.monotonic(), item.update))
+                    if stop.is_set():
+                        return
+
+            reader = threading.Thread(target=follow, daemon=True)
+            reader.start()
+            time.sleep(2.0)
+            paced = with_predictions(after, boosters)
+            t0 = time.monotonic()
+            base = paced[0].dispatch_ts
+            fresh = None
+            for r in paced:
+                wait = (r.completion_ts - base) - (time.monotonic() - t0)
+                if wait > 0:
+                    producer.flush(1)
+                    time.sleep(wait)
+                producer.produce(kafka.telemetry_topic, key=r.pool_key.encode(), value=encode(r))
+                producer.poll(0)
+                fresh = first_fresh(arrivals, t0, change, old["ttft"], after)
+                if fresh or time.monotonic() - t0 > args.watch:
+                    break
+            producer.flush(10)
+            while fresh is None and time.monotonic() - t0 < args.watch:
+                time.sleep(0.5)
+                fresh = first_fresh(arrivals, t0, change, old["ttft"], after)
+            stop.set()
+        finally:
+            worker.stop()
+    drifts = [u for _, u in arrivals if u.drift_reason]
+    print(f"regime change: all {args.servers} servers {args.slowdown}x slower at {args.load:.0%} load; "
+          f"pre-change models ttft v{old['ttft'].version}; {len(arrivals)} versions published after the change, "
+          f"{len(drifts)} drift-triggered")
+    if fresh is None:
+        print(f"no fresh ttft model within {args.watch} s")
+    else:
+        seconds, update, old_mae, new_mae = fresh
+        print(f"fresh ttft/mean v{update.version} {seconds:.1f} s after the change "
+              f"({'drift: ' + update.drift_reason if update.drift_reason else 'periodic'}); "
+              f"MAE on post-change telemetry {old_mae:.1f} ms (old) -> {new_mae:.1f} ms (new)")
+
+
+def first_fresh(arrivals, t0, change, old, after):
+    """(seconds, update, old MAE, new MAE) of the first post-change ttft/mean version that beats the old one."""
+    stream = [r for r in after if r.stream]
+    actual = np.array([r.ttft_ms for r in stream])
+    features = records_matrix(stream)
+    old_mae = score(actual, predict(load_booster(old.model), features)).mae
+    for at, update in list(arrivals):
+        if (update.key != old.key or update.version <= old.version
+                or update.window_stats.get("newest_ts", 0.0) <= change):
+            continue
+        new_mae = score(actual, predict(load_booster(update.model), features)).mae
+        if new_mae < old_mae:
+            return at - t0, update, old_mae, new_mae
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Trace-driven load through the router's OpenAI-compatible proxy, measured as a client sees it.
+
+Each :class:`~sim.request.Request` is sent at its arrival time (bounded by a count and a wall-clock
+limit) as a ``/v1/completions`` call carrying the trace's exact token counts and prefix block hashes in
+the ``headroom`` extension, with the routing headers a :class:`Mix` assigns it. TTFT is measured at the
+first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import aiohttp
+
+from sim.request import Request
+
+
+@dataclass(frozen=True)
+class Mix:
+    """How requests are dressed: streaming share, share of streams with SLO headers, sheddable share, SLOs."""
+
+    slo_share: float = 0.6  # of the streaming requests
+    stream_share: float = 0.7
+    sheddable_share: float = 0.2  # of the SLO requests
+    slo_ttft_ms: float = 1500.0
+    slo_tpot_ms: float = 60.0
+    seed: int = 7
+
+
+@dataclass(frozen=True)
+class Outcome:
+    request_id: str
+    sent_at: float  # seconds since the load started
+    status: int  # HTTP status; 0 when the connection failed
+    stream: bool
+    has_slo: bool
+    ttft_ms: float | None = None  # for non-streaming requests: the E2E latency
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    output_tokens: int = 0
+    slo_met: bool | None = None
+    error: str = ""
+
+
+def dress(requests: Sequence[Request], mix: Mix) -> list[tuple[Request, dict[str, str]]]:
+    """The requests with their stream flag and routing headers decided by ``mix`` (seeded)."""
+    rng = random.Random(mix.seed)
+    dressed = []
+    for request in requests:
+        headers = {"x-prediction-based-scheduling": "true"}
+        stream = rng.random() < mix.stream_share
+        if stream and rng.random() < mix.slo_share:  # SLOs are for streaming clients (TTFT means E2E otherwise)
+            headers["x-slo-ttft-ms"] = f"{mix.slo_ttft_ms:g}"
+            if stream:
+                headers["x-slo-tpot-ms"] = f"{mix.slo_tpot_ms:g}"
+            if rng.random() < mix.sheddable_share:
+                headers["x-request-priority"] = "-1"
+        dressed.append((replace(request, stream=stream), headers))
+    return dressed
+
+
+async def drive(base_url: str, dressed: Sequence[tuple[Request, dict[str, str]]], *, max_seconds: float,
+                on_outcome: Callable[[Outcome], None], max_in_flight: int = 512) -> list[Outcome]:
+    """Send every request at its arrival time (until ``max_seconds``); returns the outcomes in send order."""
+    limit = asyncio.Semaphore(max_in_flight)
+    connector = aiohttp.TCPConnector(limit=max_in_flight)
+    timeout = aiohttp.ClientTimeout(total=120)
+    began = time.monotonic()
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as session:
+        tasks = []
+        for request, headers in dressed:
+            wait = request.arrival_s - (time.monotonic() - began)
+            if request.arrival_s > max_seconds:
+                break
+            if wait > 0:
+                await asyncio.sleep(wait)
+            task = asyncio.create_task(_one(session, request, headers, began, limit))
+            task.add_done_callback(lambda t: t.cancelled() or on_outcome(t.result()))
+            tasks.append(task)
+        return list(await asyncio.gather(*tasks))
+
+
+async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[str, str], began: float,
+               limit: asyncio.Semaphore) -> Outcome:
+    async with limit:
+        sent = time.monotonic()
+        body = {"model": "demo", "prompt": "", "max_tokens": request.output_tokens, "stream": request.stream,
+                "request_id": request.request_id,
+                "headroom": {"prompt_tokens": request.prompt_tokens, "output_tokens": request.output_tokens,
+                             "hash_ids": list(request.prefix_hashes)}}
+        if request.stream:
+            body["stream_options"] = {"include_usage": True}
+        has_slo = "x-slo-ttft-ms" in headers
+        base = dict(request_id=request.request_id, sent_at=sent - began, stream=request.stream, has_slo=has_slo)
+        try:
+            async with session.post("/v1/completions", json=body, headers=headers) as response:
+                if response.status != 200:
+                    text = (await response.text())[:200]
+                    return Outcome(**base, status=response.status, error=text)
+                if request.stream:
+                    first, last, tokens = await _read_stream(response)
+                else:
+                    payload = await response.json()
+                    first = last = time.monotonic()
+                    tokens = payload.get("usage", {}).get("completion_tokens", 0)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            return Outcome(**base, status=0, error=f"{type(err).__name__}: {err}")
+        if first is None:
+            return Outcome(**base, status=200, error="stream carried no token")
+        ttft = (first - sent) * 1000
+        tpot = (last - first) * 1000 / (tokens - 1) if request.stream and tokens > 1 else None
+        met = None
+        if has_slo:
+            met = ttft <= float(headers["x-slo-ttft-ms"]) and (
+                tpot is None or "x-slo-tpot-ms" not in headers or tpot <= float(headers["x-slo-tpot-ms"]))
+        return Outcome(**base, status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000,
+                       output_tokens=tokens, slo_met=met)
+
+
+async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float | None, int]:
+    first = last = None
+    tokens = 0
+    async for line in response.content:
+        if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+            continue
+        event = json.loads(line[6:])
+        if any(choice.get("text") for choice in event.get("choices", [])):
+            now = time.monotonic()
+            first = first or now
+            last = now
+        usage = event.get("usage")
+        if usage:
+            tokens = usage.get("completion_tokens", tokens)
+    return first, last, tokens
+

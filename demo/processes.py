@@ -1,0 +1,94 @@
+"""Starting headroom's components as real processes, waiting until each is ready, and stopping them all.
+
+A :class:`Supervisor` owns every process it starts (each in its own process group, output to a log
+file). ``stop()`` sends SIGTERM, waits a grace period, then SIGKILLs what is left — so nothing outlives
+the demo, also on Ctrl-C or an error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GRACE_S = 15.0
+
+
+class ComponentFailed(RuntimeError):
+    """A component exited or did not become ready; the message carries its log tail."""
+
+
+@dataclass
+class Component:
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return "\n".join(text[-lines:]) or "(no output)"
+
+
+@dataclass
+class Supervisor:
+    log_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    components: list[Component] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str], ready: Callable[[], bool], timeout_s: float = 90.0) -> Component:
+        """Run ``headroom <args>`` as ``name`` and wait until ``ready()`` is true."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=out,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env={**os.environ, **self.env}, start_new_session=True)
+        component = Component(name, process, log)
+        self.components.append(component)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ComponentFailed(f"{name} exited with code {process.returncode}:\n{component.tail()}")
+            try:
+                if ready():
+                    return component
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise ComponentFailed(f"{name} was not ready within {timeout_s:.0f} s:\n{component.tail()}")
+
+    def check(self) -> None:
+        """Raise if a component has died."""
+        for component in self.components:
+            if component.process.poll() is not None:
+                raise ComponentFailed(f"{component.name} exited with code {component.process.returncode}:\n"
+                                      f"{component.tail()}")
+
+    def stop(self) -> list[str]:
+        """Stop every component, newest first; returns the names that needed SIGKILL."""
+        killed = []
+        for component in reversed(self.components):
+            _signal(component.process, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        for component in reversed(self.components):
+            try:
+                component.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(component.process, signal.SIGKILL)
+                component.process.wait()
+                killed.append(component.name)
+        self.components.clear()
+        return killed
+
+
+def _signal(process: subprocess.Popen, sig: int) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass

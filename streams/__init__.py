@@ -1,0 +1,12 @@
+"""The Faust topology that turns telemetry into training windows, drift signals and retraining.
+
+- :mod:`streams.settings` — the worker's typed settings.
+- :mod:`streams.strata` — the stratum of a record (waiting queue × KV utilization × prefix match).
+- :mod:`streams.window` — admission and eviction rules of a stratum, and window snapshots (pure).
+- :mod:`streams.residuals` — live prediction error of a record (pure).
+- :mod:`streams.windows` — the windows of every (pool key, target), in memory, mirrored to a table.
+- :mod:`streams.ingest` — one telemetry message → window changes, residuals or a dead letter.
+- :mod:`streams.retrain` — the retraining loop: snapshots trained off the event loop, then published.
+- :mod:`streams.metrics` — Prometheus metrics of the worker.
+- :mod:`streams.app` — the Faust app wiring it together.
+"""

@@ -1,0 +1,116 @@
+"""One telemetry message in, its effects out: window rows, residuals fed to drift detectors, or a dead letter.
+
+:class:`Ingestor` holds no Kafka objects; the Faust agent hands it each message's bytes, partition and
+offset, sends dead letters, and now and then writes :meth:`~streams.windows.Windows.flush` to its table. Records the window
+already holds (at or below the partition's high-water mark) are skipped, so a replay after a restart
+never adds a record twice. When a drift detector fires, the window can forget rows older than
+``drift_memory_s``: they describe the regime that just ended, and keeping them would slow the next
+model's adaptation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from contract.features import RAW_COLUMNS, TARGETS, target_value
+from contract.telemetry import InvalidRecord, TelemetryRecord, decode
+from streams.residuals import record_residual
+from streams.settings import PipelineSettings
+from streams.strata import stratum_key
+from streams.window import Row
+from streams.windows import Windows, WindowKey, row_key
+from trainer.drift import ErrorDriftDetector
+from trainer.policy import RetrainPolicy
+
+SWEEP_EVERY = 1000  # records between sweeps of aged-out rows across all strata
+
+
+@dataclass
+class IngestResult:
+    record: TelemetryRecord | None = None
+    rejection: str | None = None  # why the record went to the dead-letter topic
+    duplicate: bool = False
+    admitted: list[WindowKey] = field(default_factory=list)
+    evicted: int = 0  # rows this record pushed out of windows
+    drifted: list[WindowKey] = field(default_factory=list)  # windows whose detector fired on this record
+
+
+class Ingestor:
+    def __init__(self, windows: Windows, policy_for: Callable[[WindowKey], RetrainPolicy],
+                 drift_memory_s: float | None = None):
+        self.windows = windows
+        self.drift_memory_s = drift_memory_s  # on drift, forget rows older than this (None: keep them)
+        self._policy_for = policy_for
+        self._policies: dict[WindowKey, RetrainPolicy] = {}
+        self._since_sweep = 0
+
+    def policy(self, window: WindowKey) -> RetrainPolicy:
+        policy = self._policies.get(window)
+        if policy is None:
+            policy = self._policies[window] = self._policy_for(window)
+        return policy
+
+    def ingest(self, raw: bytes, partition: int, offset: int) -> IngestResult:
+        if self.windows.seen(partition, offset):
+            return IngestResult(duplicate=True)
+        result = IngestResult()
+        try:
+            record = decode(raw)
+        except InvalidRecord as err:
+            result.rejection = err.reason
+        else:
+            result.record = record
+            self._admit(record, partition, offset, result)
+        self.windows.mark(partition, offset)
+        return result
+
+    def ingest_record(self, record: TelemetryRecord, partition: int, offset: int) -> IngestResult:
+        """:meth:`ingest` for a record already decoded and validated (replays read them in bulk)."""
+        if self.windows.seen(partition, offset):
+            return IngestResult(duplicate=True)
+        result = IngestResult(record=record)
+        self._admit(record, partition, offset, result)
+        self.windows.mark(partition, offset)
+        return result
+
+    def _admit(self, record: TelemetryRecord, partition: int, offset: int, result: IngestResult) -> None:
+        stratum = stratum_key(num_waiting=record.num_waiting, kv_cache_usage=record.kv_cache_usage,
+                              prefix_match=record.prefix_match)
+        raw = tuple(float(getattr(record, name)) for name in RAW_COLUMNS)
+        self.windows.advance(record.completion_ts)
+        for target in TARGETS:
+            value = target_value(record, target)
+            if value is None:
+                continue
+            window = (record.pool_key, target)
+            policy = self.policy(window)
+            found = record_residual(record, target)
+            if found is not None and policy.observe(found.relative, f"{target} relative error"):
+                result.drifted.append(window)
+                if self.drift_memory_s is not None:
+                    forgotten = self.windows.forget_before(window, record.completion_ts - self.drift_memory_s)
+                    result.evicted += len(forgotten)
+            row = Row(record.completion_ts, value, raw, row_key(partition, offset, target), self.windows.next_seq,
+                      partition, offset)
+            admitted, evicted = self.windows.add(window, stratum, row)
+            if admitted:
+                policy.admitted()
+                result.admitted.append(window)
+            result.evicted += len(evicted)
+        self._since_sweep += 1
+        if self._since_sweep >= SWEEP_EVERY:
+            self._since_sweep = 0
+            result.evicted += len(self.windows.sweep())
+
+
+def build_ingestor(settings: PipelineSettings) -> Ingestor:
+    """The worker's ingestor: windows, and one retraining policy with its drift detector per window."""
+
+    def policy_for(_window: WindowKey) -> RetrainPolicy:
+        return RetrainPolicy(settings.rule, ErrorDriftDetector(settings.drift_detector,
+                                                               adwin_delta=settings.adwin_delta,
+                                                               ph_threshold=settings.ph_threshold))
+
+    return Ingestor(Windows(settings.limits), policy_for,
+                    drift_memory_s=settings.drift_memory_s if settings.drift_memory_s >= 0 else None)

@@ -1,0 +1,21 @@
+"""Prometheus metrics of the learning pipeline worker."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+INGESTED = Counter("headroom_telemetry_ingested", "Valid telemetry records processed.")
+DEAD_LETTERS = Counter("headroom_telemetry_dead_letters", "Invalid telemetry records sent to the dead-letter topic.")
+DUPLICATES = Counter("headroom_telemetry_duplicates", "Records skipped because the window already had them.")
+WINDOW_ROWS = Gauge("headroom_window_rows", "Rows in a window.", ["pool_key", "target"])
+WINDOW_STRATA = Gauge("headroom_window_strata", "Occupied strata of a window.", ["pool_key", "target"])
+DRIFTS = Counter("headroom_drift_events", "Drift detections on live prediction error.", ["pool_key", "target"])
+RETRAINS = Counter("headroom_retrains", "Training rounds run.", ["pool_key", "target", "trigger"])
+PROMOTIONS = Counter("headroom_model_promotions", "Candidates promoted and published.",
+                     ["pool_key", "target", "objective"])
+REJECTIONS = Counter("headroom_model_rejections", "Candidates the promotion gate discarded.",
+                     ["pool_key", "target", "objective"])
+TRAINING_FAILURES = Counter("headroom_training_failures", "Training rounds that raised.", ["pool_key", "target"])
+MODEL_VERSION = Gauge("headroom_model_version", "Live model version.", ["pool_key", "target", "objective"])
+TRAINING_SECONDS = Histogram("headroom_training_seconds", "Wall time of a training round (all objectives).",
+                             buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64))

@@ -1,0 +1,144 @@
+"""The retraining loop: finds windows that are due, trains them off the event loop, publishes promotions.
+
+Training runs in one background thread (so at most one round at a time, and the consumer keeps
+consuming); the snapshot handed to it is a shallow copy of the window taken on the event loop. Each
+promoted candidate is published, then made live, so the next round gates against it and version
+numbers keep growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from contract.model_update import ModelUpdate
+from streams import metrics
+from streams.ingest import Ingestor
+from streams.settings import PipelineSettings
+from streams.window import Row, snapshot
+from streams.windows import WindowKey
+from trainer.live import LiveModels, live_model
+from trainer.rounds import RoundOutcome, train_round
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    def publish(self, update: ModelUpdate) -> None: ...
+
+
+class Retrainer:
+    def __init__(self, ingestor: Ingestor, live: LiveModels, publisher: Publisher, settings: PipelineSettings,
+                 clock: Callable[[], float] = time.time):
+        self.ingestor = ingestor
+        self.live = live
+        self.publisher = publisher
+        self.settings = settings
+        self.clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-train")
+        self._wake: asyncio.Event | None = None
+        for key, version in live.versions().items():
+            pool_key, target, objective = key.rsplit("/", 2)
+            metrics.MODEL_VERSION.labels(pool_key, target, objective).set(version)
+
+    def wake(self) -> None:
+        """Ask for a check now (a drift detector fired)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, tick_s: float = 0.5) -> None:
+        """Check for due windows every ``tick_s`` seconds, or at once when woken; runs until cancelled."""
+        self._wake = asyncio.Event()
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), tick_s)
+                except asyncio.TimeoutError:
+                    pass
+                self._wake.clear()
+                await self.run_due()
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run_due(self) -> list[RoundOutcome]:
+        """Train every window that is due now; returns the outcomes."""
+        outcomes: list[RoundOutcome] = []
+        for window in self.ingestor.windows.keys():
+            job = self._start(window)
+            if job is None:
+                continue
+            loop = asyncio.get_running_loop()
+            started = time.perf_counter()
+            try:
+                answered = await loop.run_in_executor(self._executor, self._train, *job)
+                outcomes += self._answered(job, answered)
+            except Exception:  # a failed round must not stop the worker; the next one retries
+                metrics.TRAINING_FAILURES.labels(*window).inc()
+                log.exception("training %s/%s failed", *window)
+            metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
+        return outcomes
+
+    def train_due(self) -> list[RoundOutcome]:
+        """:meth:`run_due` in the calling thread: replays drive it after each record, on event time."""
+        outcomes: list[RoundOutcome] = []
+        for window in self.ingestor.windows.keys():
+            job = self._start(window)
+            if job is None:
+                continue
+            started = time.perf_counter()
+            try:
+                outcomes += self._answered(job, self._train(*job))
+            except Exception:  # as in run_due: the round fails, the replay goes on
+                metrics.TRAINING_FAILURES.labels(*window).inc()
+                log.exception("training %s/%s failed", *window)
+            metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
+        return outcomes
+
+    def _start(self, window: WindowKey) -> tuple | None:
+        """When ``window`` is due now: mark it trained and return the arguments of :meth:`_train`."""
+        windows = self.ingestor.windows
+        size = windows.size(window)
+        metrics.WINDOW_ROWS.labels(*window).set(size)
+        metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
+        policy = self.ingestor.policy(window)
+        now = self.clock()
+        trigger = policy.due(now, size)
+        if trigger is None:
+            return None
+        drift_reason = policy.trained(now)
+        metrics.RETRAINS.labels(*window, trigger).inc()
+        return window, windows.copy(window), windows.clock, now, drift_reason
+
+    def _answered(self, job: tuple, answered: list[RoundOutcome]) -> list[RoundOutcome]:
+        """A drift-triggered round that promoted nothing leaves the drift to be answered again."""
+        window, drift_reason = job[0], job[4]
+        if drift_reason is not None and not any(o.update for o in answered):
+            self.ingestor.policy(window).unanswered(drift_reason)
+        return answered
+
+    def _train(self, window: WindowKey, rows: dict[str, list[Row]], window_clock: float, now: float,
+               drift_reason: str | None) -> list[RoundOutcome]:
+        pool_key, target = window
+        samples = snapshot(rows, window_clock, self.settings.limits)
+        outcomes = train_round(pool_key, target, samples, self.live, self.settings.train_params,
+                               self.settings.round_spec, now=now, drift_reason=drift_reason)
+        for outcome in outcomes:
+            labels = (pool_key, target, outcome.objective)
+            if outcome.update is None:
+                metrics.REJECTIONS.labels(*labels).inc()
+                log.info("rejected %s candidate over %d rows: %s", outcome.key, outcome.train_rows,
+                         outcome.decision.reason)
+                continue
+            self.publisher.publish(outcome.update)
+            self.live.offer(live_model(outcome.update, outcome.booster))
+            metrics.PROMOTIONS.labels(*labels).inc()
+            metrics.MODEL_VERSION.labels(*labels).set(outcome.update.version)
+            log.info("promoted %s v%d over %d rows (%s; holdout MAE %.2f ms, MAPE %.1f%%, coverage %.2f)%s",
+                     outcome.key, outcome.update.version, outcome.train_rows, outcome.decision.reason,
+                     outcome.candidate.mae, 100 * outcome.candidate.mape, outcome.candidate.coverage,
+                     f"; {drift_reason}" if drift_reason else "")
+        return outcomes

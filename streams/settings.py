@@ -1,0 +1,63 @@
+"""The learning pipeline worker's settings, built once by ``headroom worker start``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.settings import setting
+from streams.window import WindowLimits
+from trainer.params import TrainParams
+from trainer.policy import RetrainRule
+from trainer.rounds import RoundSpec
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What the worker keeps, when it retrains, and how it judges new models."""
+
+    app_id: str = setting("headroom-pipeline", "HEADROOM_PIPELINE_APP_ID",
+                          "Faust app id: consumer group and prefix of the window changelog topic.")
+    window_max_rows: int = setting(500, "HEADROOM_WINDOW_MAX_ROWS", "Rows kept per stratum and target.")
+    window_max_age_s: float = setting(600.0, "HEADROOM_WINDOW_MAX_AGE", "Seconds (event time) a row stays.")
+    retrain_interval_s: float = setting(10.0, "HEADROOM_RETRAIN_INTERVAL", "Seconds between periodic retrains.")
+    min_samples: int = setting(100, "HEADROOM_RETRAIN_MIN_SAMPLES", "Window rows needed before training.")
+    drift_cooldown_s: float = setting(2.0, "HEADROOM_DRIFT_COOLDOWN",
+                                      "Minimum seconds between a training and a drift-triggered one.")
+    drift_detector: str = setting("adwin", "HEADROOM_DRIFT_DETECTOR", "adwin or page-hinkley.")
+    adwin_delta: float = setting(0.002, "HEADROOM_ADWIN_DELTA", "ADWIN confidence (smaller: fewer alarms).")
+    ph_threshold: float = setting(5.0, "HEADROOM_PH_THRESHOLD", "Page-Hinkley threshold, in relative error.")
+    drift_memory_s: float = setting(5.0, "HEADROOM_DRIFT_MEMORY",
+                                    "On drift, forget window rows older than this many seconds (< 0: keep all).")
+    flush_records: int = setting(500, "HEADROOM_WINDOW_FLUSH_RECORDS",
+                                 "Records per partition between writes of window changes to the changelog.")
+    flush_interval_s: float = setting(0.5, "HEADROOM_WINDOW_FLUSH_INTERVAL",
+                                      "Seconds after which window changes are written even with fewer records.")
+    holdout_fraction: float = setting(0.2, "HEADROOM_HOLDOUT_FRACTION", "Newest share of each stratum held out.")
+    gate_tolerance: float = setting(0.02, "HEADROOM_GATE_TOLERANCE",
+                                    "Relative slack a candidate's holdout error may exceed the live one's by.")
+    quantile: float = setting(0.9, "HEADROOM_QUANTILE", "Quantile of the upper-bound models.")
+    trees: int = setting(200, "HEADROOM_TRAIN_TREES", "Boosting rounds per model.")
+    train_threads: int = setting(1, "HEADROOM_TRAIN_THREADS", "XGBoost threads per training.")
+    metrics_port: int = setting(0, "HEADROOM_PIPELINE_METRICS_PORT", "Prometheus port on 127.0.0.1 (0: off).")
+    data_dir: Path = setting(Path(".headroom/pipeline"), "HEADROOM_PIPELINE_DATA_DIR", "Faust's local folder.")
+    log_level: str = setting("info", "HEADROOM_PIPELINE_LOG_LEVEL", "crit, error, warn, info or debug.")
+
+    @property
+    def limits(self) -> WindowLimits:
+        return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.window_max_age_s)
+
+    @property
+    def rule(self) -> RetrainRule:
+        return RetrainRule(interval_s=self.retrain_interval_s, min_samples=self.min_samples,
+                           drift_cooldown_s=self.drift_cooldown_s)
+
+    @property
+    def round_spec(self) -> RoundSpec:
+        return RoundSpec(holdout_fraction=self.holdout_fraction, tolerance=self.gate_tolerance)
+
+    @property
+    def train_params(self) -> list[TrainParams]:
+        """One set of hyperparameters per objective: the mean model, then the quantile one."""
+        return [TrainParams(objective=objective, quantile=self.quantile, n_trees=self.trees,
+                            threads=self.train_threads) for objective in ("mean", "quantile")]

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+
+from tests.trainer.synthetic import samples_of, synthetic_records
+from trainer.evaluation import score
+from trainer.fit import fit, load_booster, model_bytes, predict
+from trainer.params import TrainParams
+
+FAST = TrainParams(n_trees=60)
+
+
+@pytest.fixture(scope="module")
+def data():
+    records = synthetic_records(3000, seed=11)
+    return samples_of(records[:2400], "ttft"), samples_of(records[2400:], "ttft")
+
+
+def test_mean_model_learns_the_latency_function(data):
+    train, test = data
+    metrics = score(test.values, predict(fit(train, FAST), test.features()))
+    assert metrics.mape < 0.15
+
+
+def test_quantile_model_covers_about_its_quantile(data):
+    train, test = data
+    params = TrainParams(objective="quantile", quantile=0.9, n_trees=100)
+    metrics = score(test.values, predict(fit(train, params), test.features()), 0.9)
+    assert 0.8 <= metrics.coverage <= 0.97
+    mean_metrics = score(test.values, predict(fit(train, FAST), test.features()), 0.9)
+    assert metrics.coverage > mean_metrics.coverage
+
+
+def test_fit_is_deterministic_and_round_trips_through_ubj(data):
+    train, test = data
+    first, second = fit(train, FAST), fit(train, FAST)
+    assert model_bytes(first) == model_bytes(second)
+    loaded = load_booster(model_bytes(first))
+    np.testing.assert_array_equal(predict(loaded, test.features()), predict(first, test.features()))
+
+
+def test_reference_hyperparameters_are_the_defaults():
+    params = TrainParams().booster_params()
+    assert TrainParams().n_trees == 200
+    assert {k: params[k] for k in ("max_depth", "eta", "subsample", "colsample_bytree", "min_child_weight",
+                                   "gamma", "alpha", "lambda", "tree_method", "objective")} == {
+        "max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5.0,
+        "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "objective": "reg:squarederror"}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    pytest.param({"objective": "median"}, "objective 'median'", id="objective"),
+    pytest.param({"quantile": 1.0}, "quantile must be", id="quantile"),
+    pytest.param({"n_trees": 0}, "must be positive", id="trees"),
+])
+def test_params_reject_nonsense(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TrainParams(**changes)
+
+
+def test_fit_refuses_empty_samples(data):
+    train, _ = data
+    with pytest.raises(ValueError, match="empty"):
+        fit(train.take(np.zeros(len(train), dtype=bool)), FAST)

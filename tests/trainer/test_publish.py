@@ -1,0 +1,69 @@
+import threading
+
+import pytest
+from confluent_kafka import Producer
+
+from cli.main import main
+from contract.features import FEATURE_SCHEMA
+from contract.model_update import make_update
+from trainer.publish import ModelPublisher, read_latest, tail
+
+pytestmark = pytest.mark.kafka
+
+
+def update(version: int, target: str = "ttft", objective: str = "mean"):
+    return make_update(model=b'{"learner": {}}', version=version, pool_key="pool-a", target=target,
+                       objective=objective, feature_schema=FEATURE_SCHEMA, model_format="json",
+                       created_at=1_700_000_000.0 + version, quantile=0.9 if objective == "quantile" else None,
+                       window_stats={"train_rows": 80, "holdout_rows": 20},
+                       holdout_metrics={"mae": 3.5, "mape": 0.04, "coverage": 0.91})
+
+
+def test_read_latest_keeps_the_newest_version_per_key_and_reports_bad_messages(pipeline_kafka):
+    publisher = ModelPublisher(pipeline_kafka)
+    for u in (update(1), update(2), update(1, objective="quantile"), update(3)):
+        publisher.publish(u)
+    garbage = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers})
+    garbage.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=b"HRMU\x00\x00\x00\x02{}")
+    garbage.flush(10)
+    latest, rejected = read_latest(pipeline_kafka)
+    assert {k: u.version for k, u in latest.items()} == {"pool-a/ttft/mean": 3, "pool-a/ttft/quantile": 1}
+    assert len(rejected) == 1 and "format version" in rejected[0].error
+
+
+def test_an_empty_topic_has_no_models(pipeline_kafka):
+    assert read_latest(pipeline_kafka) == ({}, [])
+
+
+def test_tail_sees_versions_published_after_it_started_and_not_before(pipeline_kafka):
+    publisher = ModelPublisher(pipeline_kafka)
+    publisher.publish(update(1))
+    seen: list[int] = []
+
+    def follow():
+        for item in tail(pipeline_kafka, idle_s=10.0, poll_s=0.2):
+            seen.append(item.update.version)
+            if len(seen) == 2:
+                return
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    for version in range(2, 40):  # until the tail, once subscribed, has seen two
+        publisher.publish(update(version))
+        reader.join(0.5)
+        if not reader.is_alive():
+            break
+    reader.join(15)
+    assert len(seen) == 2 and 1 not in seen
+    assert seen[1] == seen[0] + 1
+
+
+def test_models_list_and_tail_commands_print_versions(pipeline_kafka, monkeypatch, capsys):
+    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", pipeline_kafka.bootstrap_servers)
+    monkeypatch.setenv("HEADROOM_TOPIC_MODELS", pipeline_kafka.model_topic)
+    ModelPublisher(pipeline_kafka).publish(update(4, target="tpot", objective="quantile"))
+    assert main(["models", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "pool-a/tpot/quantile" in listing and "0.910" in listing
+    assert main(["models", "tail", "--from-beginning", "--count", "1", "--idle-seconds", "10"]) == 0
+    assert "pool-a/tpot/quantile v4" in capsys.readouterr().out

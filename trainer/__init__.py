@@ -1,0 +1,22 @@
+"""Training, evaluating and publishing headroom's latency models.
+
+- :mod:`trainer.samples` — a training set: raw feature columns, observed values, times, strata.
+- :mod:`trainer.params` — XGBoost hyperparameters and objectives (mean, quantile).
+- :mod:`trainer.fit` — the one pure fitting function: samples + params → booster.
+- :mod:`trainer.holdout` — the stratified, time-ordered holdout split.
+- :mod:`trainer.evaluation` — holdout metrics: MAE, MAPE, pinball loss, quantile coverage.
+- :mod:`trainer.gate` — the promotion gate: a candidate versus the live version on the same holdout.
+- :mod:`trainer.drift` — River drift detectors on prediction error.
+- :mod:`trainer.policy` — when a model is due for retraining (periodically and on drift).
+- :mod:`trainer.live` — the live version of each model, loaded from model-update messages.
+- :mod:`trainer.rounds` — one training round: split, fit, evaluate, gate, make the update.
+- :mod:`trainer.publish` — writing, reading back and tailing ``model-updates``.
+
+Training threads wait passively for work (``OMP_WAIT_POLICY=PASSIVE``) unless told otherwise: spinning
+OpenMP workers compete with the event loop on small machines and make training times swing widely. The
+variable is read when the OpenMP runtime loads, so it is set here, before anything imports XGBoost.
+"""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -1,0 +1,96 @@
+"""``headroom models list|tail`` — the model versions on ``model-updates``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from cli.main import CommandError
+from contract.model_update import ModelUpdate
+from contract.settings import SettingsError, from_env
+from contract.topics import KafkaSettings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("models", help="show the latency model versions published on model-updates")
+    commands = group.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    listing = commands.add_parser("list", help="the latest version of every model")
+    listing.set_defaults(run=run_list)
+    tail = commands.add_parser("tail", help="print each model version as it is published")
+    tail.add_argument("--from-beginning", action="store_true", help="start with the versions already published")
+    tail.add_argument("--idle-seconds", type=float, help="stop after this long without a new version")
+    tail.add_argument("--count", type=int, help="stop after this many versions")
+    tail.set_defaults(run=run_tail)
+
+
+def _kafka() -> KafkaSettings:
+    try:
+        return from_env(KafkaSettings)
+    except SettingsError as err:
+        raise CommandError(str(err)) from err
+
+
+def describe_update(update: ModelUpdate) -> str:
+    """One line about a version: key, version, age, window, holdout metrics, drift reason."""
+    m = update.holdout_metrics
+    when = time.strftime("%H:%M:%S", time.gmtime(update.created_at))
+    parts = [f"{update.key} v{update.version}", f"at {when}Z",
+             f"rows {update.window_stats.get('train_rows', '?')}+{update.window_stats.get('holdout_rows', '?')}"]
+    if "mae" in m:
+        parts.append(f"holdout MAE {m['mae']:.2f} ms MAPE {100 * m['mape']:.1f}%")
+    if update.objective == "quantile" and "coverage" in m:
+        parts.append(f"p{round(100 * (update.quantile or 0))} coverage {m['coverage']:.3f}")
+    if update.drift_reason:
+        parts.append(f"drift: {update.drift_reason}")
+    return "  ".join(parts)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainer.publish import read_latest
+
+    kafka = _kafka()
+    try:
+        latest, rejected = read_latest(kafka)
+    except (KafkaException, TimeoutError) as err:
+        raise CommandError(f"cannot read {kafka.model_topic!r} at {kafka.bootstrap_servers}: {err}") from err
+    table = Table(title=f"latest model versions on {kafka.model_topic}")
+    for column in ("model", "version", "created (UTC)", "train+holdout rows", "MAE ms", "MAPE", "coverage",
+                   "drift"):
+        table.add_column(column, no_wrap=column != "drift")
+    for key, update in sorted(latest.items()):
+        m, stats = update.holdout_metrics, update.window_stats
+        table.add_row(key, str(update.version), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(update.created_at)),
+                      f"{stats.get('train_rows', '?')}+{stats.get('holdout_rows', '?')}",
+                      f"{m['mae']:.2f}" if "mae" in m else "-", f"{100 * m['mape']:.1f}%" if "mape" in m else "-",
+                      f"{m['coverage']:.3f}" if "coverage" in m else "-", update.drift_reason or "")
+    console = Console(width=max(Console().width, 140))
+    console.print(table)
+    if rejected:
+        console.print(f"{len(rejected)} invalid message(s) skipped, e.g. offset {rejected[0].offset}: "
+                      f"{rejected[0].error}")
+    return 0
+
+
+def run_tail(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    from trainer.publish import tail
+
+    kafka = _kafka()
+    seen = 0
+    try:
+        for item in tail(kafka, from_beginning=args.from_beginning, idle_s=args.idle_seconds):
+            if item.update is None:
+                print(f"offset {item.offset}: rejected: {item.error}", flush=True)
+            else:
+                print(describe_update(item.update), flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+    except KafkaException as err:
+        raise CommandError(f"cannot tail {kafka.model_topic!r} at {kafka.bootstrap_servers}: {err}") from err
+    return 0
