@@ -17,8 +17,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 * 1024
@@ -95,7 +98,25 @@ def encode(record: TelemetryRecord) -> bytes:
 
 
 def decode(raw: bytes) -> TelemetryRecord:
-    """Parse and validate wire bytes; raises :class:`InvalidRecord` with the reason."""
+    """Parse and validate wire bytes; raises :class:`InvalidRecord` with the reason.
+
+    The fast path decodes with msgspec against :data:`WIRE_TYPE` (types and value ranges of
+    ``FIELD_KINDS``); anything it refuses takes the field-by-field path, which is the one that says why.
+    """
+    if isinstance(raw, (bytes, bytearray)) and len(raw) <= MAX_RECORD_BYTES:
+        try:
+            wire = _WIRE_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        else:
+            if wire.v == SCHEMA_VERSION:
+                record = TelemetryRecord(*[getattr(wire, name) for name in _FIELDS])
+                _check_consistency(record)
+                return record
+    return _decode_field_by_field(raw)
+
+
+def _decode_field_by_field(raw: bytes) -> TelemetryRecord:
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise InvalidRecord(f"record must be bytes, got {type(raw).__name__}")
     if len(raw) > MAX_RECORD_BYTES:
@@ -215,6 +236,32 @@ def _check_consistency(record: TelemetryRecord) -> None:
     if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
         raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
 
+
+_WIRE_CONSTRAINTS = {
+    "text": msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS), "count": msgspec.Meta(ge=0, le=MAX_INTEGER),
+    "integer": msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER), "time": msgspec.Meta(ge=0),
+    "latency": msgspec.Meta(ge=0), "fraction": msgspec.Meta(ge=0, le=1)}
+
+
+def _wire_type(name: str, hint: Any) -> Any:
+    """The field's type for msgspec, with the value range its kind allows."""
+    kind = FIELD_KINDS[name]
+    if kind == "versions":
+        return dict[str, Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]] | None
+    optional = type(None) in typing.get_args(hint)
+    base = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint) if optional else hint
+    constrained = Annotated[base, _WIRE_CONSTRAINTS[kind]] if kind in _WIRE_CONSTRAINTS else base
+    return constrained | None if optional else constrained
+
+
+_HINTS = typing.get_type_hints(TelemetryRecord)
+WIRE_TYPE = msgspec.defstruct(
+    "WireRecord",
+    [("v", int)] + [(f.name, _wire_type(f.name, _HINTS[f.name])) if f.default is dataclasses.MISSING
+                    else (f.name, _wire_type(f.name, _HINTS[f.name]), f.default)
+                    for f in dataclasses.fields(TelemetryRecord)],
+    forbid_unknown_fields=True, kw_only=True)
+_WIRE_DECODER = msgspec.json.Decoder(WIRE_TYPE)
 
 _CHECKS = {"text": _text, "flag": _flag, "integer": _integer, "count": _count, "time": _time,
            "fraction": _fraction, "latency": _latency, "versions": _versions}

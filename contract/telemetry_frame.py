@@ -1,25 +1,21 @@
 """Telemetry records in bulk, as a polars DataFrame: the fast path for replays and backtests.
 
-:func:`records_frame` decodes many wire records at once with msgspec, typed strictly by a wire struct
-generated from :class:`~contract.telemetry.TelemetryRecord` (unknown fields forbidden), then checks the
-value rules of :func:`contract.telemetry.decode` (its ``FIELD_KINDS`` table) vectorised in polars. Any
-record that fails either step goes through the scalar validator, so every rejection carries its exact
-reason and the bulk path accepts exactly what the validator accepts.
+:func:`records_frame` decodes many wire records at once with msgspec against
+:data:`contract.telemetry.WIRE_TYPE` (types and value ranges), then checks the cross-field rules of the
+validator vectorised in polars. Any record that fails either step goes through the scalar validator, so
+every rejection carries its exact reason and the bulk path accepts exactly what the validator accepts.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections.abc import Sequence
-from typing import Annotated, Any
 
 import msgspec
 import polars as pl
 
 from contract.features import TARGETS
-from contract.telemetry import (FIELD_KINDS, MAX_ID_CHARS, MAX_INTEGER, MAX_RECORD_BYTES, REQUIRED_FIELDS,
-                                SCHEMA_VERSION, TTFT_SLACK_MS, InvalidRecord, TelemetryRecord, decode)
+from contract.telemetry import (FIELD_KINDS, MAX_RECORD_BYTES, SCHEMA_VERSION, TTFT_SLACK_MS, WIRE_TYPE,
+                                InvalidRecord, decode)
 
 _DTYPES = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
            "fraction": pl.Float64, "latency": pl.Float64,
@@ -28,27 +24,8 @@ SCHEMA = {name: _DTYPES[kind] for name, kind in FIELD_KINDS.items()}
 COLUMNS = list(SCHEMA)
 SMALL_CHUNK = 32  # below this many records, a chunk that fails to decode is decoded one by one
 
-_INT = Annotated[int, msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER)]
-
-
-def _wire_type(name: str, hint: Any) -> Any:
-    """The record field's type for msgspec, with integers held to the validator's range."""
-    if hint is int:
-        return _INT
-    if FIELD_KINDS[name] == "versions":
-        return dict[str, _INT] | None
-    return hint
-
-
-_HINTS = typing.get_type_hints(TelemetryRecord)
-_Wire = msgspec.defstruct(
-    "WireRecord",
-    [("v", int)] + [(f.name, _wire_type(f.name, _HINTS[f.name])) if f.default is dataclasses.MISSING
-                    else (f.name, _wire_type(f.name, _HINTS[f.name]), f.default)
-                    for f in dataclasses.fields(TelemetryRecord)],
-    forbid_unknown_fields=True, kw_only=True)
-_ONE = msgspec.json.Decoder(_Wire)
-_MANY = msgspec.json.Decoder(list[_Wire])
+_ONE = msgspec.json.Decoder(WIRE_TYPE)
+_MANY = msgspec.json.Decoder(list[WIRE_TYPE])
 
 
 def records_frame(values: Sequence[bytes]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
@@ -104,23 +81,8 @@ def _frame(records: list, rows: list[int]) -> pl.DataFrame:
 
 
 def _valid() -> pl.Expr:
-    """The validator's value rules on columns; a row failing any of them is re-checked one by one."""
-    checks = []
-    for name, kind in FIELD_KINDS.items():
-        column = pl.col(name)
-        if kind == "text":
-            rule = column.str.len_chars().is_between(1, MAX_ID_CHARS)
-        elif kind in ("count", "versions"):
-            rule = (column >= 0) if kind == "count" else pl.all_horizontal(
-                [column.struct.field(t).fill_null(0) >= 0 for t in TARGETS])
-        elif kind in ("time", "latency"):
-            rule = column.is_finite() & (column >= 0)
-        elif kind == "fraction":
-            rule = column.is_finite() & column.is_between(0.0, 1.0)
-        else:
-            rule = pl.lit(True)
-        checks.append(column.is_not_null() & rule if name in REQUIRED_FIELDS else column.is_null() | rule)
-    checks += [
+    """The validator's cross-field rules on columns (types and ranges were msgspec's); failures are re-checked."""
+    checks = [
         pl.col("completion_ts") >= pl.col("dispatch_ts"),
         ~pl.col("stream") | pl.col("ttft_ms").is_not_null(),
         ~pl.col("stream") | (pl.col("output_tokens") <= 1) | pl.col("tpot_ms").is_not_null(),

@@ -102,3 +102,21 @@ def test_random_bytes_are_rejected_with_a_reason(data: bytes):
     with pytest.raises(InvalidRecord) as caught:
         decode(data)
     assert caught.value.reason
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_fast_path_agrees_with_the_field_by_field_validator(data):
+    from contract.telemetry import _decode_field_by_field
+
+    body = wire()
+    for name in data.draw(st.lists(st.sampled_from(sorted(body) + ["extra"]), max_size=3)):
+        body[name] = data.draw(JSON_VALUES | st.floats(allow_nan=False) | st.integers(-2**64, 2**64))
+    raw_bytes = json.dumps(body).encode()
+    outcomes = []
+    for reader in (decode, _decode_field_by_field):
+        try:
+            outcomes.append(reader(raw_bytes))
+        except InvalidRecord as err:
+            outcomes.append(err.reason)
+    assert outcomes[0] == outcomes[1]
