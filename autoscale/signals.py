@@ -37,11 +37,11 @@ class ServerMetrics(Protocol):
     @property
     def kv_cache_usage(self) -> float: ...
     @property
-    def prefill_backlog(self) -> int: ...
+    def prefill_backlog(self) -> int | None: ...  # None: not reported (the signal is left out)
     @property
-    def slots_used(self) -> float: ...
+    def slots_used(self) -> float | None: ...
     @property
-    def memory_used_bytes(self) -> int: ...
+    def memory_used_bytes(self) -> int | None: ...
     @property
     def ready(self) -> bool: ...
 
@@ -49,7 +49,8 @@ class ServerMetrics(Protocol):
 class TtftPredictor(Protocol):
     """Predicts the TTFT (ms) a new request would see on a server in the given state."""
 
-    def predict_ttft_ms(self, server: ServerMetrics) -> float: ...
+    def predict_ttft_ms(self, server: ServerMetrics) -> float | None:
+        """The predicted TTFT in ms, or None when there is no prediction for this server."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class QueueDrainTtft:
     base_ms: float = 0.0
 
     def predict_ttft_ms(self, server: ServerMetrics) -> float:
-        return self.base_ms + (max(server.num_waiting, server.prefill_backlog) + 1) * self.prefill_ms
+        return self.base_ms + (max(server.num_waiting, server.prefill_backlog or 0) + 1) * self.prefill_ms
 
 
 class Signal(enum.Enum):
@@ -91,17 +92,16 @@ def server_signals(server: ServerMetrics, context: SignalContext = SignalContext
     """Every signal one ready server reports; empty for a server still loading."""
     if not server.ready:
         return {}
-    values = {
-        Signal.QUEUE_SIZE: float(server.num_waiting),
-        Signal.PREFILL_BACKLOG: float(server.prefill_backlog),
-        Signal.SLOTS_USED: float(server.slots_used),
-        Signal.KV_CACHE_USAGE: float(server.kv_cache_usage),
-        Signal.ACCELERATOR_MEMORY: server.memory_used_bytes / context.memory_capacity_bytes,
-    }
+    reported = ((Signal.QUEUE_SIZE, server.num_waiting), (Signal.PREFILL_BACKLOG, server.prefill_backlog),
+                (Signal.SLOTS_USED, server.slots_used), (Signal.KV_CACHE_USAGE, server.kv_cache_usage))
+    values = {signal: float(value) for signal, value in reported if value is not None}  # unreported: left out
+    if server.memory_used_bytes is not None:
+        values[Signal.ACCELERATOR_MEMORY] = server.memory_used_bytes / context.memory_capacity_bytes
     if context.predictor is not None and context.ttft_slo_ms is not None:
         predicted = context.predictor.predict_ttft_ms(server)
-        values[Signal.TTFT_SLO_RATIO] = predicted / context.ttft_slo_ms
-        values[Signal.TTFT_HEADROOM_MS] = context.ttft_slo_ms - predicted
+        if predicted is not None:
+            values[Signal.TTFT_SLO_RATIO] = predicted / context.ttft_slo_ms
+            values[Signal.TTFT_HEADROOM_MS] = context.ttft_slo_ms - predicted
     return values
 
 

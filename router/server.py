@@ -13,12 +13,14 @@ import contextlib
 import logging
 import random
 import signal
+import time
 
 import grpc
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from contract.topics import KafkaSettings
+from router.autoscale_signals import RouterSignals
 from router.config import RouterConfig
 from router.engine import Engine
 from router.ext_proc import ExtProcServicer
@@ -59,6 +61,10 @@ class RouterServer:
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
                                      predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed))
         self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
+        self.signals = RouterSignals(self.metrics.registry, predictor,
+                                     ttft_slo_ms=s.autoscale_ttft_slo_ms or None,
+                                     reference_prompt_tokens=s.autoscale_reference_prompt_tokens,
+                                     memory_capacity_gib=s.accelerator_memory_gib)
         self.proxy = Proxy(self.service, s.upstream_timeout_s)
         self.http_port = self.pick_port = self.ext_proc_port = 0
         self._runner: web.AppRunner | None = None
@@ -103,8 +109,18 @@ class RouterServer:
             await server.start()
             self._grpc.append(server)
         self._tasks = [asyncio.create_task(self.scraper.run(self._stop), name="scraper"),
-                       asyncio.create_task(self._background(), name="router-background")]
+                       asyncio.create_task(self._background(), name="router-background"),
+                       asyncio.create_task(self._autoscale_signals(), name="autoscale-signals")]
         log.info("router listening: http %d, pick %d, ext_proc %d", self.http_port, self.pick_port, self.ext_proc_port)
+
+    async def _autoscale_signals(self) -> None:
+        every = self.config.settings.autoscale_refresh_s
+        while not self._stop.is_set():
+            await asyncio.to_thread(self.signals.publish, *self.signals.read(self.pool, time.monotonic()))
+            try:
+                await asyncio.wait_for(self._stop.wait(), every)
+            except asyncio.TimeoutError:
+                pass
 
     async def _background(self) -> None:
         poll_s = self.config.settings.server_file_poll_s

@@ -30,3 +30,7 @@ class RouterSettings:
     telemetry: bool = setting(True, "HEADROOM_ROUTER_TELEMETRY", "Produce completed-request telemetry to Kafka.")
     telemetry_buffer: int = setting(100_000, "HEADROOM_ROUTER_TELEMETRY_BUFFER", "Telemetry records buffered while Kafka is away; more are dropped.")
     seed: int = setting(-1, "HEADROOM_ROUTER_SEED", "Seed of the scheduling RNG; -1 seeds from the OS.")
+    autoscale_refresh_s: float = setting(1.0, "HEADROOM_ROUTER_AUTOSCALE_REFRESH_S", "How often the autoscaling signals are recomputed.")
+    autoscale_ttft_slo_ms: float = setting(0.0, "HEADROOM_ROUTER_AUTOSCALE_TTFT_SLO_MS", "TTFT SLO of the predicted-TTFT autoscaling signal; 0 turns it off.")
+    autoscale_reference_prompt_tokens: int = setting(1024, "HEADROOM_ROUTER_AUTOSCALE_PROMPT_TOKENS", "Prompt length of the reference request the predicted-TTFT signal asks about.")
+    accelerator_memory_gib: float = setting(80.0, "HEADROOM_ROUTER_ACCELERATOR_MEMORY_GIB", "Accelerator memory per server, for the memory-usage signal.")

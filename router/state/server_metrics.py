@@ -3,8 +3,10 @@
 vLLM: ``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc`` (older
 releases: ``vllm:gpu_cache_usage_perc``), all fractions 0-1 for usage. JetStream:
 ``jetstream_prefill_backlog_size`` (waiting) and ``jetstream_slots_used_percentage`` (used as usage;
-JetStream reports no running count). Counts are summed over label sets (several models on one server),
-usage takes the maximum. Text that names none of these raises :class:`MetricsFormatError`.
+JetStream reports no running count). A server exposing both families is read by its vLLM names (the
+JetStream ones are kept apart, for the autoscaling signals). Counts are summed over label sets (several
+models on one server), usage takes the maximum. ``accelerator_memory_used_bytes`` is read when present.
+Text that names none of the scheduling metrics raises :class:`MetricsFormatError`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-WAITING = ("vllm:num_requests_waiting", "jetstream_prefill_backlog_size")
-RUNNING = ("vllm:num_requests_running",)
-USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "jetstream_slots_used_percentage")
+VLLM_WAITING, JETSTREAM_BACKLOG = "vllm:num_requests_waiting", "jetstream_prefill_backlog_size"
+RUNNING = "vllm:num_requests_running"
+VLLM_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+JETSTREAM_SLOTS = "jetstream_slots_used_percentage"
+MEMORY = "accelerator_memory_used_bytes"
+SUMMED = (VLLM_WAITING, JETSTREAM_BACKLOG, RUNNING, MEMORY)
+PEAK = (*VLLM_USAGE, JETSTREAM_SLOTS)
 
 
 class MetricsFormatError(ValueError):
@@ -27,27 +33,36 @@ class ServerMetrics:
     kv_cache_usage: float
     num_waiting: int
     num_running: int
+    slots_used: float | None = None  # JetStream's decode slots in use, 0-1, when reported
+    prefill_backlog: int | None = None  # JetStream's prefill queue, when reported
+    memory_used_bytes: int | None = None
 
 
 def parse_metrics(text: str) -> ServerMetrics:
     """The scheduling metrics in Prometheus exposition ``text``."""
     sums: dict[str, float] = {}
-    usage: float | None = None
-    found = False
+    peaks: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in WAITING or sample.name in RUNNING:
+                if sample.name in SUMMED:
                     sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
-                    found = True
-                elif sample.name in USAGE:
-                    usage = sample.value if usage is None else max(usage, sample.value)
-                    found = True
+                elif sample.name in PEAK:
+                    peaks[sample.name] = max(peaks.get(sample.name, sample.value), sample.value)
     except ValueError as err:
         raise MetricsFormatError(f"not Prometheus text: {err}") from err
-    if not found:
-        raise MetricsFormatError(f"none of the metrics {', '.join(WAITING + RUNNING + USAGE)} is present")
-    waiting = sum(sums.get(name, 0.0) for name in WAITING)
-    running = sum(sums.get(name, 0.0) for name in RUNNING)
-    return ServerMetrics(kv_cache_usage=min(1.0, max(0.0, usage or 0.0)),
-                         num_waiting=max(0, int(round(waiting))), num_running=max(0, int(round(running))))
+    vllm = VLLM_WAITING in sums or RUNNING in sums or any(name in peaks for name in VLLM_USAGE)
+    jetstream = JETSTREAM_BACKLOG in sums or JETSTREAM_SLOTS in peaks
+    if not (vllm or jetstream):
+        names = (VLLM_WAITING, RUNNING, *VLLM_USAGE, JETSTREAM_BACKLOG, JETSTREAM_SLOTS)
+        raise MetricsFormatError(f"none of the metrics {', '.join(names)} is present")
+    if vllm:
+        waiting = sums.get(VLLM_WAITING, 0.0)
+        usage = max((peaks[name] for name in VLLM_USAGE if name in peaks), default=0.0)
+    else:
+        waiting, usage = sums.get(JETSTREAM_BACKLOG, 0.0), peaks.get(JETSTREAM_SLOTS, 0.0)
+    return ServerMetrics(kv_cache_usage=min(1.0, max(0.0, usage)), num_waiting=max(0, int(round(waiting))),
+                         num_running=max(0, int(round(sums.get(RUNNING, 0.0)))),
+                         slots_used=peaks.get(JETSTREAM_SLOTS),
+                         prefill_backlog=int(sums[JETSTREAM_BACKLOG]) if JETSTREAM_BACKLOG in sums else None,
+                         memory_used_bytes=int(sums[MEMORY]) if MEMORY in sums else None)

@@ -24,12 +24,17 @@ jetstream_prefill_backlog_size{id="x"} 5
 # TYPE jetstream_slots_used_percentage gauge
 jetstream_slots_used_percentage{id="x"} 0.75
 """
+BOTH = VLLM + JETSTREAM + """# TYPE accelerator_memory_used_bytes gauge
+accelerator_memory_used_bytes 1024
+"""
 
 
 @pytest.mark.parametrize("text, expected", [
     pytest.param(VLLM, ServerMetrics(0.42, 3, 7), id="vllm"),
     pytest.param(TWO_MODELS, ServerMetrics(0.3, 3, 0), id="label-sets-summed-usage-max"),
-    pytest.param(JETSTREAM, ServerMetrics(0.75, 5, 0), id="jetstream"),
+    pytest.param(JETSTREAM, ServerMetrics(0.75, 5, 0, slots_used=0.75, prefill_backlog=5), id="jetstream"),
+    pytest.param(BOTH, ServerMetrics(0.42, 3, 7, slots_used=0.75, prefill_backlog=5, memory_used_bytes=1024),
+                 id="both-families-read-by-vllm-names"),
 ])
 def test_parse(text, expected):
     assert parse_metrics(text) == expected
