@@ -27,8 +27,8 @@ class Mix:
     slo_share: float = 0.6  # of the streaming requests
     stream_share: float = 0.7
     sheddable_share: float = 0.2  # of the SLO requests
-    slo_ttft_ms: float = 1500.0
-    slo_tpot_ms: float = 60.0
+    slo_ttft_ms: float = 400.0
+    slo_tpot_ms: float = 20.0
     seed: int = 7
 
 

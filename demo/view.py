@@ -24,8 +24,11 @@ def live_panel(tick: Tick) -> Group:
         models.add_column(column)
     models.add_row("fallback share (all decisions)",
                    f"{heuristic_decisions(tick.router) / decisions:.0%}" if decisions else "—")
-    for key, version in sorted(_versions(tick).items()):
-        models.add_row(f"model {key}", f"v{version:.0f}")
+    mape = {tuple(labels.values()): value for labels, value in tick.worker.get("headroom_model_holdout_mape", [])}
+    for labels, version in sorted((tuple(labels.values()), value)
+                                  for labels, value in tick.worker.get("headroom_model_version", [])
+                                  if labels.get("objective") == "mean"):
+        models.add_row(f"model {'/'.join(labels)}", f"v{version:.0f}, holdout MAPE {mape.get(labels, math.nan):.0%}")
     models.add_row("promoted / rejected versions",
                    f"{total(tick.worker, 'headroom_model_promotions_total'):.0f} / "
                    f"{total(tick.worker, 'headroom_model_rejections_total'):.0f}")
@@ -65,10 +68,6 @@ def _summary_table(title: str, s: Summary) -> Table:
                   _ms(s.tpot_p99_ms), _pct(s.slo_attainment), f"{s.goodput_per_s:.1f}", str(s.rejected),
                   str(s.failed))
     return table
-
-
-def _versions(tick: Tick) -> dict[str, float]:
-    return {"/".join(labels.values()): value for labels, value in tick.router.get("headroom_router_model_version", [])}
 
 
 def _ms(value: float) -> str:

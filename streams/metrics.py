@@ -17,5 +17,7 @@ REJECTIONS = Counter("headroom_model_rejections", "Candidates the promotion gate
                      ["pool_key", "target", "objective"])
 TRAINING_FAILURES = Counter("headroom_training_failures", "Training rounds that raised.", ["pool_key", "target"])
 MODEL_VERSION = Gauge("headroom_model_version", "Live model version.", ["pool_key", "target", "objective"])
+MODEL_HOLDOUT_MAPE = Gauge("headroom_model_holdout_mape", "Holdout MAPE of the version promoted last (0.1 = 10%).",
+                           ["pool_key", "target", "objective"])
 TRAINING_SECONDS = Histogram("headroom_training_seconds", "Wall time of a training round (all objectives).",
                              buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64))
