@@ -57,7 +57,12 @@ def messages(client: Consumer, topic: str, span: Range = Range(),
     while pending:
         batch = client.consume(BATCH, timeout=0.5)
         if not batch:
-            if time.monotonic() - idle_since > timeout_s:
+            # Offsets without a message (transaction markers, compacted records) never arrive: the
+            # consumer's position shows when a partition has passed its end all the same.
+            for tp in client.position([TopicPartition(topic, p) for p in pending]):
+                if tp.offset >= ends[tp.partition]:
+                    pending.discard(tp.partition)
+            if pending and time.monotonic() - idle_since > timeout_s:
                 raise TimeoutError(f"no messages from {topic} for {timeout_s:.0f} s; partitions {sorted(pending)} "
                                    "did not reach their end offsets")
             continue
@@ -66,10 +71,10 @@ def messages(client: Consumer, topic: str, span: Range = Range(),
         for message in batch:
             if message.error():
                 raise KafkaException(message.error())
-            partition = message.partition()
-            if partition in pending and message.offset() < ends[partition]:
+            partition, offset = message.partition(), message.offset()
+            if offset < ends.get(partition, -1) and partition in pending:
                 kept.append(message)
-                if message.offset() + 1 >= ends[partition]:
+                if offset + 1 >= ends[partition]:
                     pending.discard(partition)
         yield kept
 
@@ -95,7 +100,9 @@ def read_telemetry(bootstrap: str, topic: str, span: Range = Range(), extra: dic
                 progress(len(batch))
     finally:
         client.close()
-    records = pl.concat(frames) if frames else records_frame([])[0]
+    records = pl.concat(frames) if frames else records_frame([])[0].with_columns(
+        pl.Series("partition", [], dtype=pl.Int32), pl.Series("offset", [], dtype=pl.Int64),
+        pl.Series("kafka_ts_ms", [], dtype=pl.Int64))
     return Replay(records, rejected, read, time.monotonic() - began)
 
 

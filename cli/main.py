@@ -17,6 +17,7 @@ COMMANDS = (
     "autoscale.cli",
     "router.cli",
     "sim.cli",
+    "backtest.cli",
 )
 
 

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from contract.model_update import ModelUpdate
 from streams import metrics
@@ -29,6 +29,16 @@ log = logging.getLogger(__name__)
 
 class Publisher(Protocol):
     def publish(self, update: ModelUpdate) -> None: ...
+
+
+class RoundJob(NamedTuple):
+    """What one due window trains on: the arguments of :meth:`Retrainer._train`."""
+
+    window: WindowKey
+    rows: dict[str, list[Row]]
+    window_clock: float
+    now: float
+    drift_reason: str | None
 
 
 class Retrainer:
@@ -67,7 +77,10 @@ class Retrainer:
     async def run_due(self) -> list[RoundOutcome]:
         """Train every window that is due now; returns the outcomes."""
         outcomes: list[RoundOutcome] = []
-        for window in self.ingestor.windows.keys():
+        windows = self.ingestor.windows
+        for window in windows.keys():
+            metrics.WINDOW_ROWS.labels(*window).set(windows.size(window))
+            metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
             job = self._start(window)
             if job is None:
                 continue
@@ -83,7 +96,8 @@ class Retrainer:
         return outcomes
 
     def train_due(self) -> list[RoundOutcome]:
-        """:meth:`run_due` in the calling thread: replays drive it after each record, on event time."""
+        """:meth:`run_due` in the calling thread, without the window gauges: replays drive it after each
+        record, on event time."""
         outcomes: list[RoundOutcome] = []
         for window in self.ingestor.windows.keys():
             job = self._start(window)
@@ -98,26 +112,22 @@ class Retrainer:
             metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
         return outcomes
 
-    def _start(self, window: WindowKey) -> tuple | None:
+    def _start(self, window: WindowKey) -> RoundJob | None:
         """When ``window`` is due now: mark it trained and return the arguments of :meth:`_train`."""
         windows = self.ingestor.windows
-        size = windows.size(window)
-        metrics.WINDOW_ROWS.labels(*window).set(size)
-        metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
         policy = self.ingestor.policy(window)
         now = self.clock()
-        trigger = policy.due(now, size)
+        trigger = policy.due(now, windows.size(window))
         if trigger is None:
             return None
         drift_reason = policy.trained(now)
         metrics.RETRAINS.labels(*window, trigger).inc()
-        return window, windows.copy(window), windows.clock, now, drift_reason
+        return RoundJob(window, windows.copy(window), windows.clock, now, drift_reason)
 
-    def _answered(self, job: tuple, answered: list[RoundOutcome]) -> list[RoundOutcome]:
+    def _answered(self, job: RoundJob, answered: list[RoundOutcome]) -> list[RoundOutcome]:
         """A drift-triggered round that promoted nothing leaves the drift to be answered again."""
-        window, drift_reason = job[0], job[4]
-        if drift_reason is not None and not any(o.update for o in answered):
-            self.ingestor.policy(window).unanswered(drift_reason)
+        if job.drift_reason is not None and not any(o.update for o in answered):
+            self.ingestor.policy(job.window).unanswered(job.drift_reason)
         return answered
 
     def _train(self, window: WindowKey, rows: dict[str, list[Row]], window_clock: float, now: float,
@@ -137,6 +147,7 @@ class Retrainer:
             self.live.offer(live_model(outcome.update, outcome.booster))
             metrics.PROMOTIONS.labels(*labels).inc()
             metrics.MODEL_VERSION.labels(*labels).set(outcome.update.version)
+            metrics.MODEL_HOLDOUT_MAPE.labels(*labels).set(outcome.candidate.mape)
             log.info("promoted %s v%d over %d rows (%s; holdout MAE %.2f ms, MAPE %.1f%%, coverage %.2f)%s",
                      outcome.key, outcome.update.version, outcome.train_rows, outcome.decision.reason,
                      outcome.candidate.mae, 100 * outcome.candidate.mape, outcome.candidate.coverage,

@@ -55,3 +55,17 @@ def test_replay_commits_no_consumer_offsets(kafka, fresh_topic):
     read_telemetry(kafka.bootstrap_servers, topic)
     groups = admin_client(kafka.bootstrap_servers).list_consumer_groups().result()
     assert not [g.group_id for g in groups.valid if g.group_id.startswith("headroom-replay-")]
+
+
+def test_a_partition_ending_in_a_transaction_marker_is_read_to_its_end(kafka, fresh_topic):
+    topic = fresh_topic("replay-txn")
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"txn-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, key=b"k", value=encode(valid_record(request_id=f"t{i}")), timestamp=1_000)
+    producer.commit_transaction(30)
+
+    replay = read_telemetry(kafka.bootstrap_servers, topic)
+
+    assert sorted(replay.records["request_id"]) == sorted(f"t{i}" for i in range(10))

@@ -1,0 +1,79 @@
+"""The published history: the versions on ``model-updates`` and the live error of each on the records it served.
+
+A telemetry record names, per target, the version of the model whose prediction the router used
+(``model_versions``) beside that prediction; joined with the published updates (the mean model of the
+record's pool key and target) this gives each version's error in service next to its holdout error.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from backtest.replay import consumer, messages
+from contract.model_update import InvalidUpdate, ModelUpdate, decode_update
+from contract.topics import MODEL_MESSAGE_MAX_BYTES
+
+_PREDICTED = {"ttft": "predicted_ttft_ms", "tpot": "predicted_tpot_ms", "e2e": "predicted_e2e_ms"}
+_ACTUAL = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
+UPDATE_SCHEMA = {"offset": pl.Int64, "pool_key": pl.String, "target": pl.String, "objective": pl.String,
+                 "version": pl.Int64, "created_at": pl.Float64, "holdout_mae_ms": pl.Float64,
+                 "holdout_mape": pl.Float64, "train_rows": pl.Float64, "drift_reason": pl.String}
+
+
+def read_updates(bootstrap: str, topic: str, extra: dict[str, str] | None = None
+                 ) -> tuple[list[ModelUpdate], list[tuple[int, str]]]:
+    """Every valid update on ``topic`` in offset order, and ``(offset, reason)`` of the invalid ones."""
+    client = consumer(bootstrap, {"fetch.max.bytes": 2 * MODEL_MESSAGE_MAX_BYTES,
+                                  "max.partition.fetch.bytes": MODEL_MESSAGE_MAX_BYTES, **(extra or {})})
+    updates, rejected = [], []
+    try:
+        for batch in messages(client, topic):
+            for message in batch:
+                try:
+                    updates.append((message.offset(), decode_update(message.value())))
+                except InvalidUpdate as err:
+                    rejected.append((message.offset(), str(err)))
+    finally:
+        client.close()
+    return [u for _, u in sorted(updates, key=lambda item: item[0])], rejected
+
+
+def updates_frame(updates: list[ModelUpdate]) -> pl.DataFrame:
+    return pl.DataFrame([{"offset": i, "pool_key": u.pool_key, "target": u.target, "objective": u.objective,
+                          "version": u.version, "created_at": u.created_at,
+                          "holdout_mae_ms": u.holdout_metrics.get("mae"), "holdout_mape": u.holdout_metrics.get("mape"),
+                          "train_rows": u.window_stats.get("train_rows"), "drift_reason": u.drift_reason}
+                         for i, u in enumerate(updates)], schema=UPDATE_SCHEMA)
+
+
+def served(records: pl.DataFrame) -> pl.DataFrame:
+    """One row per (record, target) whose prediction came from a named version: actual against predicted.
+
+    A record counts for the targets it trains (see :func:`contract.features.target_value`): TTFT and TPOT
+    when streaming, E2E otherwise — the residuals the drift detectors see.
+    """
+    parts = [records.filter((pl.col("stream") if target != "e2e" else ~pl.col("stream"))
+                            & pl.col("model_versions").struct.field(target).is_not_null()
+                            & pl.col(_PREDICTED[target]).is_not_null() & pl.col(_ACTUAL[target]).is_not_null())
+             .select(pl.col("completion_ts"), pl.col("pool_key"), pl.lit(target).alias("target"),
+                     pl.col("model_versions").struct.field(target).alias("version"),
+                     pl.col(_ACTUAL[target]).alias("actual_ms"), pl.col(_PREDICTED[target]).alias("predicted_ms"))
+             for target in _PREDICTED]
+    return pl.concat(parts) if records.height else pl.DataFrame(
+        schema={"completion_ts": pl.Float64, "pool_key": pl.String, "target": pl.String, "version": pl.Int64,
+                "actual_ms": pl.Float64, "predicted_ms": pl.Float64})
+
+
+def live_error(records: pl.DataFrame, updates: pl.DataFrame) -> pl.DataFrame:
+    """Per (pool key, target, version): records served, live MAE and MAPE, beside the published holdout error."""
+    usage = (served(records)
+             .with_columns((pl.col("actual_ms") - pl.col("predicted_ms")).abs().alias("abs_error"))
+             .group_by(["pool_key", "target", "version"])
+             .agg(pl.len().alias("served_records"), pl.col("abs_error").mean().alias("live_mae_ms"),
+                  (pl.col("abs_error") / pl.col("actual_ms").clip(lower_bound=1.0)).mean().alias("live_mape"),
+                  pl.col("completion_ts").min().alias("first_served"),
+                  pl.col("completion_ts").max().alias("last_served")))
+    mean_models = updates.filter(pl.col("objective") == "mean").drop("objective", "offset")
+    return (usage.join(mean_models, on=["pool_key", "target", "version"], how="full", coalesce=True)
+            .with_columns(pl.col("served_records").fill_null(0))
+            .sort(["pool_key", "target", "version"]))

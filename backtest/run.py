@@ -1,0 +1,94 @@
+"""One backtest from topic to report: replay, prequential evaluation, published history, policy comparison.
+
+Each stage is timed on its own, so reading and preparing records can be told apart from training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from backtest import policies, published
+from backtest.prequential import Prequential, evaluate
+from backtest.replay import Range, read_telemetry
+from backtest.report import write_report
+from backtest.settings import BacktestSettings
+from contract.topics import KafkaSettings
+from sim.policies import POLICIES
+from streams.settings import PipelineSettings
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where history is read from: the broker, its topics, the range, extra librdkafka settings."""
+
+    kafka: KafkaSettings
+    span: Range = Range()
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Backtest:
+    records: pl.DataFrame
+    rejected: int
+    prequential: Prequential
+    updates: pl.DataFrame
+    live_error: pl.DataFrame
+    policy_summary: pl.DataFrame
+    policy_outcomes: pl.DataFrame
+    files: list[Path]
+    seconds: dict[str, float]  # per stage: read, prepare, replay, training, scoring, published, policies, report
+
+
+def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestSettings,
+                 console: Console | None = None) -> Backtest:
+    unknown = [name for name in settings.policy_names if name not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+    console = console or Console(stderr=True)
+    seconds: dict[str, float] = {}
+    with _progress(console) as progress:
+        reading = progress.add_task(f"reading {source.kafka.telemetry_topic}", total=None)
+        replay = read_telemetry(source.kafka.bootstrap_servers, source.kafka.telemetry_topic, source.span,
+                                source.extra, progress=lambda n: progress.advance(reading, n))
+        progress.update(reading, total=replay.read, completed=replay.read)
+        seconds["read"] = replay.seconds
+        records = replay.records
+
+        replaying = progress.add_task("prequential replay", total=records.height)
+        outcome = evaluate(records, pipeline, progress=lambda n: progress.advance(replaying, n))
+        seconds |= {"prepare": outcome.prepare_seconds, "replay": outcome.replay_seconds,
+                    "training": outcome.training_seconds, "scoring": outcome.scoring_seconds}
+
+        started = time.perf_counter()
+        updates, _ = published.read_updates(source.kafka.bootstrap_servers, source.kafka.model_topic, source.extra)
+        updates_table = published.updates_frame(updates)
+        live = published.live_error(records, updates_table)
+        seconds["published"] = time.perf_counter() - started
+
+        names = settings.policy_names
+        started = time.perf_counter()
+        simulating = progress.add_task("policy comparison", total=len(names))
+        if names and records.height:
+            summary, outcomes = policies.compare(records, names, settings.servers or None, settings.server_type,
+                                                 settings.seed, progress=lambda _: progress.advance(simulating))
+        else:
+            summary, outcomes = pl.DataFrame(), pl.DataFrame(schema=policies.OUTCOME_SCHEMA)
+        seconds["policies"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    result = Backtest(records, len(replay.rejected), outcome, updates_table, live, summary, outcomes, [], seconds)
+    files = write_report(settings.out_dir, result, source, pipeline)
+    seconds["report"] = time.perf_counter() - started
+    return dataclasses.replace(result, files=files)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)

@@ -1,0 +1,25 @@
+"""The backtest's settings, built once by ``headroom backtest run``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.settings import setting
+
+
+@dataclass(frozen=True)
+class BacktestSettings:
+    """Where the report goes and what the policy comparison simulates."""
+
+    out_dir: Path = setting(Path("backtest-report"), "HEADROOM_BACKTEST_OUT", "Directory the report is written to.")
+    policies: str = setting("round-robin,least-queue,composite", "HEADROOM_BACKTEST_POLICIES",
+                            "Comma-separated simulator policies to compare (empty: skip the comparison).")
+    servers: int = setting(0, "HEADROOM_BACKTEST_SERVERS",
+                           "Simulated servers in the policy comparison (0: as many as the records name).")
+    server_type: str = setting("h100", "HEADROOM_BACKTEST_SERVER_TYPE", "Simulated server profile.")
+    seed: int = setting(0, "HEADROOM_BACKTEST_SEED", "Seed of the simulated policies and servers.")
+
+    @property
+    def policy_names(self) -> list[str]:
+        return [name.strip() for name in self.policies.split(",") if name.strip()]

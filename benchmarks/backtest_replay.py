@@ -1,0 +1,137 @@
+"""Backtest replay speed: records/s from a telemetry topic to a finished prequential report.
+
+    .venv/bin/python benchmarks/backtest_replay.py [--records 100000] [--bootstrap HOST:PORT] [--policies ...]
+
+Fills a fresh telemetry topic with a simulator run (a pool of servers routed by least-queue, each record
+carrying a fixed prediction so the drift detectors have residuals), then runs ``headroom backtest run``'s
+code over it with the pipeline's default settings and prints the time of each stage: reading from Kafka
+into polars, feature preparation (the model feature matrix and targets of every record), the per-record
+replay of windows, drift detectors and triggers, training rounds, scoring, and writing the report. Without
+``--bootstrap`` a local broker is started in a temporary folder and stopped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Producer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from backtest.prequential import prepare  # noqa: E402
+from backtest.replay import Range, read_telemetry  # noqa: E402
+from backtest.run import Source, run_backtest  # noqa: E402
+from backtest.settings import BacktestSettings  # noqa: E402
+from contract.settings import from_env  # noqa: E402
+from contract.telemetry import encode  # noqa: E402
+from contract.topics import KafkaSettings, TopicSpec  # noqa: E402
+from localkafka import admin, broker  # noqa: E402
+from localkafka.settings import BrokerSettings  # noqa: E402
+from sim.policies import policy  # noqa: E402
+from sim.pool import run, uniform_pool  # noqa: E402
+from sim.synthetic import generate, poisson_arrivals  # noqa: E402
+from sim.view import Pick  # noqa: E402
+from streams.settings import PipelineSettings  # noqa: E402
+
+
+def simulated(records: int, rate: float, servers: int):
+    requests = generate(poisson_arrivals(rate, records / rate, seed=3), stream_fraction=0.8, seed=3,
+                        slo_ttft_ms=500.0, slo_tpot_ms=40.0)[:records]
+    least_queue = policy("least-queue")
+
+    def pick(request, view):
+        return Pick(least_queue(request, view), predicted_ttft_ms=60.0, predicted_tpot_ms=12.0,
+                    predicted_e2e_ms=1500.0, model_versions={"ttft": 1, "tpot": 1, "e2e": 1})
+
+    return run(requests, uniform_pool(servers), pick, seed=3).records
+
+
+def fill(kafka: KafkaSettings, records) -> None:
+    admin.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
+                         "queue.buffering.max.messages": 1_000_000})
+    for record in records:
+        producer.produce(kafka.telemetry_topic, key=record.request_id.encode(), value=encode(record),
+                         timestamp=int(record.completion_ts * 1000))
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("the telemetry did not reach the broker")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=200.0, help="simulated arrivals per second")
+    parser.add_argument("--servers", type=int, default=16)
+    parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
+    parser.add_argument("--policies", default="", help="also compare these simulator policies")
+    parser.add_argument("--read-repeats", type=int, default=3, help="extra timed reads + preparations alone")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="headroom-bench-backtest-") as folder:
+        local = None
+        if args.bootstrap is None:
+            local = from_env(BrokerSettings, port=free_port(), controller_port=free_port(), state_dir=Path(folder))
+            broker.up(local)
+        try:
+            bootstrap = args.bootstrap or local.bootstrap
+            tag = uuid.uuid4().hex[:8]
+            kafka = dataclasses.replace(from_env(KafkaSettings, {}, bootstrap_servers=bootstrap),
+                                        telemetry_topic=f"bench-backtest-{tag}", model_topic=f"bench-models-{tag}")
+            started = time.perf_counter()
+            records = simulated(args.records, args.rate, args.servers)
+            fill(kafka, records)
+            print(f"# filled {kafka.telemetry_topic} (4 partitions) with {len(records)} simulator records "
+                  f"in {time.perf_counter() - started:.0f} s")
+            reads, cpu = [], []
+            for _ in range(args.read_repeats):
+                began, began_cpu = time.perf_counter(), time.process_time()
+                replay = read_telemetry(kafka.bootstrap_servers, kafka.telemetry_topic)
+                prepare(replay.records)
+                reads.append(time.perf_counter() - began)
+                cpu.append(time.process_time() - began_cpu)
+            pipeline = from_env(PipelineSettings, {})
+            settings = BacktestSettings(out_dir=Path(folder) / "report", policies=args.policies)
+            started = time.perf_counter()
+            result = run_backtest(Source(kafka, Range()), pipeline, settings, Console(stderr=True))
+            total = time.perf_counter() - started
+        finally:
+            if local is not None:
+                broker.down(local)
+    n = result.records.height
+    s = result.seconds
+    rounds = result.prequential.rounds
+    print(f"# {n} records, {len(rounds)} training rounds ({int(rounds['promoted'].sum())} promoted), "
+          f"{result.prequential.drifts.height} drift detections; pipeline settings: defaults")
+    print("| stage | seconds | records/s |")
+    print("|---|---:|---:|")
+    for stage in ("read", "prepare", "replay", "training", "scoring", "published", "policies", "report"):
+        print(f"| {stage} | {s[stage]:.2f} | {n / s[stage]:,.0f} |" if s[stage] > 0 else f"| {stage} | 0 | – |")
+    print(f"| read + prepare | {s['read'] + s['prepare']:.2f} | {n / (s['read'] + s['prepare']):,.0f} |")
+    print(f"| topic → finished report | {total:.2f} | {n / total:,.0f} |")
+    if reads:
+        reads.sort()
+        cpu.sort()
+        print(f"# read + prepare alone, {len(reads)} repeats: median {n / reads[len(reads) // 2]:,.0f} records/s, "
+              f"best {n / reads[0]:,.0f} records/s; median {n / cpu[len(cpu) // 2]:,.0f} records per CPU-second "
+              f"of this process (all its threads, librdkafka's included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
