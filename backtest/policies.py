@@ -14,11 +14,15 @@ from collections.abc import Callable, Sequence
 import polars as pl
 
 from sim.bench import quantile
-from sim.policies import policy
+from router.roles import LatencyPredictor
+from router.sim_policy import engine_pick
+from sim.policies import POLICIES, policy
 from sim.pool import run, uniform_pool
 from sim.request import Request
 
-DEFAULT_POLICIES = ("round-robin", "least-queue", "composite")
+PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
+KNOWN_POLICIES = (*POLICIES, PREDICTED)
+DEFAULT_POLICIES = ("round-robin", "least-queue", "composite", PREDICTED)
 OUTCOME_SCHEMA = {"policy": pl.String, "request_id": pl.String, "ttft_ms": pl.Float64, "tpot_ms": pl.Float64,
                   "met_slo": pl.Boolean, "has_slo": pl.Boolean}
 
@@ -42,14 +46,19 @@ def met(ttft_ms: float, tpot_ms: float | None, slo_ttft_ms: float | None, slo_tp
 
 
 def compare(records: pl.DataFrame, policies: Sequence[str] = DEFAULT_POLICIES, servers: int | None = None,
-            server_type: str = "h100", seed: int = 0,
-            progress: Callable[[str], None] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(summary per policy, outcome per request and policy); the recorded outcomes come first as ``recorded``."""
+            server_type: str = "h100", seed: int = 0, progress: Callable[[str], None] | None = None,
+            predictor: LatencyPredictor | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(summary per policy, outcome per request and policy); the recorded outcomes come first as ``recorded``.
+
+    ``predicted-latency`` schedules with the router's engine and ``predictor`` (the published models)."""
+    if PREDICTED in policies and predictor is None:
+        raise ValueError(f"policy {PREDICTED!r} needs published models; none were read from the model topic")
     requests = requests_from(records)
     count = servers or max(records.get_column("server_id").n_unique(), 1)
     outcomes = [_recorded(records)]
     for name in policies:
-        result = run(requests, uniform_pool(count, server_type), policy(name, seed), seed=seed, telemetry=False)
+        pick = engine_pick(predictor, seed=seed) if name == PREDICTED else policy(name, seed)
+        result = run(requests, uniform_pool(count, server_type), pick, seed=seed, telemetry=False)
         outcomes.append(pl.DataFrame([_simulated(name, o) for o in result.outcomes], schema=OUTCOME_SCHEMA,
                                      orient="row"))
         if progress:

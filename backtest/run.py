@@ -19,8 +19,11 @@ from backtest.prequential import Prequential, evaluate
 from backtest.replay import Range, read_telemetry
 from backtest.report import write_report
 from backtest.settings import BacktestSettings
+from contract.model_update import ModelUpdate, encode_update
 from contract.topics import KafkaSettings
-from sim.policies import POLICIES
+from predictor.runtime import ModelRuntime
+from router.predictors import EmbeddedPredictor
+from router.roles import LatencyPredictor
 from streams.settings import PipelineSettings
 
 
@@ -48,9 +51,9 @@ class Backtest:
 
 def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestSettings,
                  console: Console | None = None) -> Backtest:
-    unknown = [name for name in settings.policy_names if name not in POLICIES]
+    unknown = [name for name in settings.policy_names if name not in policies.KNOWN_POLICIES]
     if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(policies.KNOWN_POLICIES)}")
     console = console or Console(stderr=True)
     seconds: dict[str, float] = {}
     with _progress(console) as progress:
@@ -76,8 +79,12 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
         started = time.perf_counter()
         simulating = progress.add_task("policy comparison", total=len(names))
         if names and records.height:
+            predictor = _published_models(updates) if policies.PREDICTED in names else None
+            if predictor is None and policies.PREDICTED in names:  # nothing published yet: nothing to replay it with
+                names = [name for name in names if name != policies.PREDICTED]
             summary, outcomes = policies.compare(records, names, settings.servers or None, settings.server_type,
-                                                 settings.seed, progress=lambda _: progress.advance(simulating))
+                                                 settings.seed, progress=lambda _: progress.advance(simulating),
+                                                 predictor=predictor)
         else:
             summary, outcomes = pl.DataFrame(), pl.DataFrame(schema=policies.OUTCOME_SCHEMA)
         seconds["policies"] = time.perf_counter() - started
@@ -87,6 +94,14 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
     files = write_report(settings.out_dir, result, source, pipeline)
     seconds["report"] = time.perf_counter() - started
     return dataclasses.replace(result, files=files)
+
+
+def _published_models(updates: list[ModelUpdate]) -> LatencyPredictor | None:
+    """The latest published version of every model, verified as a serving runtime would."""
+    runtime = ModelRuntime()
+    for update in sorted(updates, key=lambda u: u.version):
+        runtime.apply(encode_update(update))
+    return EmbeddedPredictor(runtime) if runtime.ready else None
 
 
 def _progress(console: Console) -> Progress:

@@ -13,7 +13,7 @@ class BacktestSettings:
     """Where the report goes and what the policy comparison simulates."""
 
     out_dir: Path = setting(Path("backtest-report"), "HEADROOM_BACKTEST_OUT", "Directory the report is written to.")
-    policies: str = setting("round-robin,least-queue,composite", "HEADROOM_BACKTEST_POLICIES",
+    policies: str = setting("round-robin,least-queue,composite,predicted-latency", "HEADROOM_BACKTEST_POLICIES",
                             "Comma-separated simulator policies to compare (empty: skip the comparison).")
     servers: int = setting(0, "HEADROOM_BACKTEST_SERVERS",
                            "Simulated servers in the policy comparison (0: as many as the records name).")

@@ -20,9 +20,7 @@ the TPOT SLO; goodput is such requests per second.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
-import random
 import sys
 import time
 from dataclasses import replace
@@ -37,16 +35,13 @@ import xgboost  # noqa: E402
 from contract.features import FEATURE_SCHEMA, records_matrix, target_value  # noqa: E402
 from contract.model_update import encode_update, make_update  # noqa: E402
 from predictor.runtime import ModelRuntime  # noqa: E402
-from router.engine import Engine  # noqa: E402
-from router.pipeline import DEFAULT_PIPELINE, load_pipeline  # noqa: E402
 from router.predictors import EmbeddedPredictor  # noqa: E402
-from router.roles import Context, Request, ServerSnapshot  # noqa: E402
+from router.sim_policy import engine_pick  # noqa: E402
 from sim.bench import capacity_rps, quantile  # noqa: E402
 from sim.oracle import oracle_pick  # noqa: E402
 from sim.policies import policy  # noqa: E402
 from sim.pool import run, uniform_pool  # noqa: E402
 from sim.traces import load_azure, load_mooncake  # noqa: E402
-from sim.view import Pick  # noqa: E402
 from trainer.params import TrainParams  # noqa: E402
 
 SERVERS = 16
@@ -101,28 +96,8 @@ def _fit(runtime: ModelRuntime, records, version: int) -> None:
 
 def router_pick(runtime: ModelRuntime, slo: tuple[float, float] | None, seed: int = 0, strategy: str = "most",
                 sharpness: float = 1.0):
-    pipeline = copy.deepcopy(DEFAULT_PIPELINE)
-    for plugin in pipeline["plugins"]:
-        if plugin["type"] == "latency-scorer":
-            plugin["params"] = {"headroomSelectionStrategy": strategy}
-        if plugin["type"] == "weighted-random-picker":
-            plugin["params"] = {"sharpness": sharpness}
-    engine = Engine(load_pipeline(pipeline))
-    context = Context(rng=random.Random(seed), predictor=EmbeddedPredictor(runtime))
-
-    def pick(request, view):
-        servers = [ServerSnapshot(s.server_id, "", s.pool_key, s.kv_cache_usage, s.num_waiting, s.num_running,
-                                  view.prefix_match(i), view.inflight_requests[i], view.inflight_prompt_tokens[i],
-                                  (), max(0.0, view.now - s.time_s))
-                   for i, s in enumerate(view.snapshots)]
-        decision = engine.decide(Request(request.request_id, request.prompt_tokens, request.max_tokens, request.stream,
-                                         slo[0] if slo else None, slo[1] if slo else None, 0, True),
-                                 servers, context)
-        chosen = decision.chosen
-        p = chosen.prediction
-        return Pick(chosen.server.server_id, p.ttft_ms if p else None, p.tpot_ms if p else None)
-
-    return pick
+    return engine_pick(EmbeddedPredictor(runtime), slo=slo, seed=seed,
+                       scorer_params={"headroomSelectionStrategy": strategy}, picker_params={"sharpness": sharpness})
 
 
 def row(name, load, requests, result, slo):

@@ -64,7 +64,8 @@ def test_backtest_promotes_what_the_live_pipeline_promoted_and_writes_the_report
     live = [(item.update.key, item.update.version) for item in read_all(kafka)]
 
     result = run_backtest(Source(kafka, Range()), settings,
-                          BacktestSettings(out_dir=tmp_path / "report", policies="round-robin,least-queue"))
+                          BacktestSettings(out_dir=tmp_path / "report",
+                                           policies="round-robin,least-queue,predicted-latency"))
 
     promoted = result.prequential.rounds.filter(pl.col("promoted"))
     replayed = [(f"{r['pool_key']}/{r['target']}/{r['objective']}", r["version"])
@@ -87,8 +88,9 @@ def test_backtest_promotes_what_the_live_pipeline_promoted_and_writes_the_report
     report = (tmp_path / "report" / "report.md").read_text()
     for heading in ("## Prequential evaluation", "## Published history", "## Policy comparison", "no prompt prefix"):
         assert heading in report
-    assert pl.read_parquet(tmp_path / "report" / "policy_summary.parquet")["policy"].to_list() == [
-        "recorded", "round-robin", "least-queue"]
+    summary = pl.read_parquet(tmp_path / "report" / "policy_summary.parquet")
+    assert summary["policy"].to_list() == ["recorded", "round-robin", "least-queue", "predicted-latency"]
+    assert summary.filter(pl.col("policy") == "predicted-latency")["completed"].item() == len(records)
 
 
 def test_time_range_limits_the_replay(kafka, fresh_topic, tmp_path):

@@ -1,0 +1,48 @@
+"""The router's scheduling engine as a pick function of the offline simulator (:mod:`sim.pool`).
+
+Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
+and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts and
+prefix matches). The simulator cannot shed requests, so requests are scheduled as non-sheddable (priority
+0) and the admitter never rejects; ``slo`` overrides every request's own SLOs when given.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+from router.engine import Engine
+from router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from sim.request import Request as SimRequest
+from sim.view import Pick, PickFunction, PoolView
+
+
+def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None = None, seed: int = 0,
+                scorer_params: dict[str, Any] | None = None, picker_params: dict[str, Any] | None = None,
+                pipeline: dict[str, Any] | None = None) -> PickFunction:
+    """A pick function running the scheduling pipeline (default: the router's) over the simulator's view."""
+    config = copy.deepcopy(pipeline or DEFAULT_PIPELINE)
+    for plugin in config["plugins"]:
+        if plugin["type"] == "latency-scorer" and scorer_params:
+            plugin["params"] = {**plugin.get("params", {}), **scorer_params}
+        if plugin["type"] == "weighted-random-picker" and picker_params:
+            plugin["params"] = {**plugin.get("params", {}), **picker_params}
+    engine = Engine(load_pipeline(config))
+    context = Context(rng=random.Random(seed), predictor=predictor)
+
+    def pick(request: SimRequest, view: PoolView) -> Pick:
+        servers = [ServerSnapshot(s.server_id, "", s.pool_key, s.kv_cache_usage, s.num_waiting, s.num_running,
+                                  view.prefix_match(i), view.inflight_requests[i], view.inflight_prompt_tokens[i],
+                                  (), max(0.0, view.now - s.time_s))
+                   for i, s in enumerate(view.snapshots)]
+        ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
+        decision = engine.decide(Request(request.request_id, request.prompt_tokens, request.max_tokens,
+                                         request.stream, ttft_slo, tpot_slo, 0, True), servers, context)
+        chosen = decision.chosen
+        prediction = chosen.prediction
+        return Pick(chosen.server.server_id, prediction.ttft_ms if prediction else None,
+                    prediction.tpot_ms if prediction else None)
+
+    return pick
