@@ -56,7 +56,7 @@ def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: Live
                           partitions=kafka.telemetry_partitions)
     dead_letters = app.topic(kafka.dlq_topic, key_serializer="raw", value_serializer="raw")
     table = app.Table(WINDOWS_TABLE, default=None, partitions=kafka.telemetry_partitions,
-                      key_type=str)
+                      key_type=str)  # values: JSON written raw by Windows.flush, read back by Faust's json codec
 
     ingestor = build_ingestor(settings)
     retrainer = Retrainer(ingestor, live, publisher, settings)
@@ -78,10 +78,9 @@ def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         for key, value in ingestor.windows.flush(partition):
             if value is None:
                 table.data.pop(key, None)
-                table.send_changelog(partition, key, None, value_serializer="raw")
             else:
                 table.data[key] = value
-                table.send_changelog(partition, key, value)
+            table.send_changelog(partition, key, value, value_serializer="raw")
         for event in events:
             await manual[0].ack(event)
 

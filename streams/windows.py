@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from streams.window import Row, WindowLimits, evictions, snapshot
 from trainer.samples import Samples
 
@@ -34,9 +36,12 @@ def stratum_key(window: WindowKey, stratum: str, partition: int) -> str:
     return json.dumps([window[0], window[1], stratum, partition], separators=(",", ":"))
 
 
-def stratum_value(rows: Iterable[Row]) -> list[list[Any]]:
-    """``[time, value, seq, offset, *raw]`` per row."""
-    return [[row.time, row.value, row.seq, row.offset, *row.raw] for row in rows]
+def stratum_value(rows: Iterable[Row]) -> bytes:
+    """The JSON array ``[time, value, seq, offset, *raw]`` per row, as the table stores it (raw bytes)."""
+    return _encode([(row.time, row.value, row.seq, row.offset, *row.raw) for row in rows])
+
+
+_encode = msgspec.json.Encoder().encode
 
 
 def hwm_key(partition: int) -> str:
@@ -108,9 +113,9 @@ class Windows:
 
     # --- persistence ------------------------------------------------------------------------------------
 
-    def flush(self, partition: int) -> list[tuple[str, Any]]:
-        """Table entries to write for ``partition`` since its last flush (value None: delete the key)."""
-        entries: list[tuple[str, Any]] = []
+    def flush(self, partition: int) -> list[tuple[str, bytes | None]]:
+        """Table entries to write for ``partition`` since its last flush (JSON bytes; None: delete the key)."""
+        entries: list[tuple[str, bytes | None]] = []
         for part in [p for p in self._dirty if p[2] == partition]:
             self._dirty.discard(part)
             window, stratum, _ = part
@@ -118,11 +123,11 @@ class Windows:
             entries.append((stratum_key(window, stratum, partition), stratum_value(rows) if rows else None))
         if partition in self._marked:
             self._marked.discard(partition)
-            entries.append((hwm_key(partition), self.high_water[partition]))
+            entries.append((hwm_key(partition), _encode(self.high_water[partition])))
         return entries
 
     def restore(self, entries: Iterable[tuple[str, Any]]) -> int:
-        """Rebuild from table entries (as written by :meth:`flush`); returns the rows restored."""
+        """Rebuild from table entries (as written by :meth:`flush`, or that JSON decoded); returns the rows restored."""
         self._windows.clear()
         self.high_water.clear()
         self._dirty.clear()
@@ -131,6 +136,8 @@ class Windows:
         for key, value in entries:
             if value is None:
                 continue
+            if isinstance(value, (bytes, bytearray)):  # as flushed; the changelog's reader hands back decoded JSON
+                value = msgspec.json.decode(value)
             if key.startswith("hwm:"):
                 partition = int(key[4:])
                 self.high_water[partition] = max(int(value), self.high_water.get(partition, -1))

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from contract.telemetry import encode
@@ -26,7 +28,7 @@ class Table(dict):
                     self[key] = value
 
     def rows(self) -> int:
-        return sum(len(v) for k, v in self.items() if not k.startswith("hwm:"))
+        return sum(len(json.loads(v)) for k, v in self.items() if not k.startswith("hwm:"))
 
 
 def test_streaming_records_train_ttft_and_tpot_and_others_train_e2e():
@@ -51,7 +53,7 @@ def test_invalid_records_are_rejected_with_their_reason_and_never_enter_a_window
     result = ing.ingest(raw, 3, 17)
     assert result.record is None and reason in result.rejection
     assert result.admitted == [] and ing.windows.keys() == []
-    assert ing.windows.flush(3) == [(hwm_key(3), 17)]
+    assert ing.windows.flush(3) == [(hwm_key(3), b"17")]
 
 
 def test_a_replayed_offset_is_skipped():
@@ -118,7 +120,7 @@ def test_on_drift_the_window_can_forget_the_old_regime(memory_s, old_rows_left):
     table.flush(ing.windows, (0,))
     times = ing.windows.samples(("pool-a", "ttft")).times
     assert bool(times.min() < 1_700_000_010.0) is old_rows_left
-    assert sum(len(v) for k, v in table.items() if '"ttft"' in k) == len(times)
+    assert sum(len(json.loads(v)) for k, v in table.items() if '"ttft"' in k) == len(times)
 
 
 def test_a_crash_between_flushes_replays_exactly_the_unflushed_records():
