@@ -8,6 +8,7 @@ already running instead.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import uuid
@@ -54,3 +55,13 @@ def fresh_topic(kafka: KafkaSettings):
         admin.ensure_topics(kafka, [TopicSpec(name, partitions, config or {})])
         return name
     return make
+
+
+@pytest.fixture
+def pipeline_kafka(kafka: KafkaSettings) -> KafkaSettings:
+    """The test broker with this test's own telemetry, dead-letter and model topics (4 telemetry partitions)."""
+    tag = uuid.uuid4().hex[:8]
+    settings = dataclasses.replace(kafka, telemetry_topic=f"telemetry-{tag}", dlq_topic=f"telemetry-dlq-{tag}",
+                                   model_topic=f"model-updates-{tag}", telemetry_partitions=4)
+    admin.ensure_topics(settings)
+    return settings
