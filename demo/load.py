@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
+from router.headers import OPT_IN, PRIORITY, SLO_TPOT, SLO_TTFT
 from sim.request import Request
 
 
@@ -52,14 +53,13 @@ def dress(requests: Sequence[Request], mix: Mix) -> list[tuple[Request, dict[str
     rng = random.Random(mix.seed)
     dressed = []
     for request in requests:
-        headers = {"x-prediction-based-scheduling": "true"}
+        headers = {OPT_IN: "true"}
         stream = rng.random() < mix.stream_share
         if stream and rng.random() < mix.slo_share:  # SLOs are for streaming clients (TTFT means E2E otherwise)
-            headers["x-slo-ttft-ms"] = f"{mix.slo_ttft_ms:g}"
-            if stream:
-                headers["x-slo-tpot-ms"] = f"{mix.slo_tpot_ms:g}"
+            headers[SLO_TTFT[0]] = f"{mix.slo_ttft_ms:g}"
+            headers[SLO_TPOT[0]] = f"{mix.slo_tpot_ms:g}"
             if rng.random() < mix.sheddable_share:
-                headers["x-request-priority"] = "-1"
+                headers[PRIORITY] = "-1"
         dressed.append((replace(request, stream=stream), headers))
     return dressed
 
@@ -95,7 +95,7 @@ async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[s
                              "hash_ids": list(request.prefix_hashes)}}
         if request.stream:
             body["stream_options"] = {"include_usage": True}
-        has_slo = "x-slo-ttft-ms" in headers
+        has_slo = SLO_TTFT[0] in headers
         base = dict(request_id=request.request_id, sent_at=sent - began, stream=request.stream, has_slo=has_slo)
         try:
             async with session.post("/v1/completions", json=body, headers=headers) as response:
@@ -116,8 +116,8 @@ async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[s
         tpot = (last - first) * 1000 / (tokens - 1) if request.stream and tokens > 1 else None
         met = None
         if has_slo:
-            met = ttft <= float(headers["x-slo-ttft-ms"]) and (
-                tpot is None or "x-slo-tpot-ms" not in headers or tpot <= float(headers["x-slo-tpot-ms"]))
+            met = ttft <= float(headers[SLO_TTFT[0]]) and (
+                tpot is None or SLO_TPOT[0] not in headers or tpot <= float(headers[SLO_TPOT[0]]))
         return Outcome(**base, status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000,
                        output_tokens=tokens, slo_met=met)
 

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, TopicPartition
 
 from contract.settings import from_env
 from contract.topics import KafkaSettings
@@ -25,8 +24,9 @@ from demo import load
 from demo.processes import Supervisor
 from demo.scrape import Samples, by_label, scrape, total
 from demo.settings import DemoSettings
-from demo.stats import Summary, summarize
+from demo.stats import summarize
 from localkafka import broker
+from localkafka.admin import end_offsets
 from localkafka.cli import start as start_broker
 from localkafka.settings import BrokerSettings
 from sim.traces import load_azure
@@ -105,7 +105,7 @@ def run(settings: DemoSettings, on_tick: Callable[[Tick], None] | None = None) -
         config = _router_config(settings, ports, servers)
         supervisor.start("router", ["router", "serve", "--config", str(config)],
                          ready=_answers(f"http://127.0.0.1:{ports.router_http}/metrics"))
-        start_offsets = _end_offsets(kafka)
+        start_offsets = end_offsets(kafka.bootstrap_servers, kafka.telemetry_topic)
         outcomes, change_at, timeline = _drive(settings, ports, servers, supervisor, on_tick)
         supervisor.check()
         router_metrics = scrape(f"http://127.0.0.1:{ports.router_http}/metrics")
@@ -235,22 +235,13 @@ def _answers(url: str) -> Callable[[], bool]:
     return check
 
 
-def _end_offsets(kafka: KafkaSettings) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "headroom-demo-offsets"})
-    try:
-        partitions = consumer.list_topics(kafka.telemetry_topic, timeout=10).topics[kafka.telemetry_topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(kafka.telemetry_topic, p), timeout=10)[1]
-                for p in partitions}
-    finally:
-        consumer.close()
-
-
 def _wait_for_telemetry(kafka: KafkaSettings, start: dict[int, int], expected: int, timeout_s: float = 20.0) -> int:
     """Records the run added to the telemetry topic, once it reaches ``expected`` or stops growing."""
     deadline = time.monotonic() + timeout_s
     count = 0
     while time.monotonic() < deadline:
-        count = sum(end - start.get(p, 0) for p, end in _end_offsets(kafka).items())
+        ends = end_offsets(kafka.bootstrap_servers, kafka.telemetry_topic)
+        count = sum(end - start.get(p, 0) for p, end in ends.items())
         if count >= expected:
             break
         time.sleep(0.5)
@@ -282,9 +273,3 @@ def write_report(report: Report, directory: Path) -> Path:
               f"- wall time: {report.seconds:.0f} s", ""]
     (directory / "demo.md").write_text("\n".join(lines))
     return directory / "demo.md"
-
-
-def windowed(outcomes: list[load.Outcome], now: float, seconds: float = 10.0) -> Summary:
-    return summarize([o for o in outcomes if o.sent_at >= now - seconds], seconds)
-
-

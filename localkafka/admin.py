@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from confluent_kafka.error import KafkaError
 
@@ -64,3 +64,14 @@ def topic_configs(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[str
 def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
     metadata = admin_client(bootstrap).list_topics(topic, timeout=timeout)
     return len(metadata.topics[topic].partitions)
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """The end offset of every partition of ``topic`` (where the next record will go)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "headroom-end-offsets",
+                         "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
+    finally:
+        consumer.close()

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from contract.telemetry import TelemetryRecord, decode, encode
 from contract.topics import KafkaSettings
+from localkafka.admin import end_offsets
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
     """Produce ``records`` to the telemetry topic and read exactly those back."""
     producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5})
-    start_offsets = _end_offsets(settings)
+    start_offsets = end_offsets(settings.bootstrap_servers, settings.telemetry_topic)
     began = time.monotonic()
     for record in records:
         producer.produce(settings.telemetry_topic, key=record.server_id, value=encode(record))
@@ -81,17 +82,6 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
     finally:
         consumer.close()
     return Summary(len(records), len(seen), duplicates, produced_s, time.monotonic() - began, _by_server(seen))
-
-
-def _end_offsets(settings: KafkaSettings) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "headroom-demo-offsets"})
-    try:
-        metadata = consumer.list_topics(settings.telemetry_topic, timeout=10)
-        partitions = metadata.topics[settings.telemetry_topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(settings.telemetry_topic, p), timeout=10)[1]
-                for p in partitions}
-    finally:
-        consumer.close()
 
 
 def _by_server(records: dict[str, TelemetryRecord]) -> dict[str, tuple[int, float, float]]:

@@ -23,9 +23,8 @@ import numpy as np
 
 from contract.features import FEATURE_NAMES
 from predictor.proto import prediction_pb2, prediction_pb2_grpc
-from predictor.service import GRPC_MESSAGE_OPTIONS
+from predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
 
-_FLOAT32_LE = np.dtype("<f4")
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ class PredictorClient:
         instance = self._pick()
         rows = np.concatenate([c.rows for c in calls]) if len(calls) > 1 else calls[0].rows
         request = prediction_pb2.PredictRequest(pool_key=pool_key, n_features=rows.shape[1],
-                                                features_f32le=rows.astype(_FLOAT32_LE).tobytes())
+                                                features_f32le=rows.astype(FLOAT32_LE).tobytes())
         with self._counting:
             self.rpcs += 1
         rpc = self._stubs[instance].Predict.future(request, timeout=remaining)
@@ -179,7 +178,7 @@ class PredictorClient:
                 self._down_until[instance] = time.monotonic() + self.backoff_seconds
             self._send(pool_key, calls, attempt + 1)
             return
-        columns = {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, dtype=_FLOAT32_LE))
+        columns = {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, dtype=FLOAT32_LE))
                    for p in response.predictions}
         start = 0
         for call in calls:

@@ -24,7 +24,7 @@ from enum import Enum
 import numpy as np
 
 from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from contract.model_update import InvalidUpdate, ModelUpdate, decode_update
+from contract.model_update import InvalidUpdate, ModelUpdate, decode_update, model_key
 from predictor.errors import InvalidBatch, NotReady, UnknownPool
 from predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
 from predictor.kernels import ForestStack, available_engines, default_engine, evaluate
@@ -66,7 +66,7 @@ class LiveModel:
 
     @property
     def key(self) -> str:
-        return f"{self.pool_key}/{self.target}/{self.objective}"
+        return model_key(self.pool_key, self.target, self.objective)
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,6 @@ class ModelRuntime:
     @property
     def ready(self) -> bool:
         return bool(self._pools)
-
-    def pools(self) -> dict[str, PoolModels]:
-        return self._pools
 
     def live(self) -> list[LiveModel]:
         return [model for pool in self._pools.values() for model in pool.models]

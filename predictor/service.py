@@ -21,7 +21,7 @@ STATUS_OF = {
     UnknownPool: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidBatch: grpc.StatusCode.INVALID_ARGUMENT,
 }
-_FLOAT32_LE = np.dtype("<f4")
+FLOAT32_LE = np.dtype("<f4")
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # no cap on candidates per call: 256 MiB is ~6.7 million rows
 GRPC_MESSAGE_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
@@ -41,7 +41,7 @@ def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
         if len(raw) % (4 * width):
             raise InvalidBatch(f"features_f32le holds {len(raw)} bytes, not a whole number of rows of "
                                f"{width} float32 values ({4 * width} bytes)")
-        values = np.frombuffer(raw, dtype=_FLOAT32_LE)
+        values = np.frombuffer(raw, dtype=FLOAT32_LE)
     elif kind == "features":
         values = np.asarray(request.features.values, dtype=np.float32)
         if values.size % width:
@@ -55,7 +55,7 @@ def response_of(prediction: Prediction, n_rows: int) -> prediction_pb2.PredictRe
     return prediction_pb2.PredictResponse(pool_key=prediction.pool_key, n_rows=n_rows, predictions=[
         prediction_pb2.ModelPrediction(target=model.target, objective=model.objective,
                                        quantile=model.quantile or 0.0, version=model.version,
-                                       values_f32le=prediction.values[index].astype(_FLOAT32_LE).tobytes())
+                                       values_f32le=prediction.values[index].astype(FLOAT32_LE, copy=False).tobytes())
         for index, model in enumerate(prediction.models)])
 
 

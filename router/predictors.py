@@ -33,14 +33,8 @@ class EmbeddedPredictor:
             raise PredictionUnavailable("no-model-for-pool", str(err)) from err
         except InvalidBatch as err:
             raise PredictionUnavailable("invalid-batch", str(err)) from err
-        values = {}
-        for target in TARGETS:
-            column = prediction.get(target, self.objective)
-            if column is not None:
-                values[target] = column
-        ok = np.ones(features.shape[0], dtype=bool)
-        for column in values.values():
-            ok &= np.isfinite(column) & (column >= 0)
+        values = {t: column for t in TARGETS if (column := prediction.get(t, self.objective)) is not None}
+        ok = np.ones(features.shape[0], dtype=bool)  # the producer drops non-finite or negative values per row
         versions = {m.target: m.version for m in prediction.models if m.objective == self.objective}
         return PredictionBatch(values=values, ok=ok, versions=versions)
 
@@ -63,6 +57,6 @@ class RemotePredictor:
             detail = next((e for e in answer.errors if e), "no prediction")
             reason = "no-model" if "no model" in detail else "predictor-unavailable"
             raise PredictionUnavailable(reason, detail)
-        values = {t: answer.get(t, self.objective) for t in TARGETS if answer.get(t, self.objective) is not None}
+        values = {t: column for t in TARGETS if (column := answer.get(t, self.objective)) is not None}
         versions = {t: v for (t, objective), v in answer.versions.items() if objective == self.objective}
         return PredictionBatch(values=values, ok=np.asarray(answer.ok, dtype=bool), versions=versions)

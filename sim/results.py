@@ -40,14 +40,13 @@ def telemetry_record(outcome: Outcome, seen: tuple, epoch_unix: float) -> Teleme
     stream = request.stream
     ttft = tpot = None
     if stream:
-        ttft = (outcome.first_token_s - request.arrival_s) * 1000.0
-        tpot = outcome.tpot_ms
+        ttft, tpot = outcome.ttft_ms, outcome.tpot_ms
     predicted = decision if type(decision) is Pick else None
     return TelemetryRecord(
         request.request_id, outcome.server_id, snap.pool_key, stream, epoch_unix + request.arrival_s,
         epoch_unix + dispatch_s, epoch_unix + outcome.completion_s, request.prompt_tokens, outcome.output_tokens,
         snap.kv_cache_usage, snap.num_waiting, snap.num_running, match, inflight, inflight_tokens,
-        (outcome.completion_s - request.arrival_s) * 1000.0, request.max_tokens, ttft, tpot,
+        outcome.e2e_ms, request.max_tokens, ttft, tpot,
         predicted.predicted_ttft_ms if predicted else None, predicted.predicted_tpot_ms if predicted else None,
         predicted.predicted_e2e_ms if predicted else None, predicted.model_versions if predicted else None,
         request.slo_ttft_ms, request.slo_tpot_ms, request.priority)

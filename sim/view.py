@@ -68,18 +68,12 @@ class PoolView:
     def __len__(self) -> int:
         return len(self.snapshots)
 
-    def server_ids(self) -> list[str]:
-        return [s.server_id for s in self.snapshots]
-
     def prefix_match(self, i: int) -> float:
         """Fraction (0-1) of the current request's prompt cached on server ``i``."""
         value = self._matches[i]
         if value is None:
             value = self._matches[i] = self._engines[i].prefix_match(self.request)
         return value
-
-    def prefix_matches(self) -> list[float]:
-        return [self.prefix_match(i) for i in range(len(self.snapshots))]
 
     def engines(self) -> list[ServerEngine]:
         """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract.features import RAW_COLUMNS, TARGETS, target_value
+from contract.features import RAW_COLUMNS, TARGETS, predicted_value, target_value
 from contract.telemetry import InvalidRecord, TelemetryRecord, decode
-from streams.residuals import record_residual
+from streams.residuals import residual
 from streams.settings import PipelineSettings
 from streams.strata import stratum_key
 from streams.window import Row
@@ -24,6 +24,7 @@ from trainer.drift import ErrorDriftDetector
 from trainer.policy import RetrainPolicy
 
 SWEEP_EVERY = 1000  # records between sweeps of aged-out rows across all strata
+_ERROR_LABELS = {target: f"{target} relative error" for target in TARGETS}
 
 
 @dataclass
@@ -85,8 +86,8 @@ class Ingestor:
                 continue
             window = (record.pool_key, target)
             policy = self.policy(window)
-            found = record_residual(record, target)
-            if found is not None and policy.observe(found.relative, f"{target} relative error"):
+            predicted = predicted_value(record, target)
+            if predicted is not None and policy.observe(residual(value, predicted).relative, _ERROR_LABELS[target]):
                 result.drifted.append(window)
                 if self.drift_memory_s is not None:
                     forgotten = self.windows.forget_before(window, record.completion_ts - self.drift_memory_s)

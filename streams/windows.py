@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from streams.window import Row, WindowLimits, evictions, snapshot
+from streams.window import Row, WindowLimits, admits, evictions, snapshot
 from trainer.samples import Samples
 
 WindowKey = tuple[str, str]  # (pool key, target)
@@ -74,7 +74,7 @@ class Windows:
 
     def add(self, window: WindowKey, stratum: str, row: Row) -> tuple[bool, list[Row]]:
         """Admit ``row`` unless too old; returns (admitted, rows evicted from its stratum)."""
-        if row.time < self.clock - self.limits.max_age_s:
+        if not admits(row.time, self.clock, self.limits):
             return False, []
         rows = self._windows.setdefault(window, {}).setdefault(stratum, deque())
         self.next_seq = max(self.next_seq, row.seq + 1)

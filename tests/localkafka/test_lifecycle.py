@@ -32,6 +32,9 @@ def test_up_twice_status_down(tmp_path):
         assert again.returncode == 0 and "created topics" not in again.stdout
         status = headroom("kafka", "status", env=env)
         assert status.returncode == 0 and "answering" in status.stdout
+        check = headroom("kafka", "check", "--records", "500", env=env)
+        assert check.returncode == 0, check.stderr
+        assert "consumed 500" in check.stdout and "duplicates 0" in check.stdout
     finally:
         down = headroom("kafka", "down", env=env)
     assert down.returncode == 0 and "Kafka stopped" in down.stdout

@@ -48,9 +48,11 @@ def test_round_robin_cycles_and_random_is_seeded() -> None:
     view, request = _view([0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0])
     rr = policy("round-robin")
     assert [rr(request, view) for _ in range(4)] == ["s0", "s1", "s2", "s0"]
-    draws = [policy("random", seed=4)(request, view) for _ in range(3)]
-    again = policy("random", seed=4)
-    assert [again(request, view)] == draws[:1]
+    first, again, other = policy("random", seed=4), policy("random", seed=4), policy("random", seed=5)
+    draws = [first(request, view) for _ in range(20)]
+    assert [again(request, view) for _ in range(20)] == draws
+    assert len(set(draws)) > 1
+    assert [other(request, view) for _ in range(20)] != draws
 
 
 def test_every_policy_picks_a_listed_server_without_touching_the_view() -> None:
