@@ -18,7 +18,6 @@ values; ``Object`` and ``External`` metrics are the pool total over ready server
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ from sim.policies import policy
 from sim.pool import PoolControl, ServerSpec, run
 from sim.profile import profile
 from sim.request import Request
+from sim.results import quantile
 
 KNOWN_METRICS = tuple(s.value for s in Signal)
 
@@ -81,10 +81,10 @@ class LoopResult:
         return len(self.ttft_ms) + self.dropped
 
     def ttft_quantile(self, q: float) -> float:
-        return _quantile(self.ttft_ms, q)
+        return quantile(self.ttft_ms, q)
 
     def tpot_quantile(self, q: float) -> float:
-        return _quantile(self.tpot_ms, q)
+        return quantile(self.tpot_ms, q)
 
     def ttft_attainment(self, slo_ms: float) -> float:
         """Share of requests whose TTFT met ``slo_ms`` (dropped requests miss)."""
@@ -95,13 +95,6 @@ class LoopResult:
     @property
     def rescales(self) -> int:
         return sum(1 for s in self.syncs if s.rescaled)
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def check_supported(spec: HpaSpec) -> None:

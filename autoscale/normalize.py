@@ -95,33 +95,27 @@ def replicas_changed_in_period(events: Sequence[ScaleEvent], period_seconds: int
 def scale_up_limit(current: int, up_events: Sequence[ScaleEvent], down_events: Sequence[ScaleEvent],
                    rules: ScalingRules, now: float) -> int:
     """The highest count the scale-up policies allow now."""
-    if rules.select_policy is SelectPolicy.DISABLED:
-        return current
-    proposals = []
-    for policy in rules.policies:
-        start = (current - replicas_changed_in_period(up_events, policy.period_seconds, now)
-                 + replicas_changed_in_period(down_events, policy.period_seconds, now))
-        if policy.type is PolicyType.PODS:
-            proposals.append(start + policy.value)
-        else:
-            proposals.append(math.ceil(start * (1 + policy.value / 100)))
+    proposals = _proposals(current, up_events, down_events, rules, now, lambda start, policy: (
+        start + policy.value if policy.type is PolicyType.PODS else math.ceil(start * (1 + policy.value / 100))))
     return min(proposals) if rules.select_policy is SelectPolicy.MIN else max(proposals)
 
 
 def scale_down_limit(current: int, up_events: Sequence[ScaleEvent], down_events: Sequence[ScaleEvent],
                      rules: ScalingRules, now: float) -> int:
     """The lowest count the scale-down policies allow now."""
-    if rules.select_policy is SelectPolicy.DISABLED:
-        return current
-    proposals = []
-    for policy in rules.policies:
-        start = (current - replicas_changed_in_period(up_events, policy.period_seconds, now)
-                 + replicas_changed_in_period(down_events, policy.period_seconds, now))
-        if policy.type is PolicyType.PODS:
-            proposals.append(start - policy.value)
-        else:
-            proposals.append(int(start * (1 - policy.value / 100)))
+    proposals = _proposals(current, up_events, down_events, rules, now, lambda start, policy: (
+        start - policy.value if policy.type is PolicyType.PODS else int(start * (1 - policy.value / 100))))
     return max(proposals) if rules.select_policy is SelectPolicy.MIN else min(proposals)
+
+
+def _proposals(current: int, up_events: Sequence[ScaleEvent], down_events: Sequence[ScaleEvent],
+               rules: ScalingRules, now: float, step) -> list[int]:
+    """Each policy's limit: ``step`` applied to the count at the start of the policy's period."""
+    if rules.select_policy is SelectPolicy.DISABLED:
+        return [current]
+    return [step(current - replicas_changed_in_period(up_events, policy.period_seconds, now)
+                 + replicas_changed_in_period(down_events, policy.period_seconds, now), policy)
+            for policy in rules.policies]
 
 
 def behavior_limits(current: int, desired: int, min_replicas: int, max_replicas: int,

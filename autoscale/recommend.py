@@ -45,6 +45,7 @@ from sim.pool import run, uniform_pool
 from sim.policies import policy
 from sim.profile import profile
 from sim.request import Request
+from sim.results import quantile
 
 SEARCHED_SIGNALS = (Signal.QUEUE_SIZE, Signal.SLOTS_USED, Signal.KV_CACHE_USAGE, Signal.TTFT_SLO_RATIO)
 
@@ -96,8 +97,8 @@ def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings,
     for count in range(min_replicas, max_replicas + 1):
         result = run(head, uniform_pool(count, settings.server_type), policy(settings.pick, settings.seed),
                      scrape_interval_s=settings.router_scrape_s, seed=settings.seed, telemetry=False)
-        ttft = sorted(o.ttft_ms for o in result.outcomes)
-        if ttft and not result.dropped and ttft[max(0, math.ceil(0.99 * len(ttft)) - 1)] <= slo.ttft_p99_ms:
+        ttft = [o.ttft_ms for o in result.outcomes]
+        if ttft and not result.dropped and quantile(ttft, 0.99) <= slo.ttft_p99_ms:
             return count
     return max_replicas
 

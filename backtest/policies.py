@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from sim.bench import quantile
+from sim.results import quantile
 from router.roles import LatencyPredictor
 from router.sim_policy import engine_pick
 from sim.policies import POLICIES, policy

@@ -37,7 +37,8 @@ from contract.model_update import encode_update, make_update  # noqa: E402
 from predictor.runtime import ModelRuntime  # noqa: E402
 from router.predictors import EmbeddedPredictor  # noqa: E402
 from router.sim_policy import engine_pick  # noqa: E402
-from sim.bench import capacity_rps, quantile  # noqa: E402
+from sim.bench import capacity_rps  # noqa: E402
+from sim.results import quantile  # noqa: E402
 from sim.oracle import oracle_pick  # noqa: E402
 from sim.policies import policy  # noqa: E402
 from sim.pool import run, uniform_pool  # noqa: E402

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from sim.policies import POLICIES, policy
 from sim.pool import run, uniform_pool
-from sim.results import RunResult
+from sim.results import RunResult, quantile
 from sim.request import Request
 
 
@@ -33,13 +33,6 @@ class PolicyRow:
     preemptions: int
     sim_rps: float  # simulated requests per wall-clock second
     sim_cpu_rps: float  # simulated requests per CPU second of this process
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def capacity_rps(requests: Sequence[Request], server_type: str = "h100", sample: int | None = None) -> float:

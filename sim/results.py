@@ -1,7 +1,9 @@
-"""What a pool run returns, and the one outcome → telemetry record function."""
+"""What a pool run returns, the one outcome → telemetry record function, and the quantile of latencies."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -50,3 +52,11 @@ def telemetry_record(outcome: Outcome, seen: tuple, epoch_unix: float) -> Teleme
         predicted.predicted_ttft_ms if predicted else None, predicted.predicted_tpot_ms if predicted else None,
         predicted.predicted_e2e_ms if predicted else None, predicted.model_versions if predicted else None,
         request.slo_ttft_ms, request.slo_tpot_ms, request.priority)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (the smallest value with at least ``q`` of the values at or below it)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
