@@ -10,8 +10,9 @@ fields are rejected, and every error names the field path (``spec.metrics[0].pod
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -41,6 +42,8 @@ _SOURCE_KEYS = {SourceType.RESOURCE: "resource", SourceType.CONTAINER_RESOURCE: 
                 SourceType.PODS: "pods", SourceType.OBJECT: "object", SourceType.EXTERNAL: "external"}
 _TARGET_KEYS = {TargetType.UTILIZATION: "averageUtilization", TargetType.VALUE: "value",
                 TargetType.AVERAGE_VALUE: "averageValue"}
+
+E = TypeVar("E", bound=Enum)
 
 
 def parse_manifest(text: str) -> HpaSpec:
@@ -105,12 +108,7 @@ def spec_to_dict(spec: HpaSpec) -> dict[str, Any]:
 
 def _metric(raw: Any, path: str) -> MetricSpec:
     entry = _mapping(raw, path)
-    type_name = _required(entry, "type", path)
-    try:
-        source = SourceType(type_name)
-    except ValueError:
-        raise ManifestError(f"{path}.type: unknown metric type {type_name!r} "
-                            f"(one of {', '.join(s.value for s in SourceType)})") from None
+    source = _choice(SourceType, _required(entry, "type", path), f"{path}.type", "metric type")
     key = _SOURCE_KEYS[source]
     _only(entry, {"type", key}, path)
     body = _mapping(_required(entry, key, path), f"{path}.{key}")
@@ -153,12 +151,7 @@ def _metric_identifier(raw: Any, path: str) -> tuple[str, Mapping[str, str] | No
 
 def _target(raw: Any, path: str) -> MetricTarget:
     target = _mapping(raw, path)
-    type_name = _required(target, "type", path)
-    try:
-        kind = TargetType(type_name)
-    except ValueError:
-        raise ManifestError(f"{path}.type: unknown target type {type_name!r} "
-                            f"(one of {', '.join(t.value for t in TargetType)})") from None
+    kind = _choice(TargetType, _required(target, "type", path), f"{path}.type", "target type")
     key = _TARGET_KEYS[kind]
     _only(target, {"type", key}, path)
     raw_amount = _required(target, key, path)
@@ -186,11 +179,7 @@ def _rules(raw: Any, default: ScalingRules, path: str) -> ScalingRules:
         policies = tuple(_policy(p, f"{path}.policies[{i}]") for i, p in enumerate(rules["policies"]))
     select = default.select_policy
     if rules.get("selectPolicy") is not None:
-        try:
-            select = SelectPolicy(rules["selectPolicy"])
-        except ValueError:
-            raise ManifestError(f"{path}.selectPolicy: expected Max, Min or Disabled, "
-                                f"got {rules['selectPolicy']!r}") from None
+        select = _choice(SelectPolicy, rules["selectPolicy"], f"{path}.selectPolicy", "select policy")
     window = default.stabilization_window_seconds
     if rules.get("stabilizationWindowSeconds") is not None:
         window = _integer(rules["stabilizationWindowSeconds"], f"{path}.stabilizationWindowSeconds")
@@ -205,10 +194,7 @@ def _rules(raw: Any, default: ScalingRules, path: str) -> ScalingRules:
 def _policy(raw: Any, path: str) -> ScalingPolicy:
     policy = _mapping(raw, path)
     _only(policy, {"type", "value", "periodSeconds"}, path)
-    try:
-        kind = PolicyType(_required(policy, "type", path))
-    except ValueError:
-        raise ManifestError(f"{path}.type: expected Pods or Percent, got {policy['type']!r}") from None
+    kind = _choice(PolicyType, _required(policy, "type", path), f"{path}.type", "policy type")
     with _at(path):
         return ScalingPolicy(kind, _integer(_required(policy, "value", path), f"{path}.value"),
                              _integer(_required(policy, "periodSeconds", path), f"{path}.periodSeconds"))
@@ -261,6 +247,13 @@ class _at:
         if err is not None and isinstance(err, SpecError) and not isinstance(err, ManifestError):
             raise ManifestError(f"{self.path}: {err}") from err
         return False
+
+
+def _choice(kind: type[E], value: Any, path: str, what: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ManifestError(f"{path}: unknown {what} {value!r} (one of {', '.join(k.value for k in kind)})") from None
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:

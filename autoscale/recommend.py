@@ -106,9 +106,8 @@ def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings,
 def seed_targets(requests: Sequence[Request], slo: Slo, settings: LoopSettings, warm: int) -> dict[Signal, list[float]]:
     """Candidate targets per signal (see the module docstring)."""
     prof = profile(settings.server_type)
-    mean_prompt = sum(r.prompt_tokens for r in requests) / len(requests)
     mean_output = sum(r.output_tokens for r in requests) / len(requests)
-    prefill_ms = prof.a_ms + prof.b_ms_per_prefill_token * mean_prompt
+    prefill_ms = mean_prefill_ms(requests, settings.server_type)
     queue_seed = max(1.0, slo.ttft_p99_ms / 2 / prefill_ms)
     duration = max(1.0, requests[-1].arrival_s - requests[0].arrival_s)
     rate = len(requests) / duration
@@ -161,7 +160,7 @@ def recommend(requests: Sequence[Request], slo: Slo, min_replicas: int, max_repl
     """Search signals, targets, behaviors and tolerances; see the module docstring."""
     prof = profile(settings.server_type)
     load_delay = prof.load_delay_s if settings.load_delay_s is None else settings.load_delay_s
-    prefill_ms = prof.a_ms + prof.b_ms_per_prefill_token * sum(r.prompt_tokens for r in requests) / len(requests)
+    prefill_ms = mean_prefill_ms(requests, settings.server_type)
     warm = warm_replicas(requests, slo, settings, min_replicas, max_replicas)
     settings = replace(settings, initial_replicas=warm,
                        signals=SignalContext(settings.signals.memory_capacity_bytes, slo.ttft_p99_ms,
@@ -194,17 +193,25 @@ def recommend(requests: Sequence[Request], slo: Slo, min_replicas: int, max_repl
         tight_up = replace(KUBERNETES_DEFAULT, scale_up=replace(DEFAULT_SCALE_UP, tolerance=0.05))
         try_candidate(Candidate(signal, best.candidate.target, "scale-up-tolerance-0.05",
                                 make_spec(signal, best.candidate.target, tight_up, min_replicas, max_replicas)))
-    passing = [e for e in evaluations if e.meets]
-    chosen = min(passing, key=lambda e: (e.replica_hours, -e.attainment)) if passing else None
+    chosen = _cheapest_passing(evaluations)
     traps = tuple(find_traps(chosen.candidate.spec, load_delay_s=load_delay)) if chosen else ()
     return Recommendation(chosen, tuple(evaluations), warm, traps)
 
 
-def _best(evaluations: Sequence[Evaluation]) -> Evaluation:
+def mean_prefill_ms(requests: Sequence[Request], server_type: str) -> float:
+    """One server's prefill time of the trace's mean prompt, uncached."""
+    prof = profile(server_type)
+    return prof.a_ms + prof.b_ms_per_prefill_token * sum(r.prompt_tokens for r in requests) / len(requests)
+
+
+def _cheapest_passing(evaluations: Sequence[Evaluation]) -> Evaluation | None:
     passing = [e for e in evaluations if e.meets]
-    if passing:
-        return min(passing, key=lambda e: (e.replica_hours, -e.attainment))
-    return max(evaluations, key=lambda e: (e.attainment, -e.replica_hours))
+    return min(passing, key=lambda e: (e.replica_hours, -e.attainment)) if passing else None
+
+
+def _best(evaluations: Sequence[Evaluation]) -> Evaluation:
+    """The cheapest passing evaluation, or else the one closest to passing."""
+    return _cheapest_passing(evaluations) or max(evaluations, key=lambda e: (e.attainment, -e.replica_hours))
 
 
 def _bisect(evaluations: Sequence[Evaluation]) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -25,7 +25,16 @@ class Summary:
     duplicates: int
     produce_s: float
     consume_s: float
-    by_server: dict[str, tuple[int, float, float]]  # server -> (records, mean TTFT ms, mean TPOT ms)
+    received: dict[str, TelemetryRecord] = field(repr=False)  # request id -> the record read back
+
+    @property
+    def by_server(self) -> dict[str, tuple[int, float, float]]:
+        """Server -> (records, mean TTFT ms, mean TPOT ms) of what was read back."""
+        groups: dict[str, list[TelemetryRecord]] = {}
+        for record in self.received.values():
+            groups.setdefault(record.server_id, []).append(record)
+        return {server: (len(rs), sum(r.ttft_ms or 0 for r in rs) / len(rs), sum(r.tpot_ms or 0 for r in rs) / len(rs))
+                for server, rs in sorted(groups.items())}
 
 
 def synthetic_records(count: int, servers: int, seed: int) -> list[TelemetryRecord]:
@@ -81,12 +90,4 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
                     seen[record.request_id] = record
     finally:
         consumer.close()
-    return Summary(len(records), len(seen), duplicates, produced_s, time.monotonic() - began, _by_server(seen))
-
-
-def _by_server(records: dict[str, TelemetryRecord]) -> dict[str, tuple[int, float, float]]:
-    groups: dict[str, list[TelemetryRecord]] = {}
-    for record in records.values():
-        groups.setdefault(record.server_id, []).append(record)
-    return {server: (len(rs), sum(r.ttft_ms or 0 for r in rs) / len(rs), sum(r.tpot_ms or 0 for r in rs) / len(rs))
-            for server, rs in sorted(groups.items())}
+    return Summary(len(records), len(seen), duplicates, produced_s, time.monotonic() - began, seen)
