@@ -108,12 +108,19 @@ def test_noise_is_seeded() -> None:
 
 
 def test_fork_runs_independently() -> None:
-    engine = ServerEngine(H100)
-    engine.submit(Request("a", 0.0, 1000, 100), 0.0)
-    engine.advance_to(0.2)
+    def started() -> ServerEngine:
+        engine = ServerEngine(H100)
+        engine.submit(Request("a", 0.0, 1000, 100), 0.0)
+        engine.advance_to(0.2)
+        return engine
+
+    engine, untouched = started(), started()
     twin = engine.fork()
     twin.submit(Request("b", 0.2, 1000, 10), 0.2)
     drain(twin)
     drain(engine)
+    drain(untouched)
     assert len(twin.finished) == 2 and len(engine.finished) == 1
-    assert engine.finished[0].completion_s < twin.finished[-1].completion_s + 10
+    assert engine.finished[0].completion_s == untouched.finished[0].completion_s  # the twin's work left it alone
+    twin_a = next(f for f in twin.finished if f.request.request_id == "a")
+    assert twin_a.completion_s > engine.finished[0].completion_s  # in the twin, "b" shared a's batch steps
