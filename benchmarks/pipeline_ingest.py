@@ -2,13 +2,16 @@
 
 Produces N valid synthetic records onto a fresh telemetry topic, starts ``headroom worker start``, and
 times how long the worker takes from its first ingested record to its last (read from its Prometheus
-metrics). Usage: ``python benchmarks/pipeline_ingest.py --bootstrap 127.0.0.1:9092 --records 50000``.
+metrics), and how much CPU time the worker process used meanwhile (records per CPU-second are steadier
+than records per second on a machine other work shares).
+Usage: ``python benchmarks/pipeline_ingest.py --bootstrap 127.0.0.1:9092 --records 50000``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 import time
@@ -44,6 +47,12 @@ def produce(kafka: KafkaSettings, records) -> None:
     producer.flush(60)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
@@ -66,15 +75,17 @@ def main() -> None:
         worker.start()
         try:
             worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) > 0, 60, "first record")
-            began = time.monotonic()
+            began, cpu_began = time.monotonic(), cpu_seconds(worker.process.pid)
             seen = worker.metric("headroom_telemetry_ingested_total")
             worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= total, args.timeout,
                             "all records")
-            seconds = time.monotonic() - began
+            seconds, cpu = time.monotonic() - began, cpu_seconds(worker.process.pid) - cpu_began
         finally:
             worker.stop()
-    print(f"ingested {total - seen:.0f} records in {seconds:.2f} s: {(total - seen) / seconds:,.0f} records/s "
-          f"({args.partitions} partitions, {args.pools} pools, retraining {'off' if args.no_training else 'on'})")
+    print(f"ingested {total - seen:.0f} records in {seconds:.2f} s: {(total - seen) / seconds:,.0f} records/s; "
+          f"worker CPU {cpu:.2f} s: {(total - seen) / cpu:,.0f} records/CPU-s ({args.partitions} partitions, "
+          f"{args.pools} pools, retraining {'off' if args.no_training else 'on'}, load average "
+          f"{os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 - :mod:`streams.residuals` — live prediction error of a record (pure).
 - :mod:`streams.windows` — the windows of every (pool key, target), in memory, mirrored to a table.
 - :mod:`streams.ingest` — one telemetry message → window changes, residuals or a dead letter.
+- :mod:`streams.reader` — telemetry read in batches from the partitions the worker owns.
+- :mod:`streams.consume` — the consuming loop: batches in; windows, dead letters and changelog writes out.
 - :mod:`streams.retrain` — the retraining loop: snapshots trained off the event loop, then published.
 - :mod:`streams.metrics` — Prometheus metrics of the worker.
 - :mod:`streams.app` — the Faust app wiring it together.

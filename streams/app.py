@@ -1,14 +1,14 @@
-"""The Faust app: telemetry in, dead letters and window changelog out, retraining alongside.
+"""The Faust app: the windows table and its changelog, the consuming loop, retraining alongside.
 
-The agent is thin: it hands each message to :class:`~streams.ingest.Ingestor` and acts on the result — a
-dead letter carrying the original bytes and the reason in headers, a wake-up of the retrainer when drift
-was detected. Every few hundred records (or fraction of a second) per partition it writes the window
-changes to the changelog of the ``windows`` table and only then acknowledges those records, so the
-committed offsets never run ahead of the persisted windows. The writes go to the partition the records
-came from, as Faust's own table writes would, but in batches and also from a timer, so a quiet partition
-is flushed too. When
-the table has been recovered from its changelog (at start-up and after rebalances) the in-memory windows
-are rebuilt from it.
+Faust owns the windows table: it creates the changelog topic, assigns the table's partitions among the
+workers of the app id, and recovers them after a start or a rebalance. Table partition ``p`` holds the
+windows built from telemetry partition ``p``, so once Faust has recovered a worker's active table
+partitions, the in-memory windows are rebuilt from them and the worker reads those telemetry partitions
+(:mod:`streams.consume`, :mod:`streams.reader`) — in batches, outside Faust's per-event path, which
+would cost more than the ingest work itself. Workers keep no standby replicas of each other's table
+partitions (a standby would read the other workers' changelog through that per-event path); a partition
+that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic with the
+original bytes, the reason and the source in headers; a drift detection wakes the retrainer.
 
 Telemetry producers should key records by pool key, so each pool's records share a partition and one
 worker holds a pool's whole window.
@@ -16,17 +16,20 @@ worker holds a pool's whole window.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from dataclasses import dataclass
 
 import faust
 
 from contract.topics import KafkaSettings
 from streams import metrics
+from streams.consume import IngestLoop
 from streams.ingest import Ingestor, build_ingestor
+from streams.reader import Delivery, TelemetryReader
 from streams.retrain import Publisher, Retrainer
 from streams.settings import PipelineSettings
+from streams.windows import WindowKey
 from trainer.live import LiveModels
 
 log = logging.getLogger(__name__)
@@ -42,80 +45,70 @@ class Pipeline:
     ingestor: Ingestor
     retrainer: Retrainer
     table: faust.Table
+    loop: IngestLoop
 
 
 def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels,
                     publisher: Publisher, *, store: str = "memory://") -> Pipeline:
-    """The app with its agent, windows table and retraining task; start it with a Faust worker."""
+    """The app with its windows table, consuming loop and retraining task; start it with a Faust worker."""
     app = faust.App(
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
         topic_partitions=kafka.telemetry_partitions, web_enabled=False, datadir=str(settings.data_dir),
-        consumer_auto_offset_reset="earliest", producer_acks=-1, producer_linger_ms=5,
-        producer_max_batch_size=256 * 1024)
-    telemetry = app.topic(kafka.telemetry_topic, key_serializer="raw", value_serializer="raw",
-                          partitions=kafka.telemetry_partitions)
+        producer_acks=-1, producer_linger_ms=5, producer_max_batch_size=256 * 1024, table_standby_replicas=0)
     dead_letters = app.topic(kafka.dlq_topic, key_serializer="raw", value_serializer="raw")
     table = app.Table(WINDOWS_TABLE, default=None, partitions=kafka.telemetry_partitions,
                       key_type=str)  # values: JSON written raw by Windows.flush, read back by Faust's json codec
+    changelog_topic = table.changelog_topic.get_topic_name()
 
     ingestor = build_ingestor(settings)
     retrainer = Retrainer(ingestor, live, publisher, settings)
 
-    @table.on_recover
-    async def rebuild_windows() -> None:
-        rows = ingestor.windows.restore(table.items())
-        log.info("windows rebuilt from the changelog: %d rows, high-water marks %s", rows,
-                 dict(sorted(ingestor.windows.high_water.items())))
-
-    unflushed: dict[int, list[faust.EventT]] = {}  # per partition: processed, not yet acknowledged
-    flushed_at: dict[int, float] = {}
-    manual: list[faust.StreamT] = []  # the agent's stream, acknowledged by hand
-
-    async def flush(partition: int) -> None:
-        """Write a partition's window changes to the changelog, then acknowledge its records."""
-        events, unflushed[partition] = unflushed.get(partition, []), []
-        flushed_at[partition] = time.monotonic()
-        for key, value in ingestor.windows.flush(partition):
+    def write_changelog(partition: int, entries: list[tuple[str, bytes | None]]) -> None:
+        for key, value in entries:
             if value is None:
                 table.data.pop(key, None)
             else:
                 table.data[key] = value
             table.send_changelog(partition, key, value, value_serializer="raw")
-        for event in events:
-            await manual[0].ack(event)
 
-    @app.agent(telemetry, name="headroom.ingest")
-    async def ingest(stream: faust.StreamT) -> None:
-        manual[:] = [stream.noack()]  # a record is acknowledged only once its window rows are in the changelog
-        async for event in manual[0].events():
-            message = event.message
-            unflushed.setdefault(message.partition, []).append(event)
-            result = ingestor.ingest(event.value, message.partition, message.offset)
-            if result.duplicate:
-                metrics.DUPLICATES.inc()
-            elif result.rejection is not None:
-                metrics.DEAD_LETTERS.inc()
-                await dead_letters.send(key=message.key, value=event.value, headers=[
-                    (REASON_HEADER, result.rejection.encode()),
-                    (SOURCE_HEADER, f"{message.topic}/{message.partition}/{message.offset}".encode())])
-            else:
-                metrics.INGESTED.inc()
-            for window in result.drifted:
-                metrics.DRIFTS.labels(*window).inc()
-                log.info("drift on %s/%s: %s", *window, ingestor.policy(window).drift_reason)
-                retrainer.wake()
-            if len(unflushed[message.partition]) >= settings.flush_records:
-                await flush(message.partition)
+    def send_dead_letter(delivery: Delivery, reason: str) -> asyncio.Future:
+        source = f"{kafka.telemetry_topic}/{delivery.partition}/{delivery.offset}"
+        return dead_letters.send_soon(key=delivery.key, value=delivery.value,
+                               headers=[(REASON_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())])
 
-    @app.timer(settings.flush_interval_s)
-    async def flush_quiet_partitions() -> None:
-        now = time.monotonic()
-        for partition, events in list(unflushed.items()):
-            if events and now - flushed_at.get(partition, 0.0) >= settings.flush_interval_s:
-                await flush(partition)
+    def on_drift(window: WindowKey) -> None:
+        metrics.DRIFTS.labels(*window).inc()
+        log.info("drift on %s/%s: %s", *window, ingestor.policy(window).drift_reason)
+        retrainer.wake()
+
+    reader = TelemetryReader(kafka.bootstrap_servers, kafka.telemetry_topic, f"{settings.app_id}-telemetry",
+                             batch_records=settings.batch_records)
+    loop = IngestLoop(ingestor, reader, flush_records=settings.flush_records,
+                      flush_interval_s=settings.flush_interval_s, write_changelog=write_changelog,
+                      send_dead_letter=send_dead_letter, on_drift=on_drift)
+
+    @table.on_recover
+    async def rebuild_windows() -> None:
+        owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == changelog_topic}
+        rows = ingestor.windows.restore(table.items(), owned)
+        log.info("windows of partitions %s rebuilt from the changelog: %d rows, high-water marks %s",
+                 sorted(owned), rows, dict(sorted(ingestor.windows.high_water.items())))
+        await loop.own(owned)
+
+    @app.on_partitions_revoked.connect
+    async def write_before_revocation(_app: faust.App, revoked: set, **_: object) -> None:
+        await loop.release()
+        await app.producer.flush()
+
+    @app.task
+    async def ingest() -> None:
+        try:
+            await loop.run()
+        finally:
+            await reader.close()
 
     @app.task
     async def retrain() -> None:
         await retrainer.run()
 
-    return Pipeline(app=app, ingestor=ingestor, retrainer=retrainer, table=table)
+    return Pipeline(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop)

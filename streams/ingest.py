@@ -1,7 +1,8 @@
 """One telemetry message in, its effects out: window rows, residuals fed to drift detectors, or a dead letter.
 
-:class:`Ingestor` holds no Kafka objects; the Faust agent hands it each message's bytes, partition and
-offset, sends dead letters, and now and then writes :meth:`~streams.windows.Windows.flush` to its table. Records the window
+:class:`Ingestor` holds no Kafka objects; the consuming loop (:mod:`streams.consume`) hands it each
+message's bytes, partition and offset, sends dead letters, and now and then writes
+:meth:`~streams.windows.Windows.flush` to the table. Records the window
 already holds (at or below the partition's high-water mark) are skipped, so a replay after a restart
 never adds a record twice. When a drift detector fires, the window can forget rows older than
 ``drift_memory_s``: they describe the regime that just ended, and keeping them would slow the next
@@ -12,19 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from contract.features import RAW_COLUMNS, TARGETS, predicted_value, target_value
 from contract.telemetry import InvalidRecord, TelemetryRecord, decode
-from streams.residuals import residual
 from streams.settings import PipelineSettings
 from streams.strata import stratum_key
 from streams.window import Row
-from streams.windows import Windows, WindowKey, row_key
-from trainer.drift import ErrorDriftDetector
+from streams.windows import WindowKey, Windows, encode_row, row_key
+from trainer.drift import ErrorDriftDetector, relative_error
 from trainer.policy import RetrainPolicy
 
 SWEEP_EVERY = 1000  # records between sweeps of aged-out rows across all strata
 _ERROR_LABELS = {target: f"{target} relative error" for target in TARGETS}
+_raw_columns = attrgetter(*RAW_COLUMNS)  # record -> its raw feature values, in RAW_COLUMNS order
 
 
 @dataclass
@@ -78,23 +80,25 @@ class Ingestor:
     def _admit(self, record: TelemetryRecord, partition: int, offset: int, result: IngestResult) -> None:
         stratum = stratum_key(num_waiting=record.num_waiting, kv_cache_usage=record.kv_cache_usage,
                               prefix_match=record.prefix_match)
-        raw = tuple(float(getattr(record, name)) for name in RAW_COLUMNS)
-        self.windows.advance(record.completion_ts)
+        raw = tuple(map(float, _raw_columns(record)))
+        windows = self.windows
+        windows.advance(record.completion_ts)
         for target in TARGETS:
             value = target_value(record, target)
             if value is None:
                 continue
             window = (record.pool_key, target)
-            policy = self.policy(window)
+            policy = self._policies.get(window) or self.policy(window)
             predicted = predicted_value(record, target)
-            if predicted is not None and policy.observe(residual(value, predicted).relative, _ERROR_LABELS[target]):
+            if predicted is not None and policy.observe(relative_error(value, predicted), _ERROR_LABELS[target]):
                 result.drifted.append(window)
                 if self.drift_memory_s is not None:
-                    forgotten = self.windows.forget_before(window, record.completion_ts - self.drift_memory_s)
+                    forgotten = windows.forget_before(window, record.completion_ts - self.drift_memory_s)
                     result.evicted += len(forgotten)
-            row = Row(record.completion_ts, value, raw, row_key(partition, offset, target), self.windows.next_seq,
-                      partition, offset)
-            admitted, evicted = self.windows.add(window, stratum, row)
+            seq = windows.next_seq
+            row = Row(record.completion_ts, value, raw, row_key(partition, offset, target), seq, partition, offset,
+                      encode_row(record.completion_ts, value, seq, offset, raw))
+            admitted, evicted = windows.add(window, stratum, row)
             if admitted:
                 policy.admitted()
                 result.admitted.append(window)
@@ -102,7 +106,7 @@ class Ingestor:
         self._since_sweep += 1
         if self._since_sweep >= SWEEP_EVERY:
             self._since_sweep = 0
-            result.evicted += len(self.windows.sweep())
+            result.evicted += len(windows.sweep())
 
 
 def build_ingestor(settings: PipelineSettings) -> Ingestor:

@@ -51,6 +51,7 @@ class Retrainer:
         self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-train")
         self._wake: asyncio.Event | None = None
+        self._gauged: set[WindowKey] = set()  # windows whose size gauges are set
         for key, version in live.versions().items():
             pool_key, target, objective = key.rsplit("/", 2)
             metrics.MODEL_VERSION.labels(pool_key, target, objective).set(version)
@@ -78,6 +79,11 @@ class Retrainer:
         """Train every window that is due now; returns the outcomes."""
         outcomes: list[RoundOutcome] = []
         windows = self.ingestor.windows
+        held = set(windows.keys())
+        for window in self._gauged - held:  # moved to another worker in a rebalance
+            metrics.WINDOW_ROWS.remove(*window)
+            metrics.WINDOW_STRATA.remove(*window)
+        self._gauged = held
         for window in windows.keys():
             metrics.WINDOW_ROWS.labels(*window).set(windows.size(window))
             metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))

@@ -29,9 +29,11 @@ class PipelineSettings:
     ph_threshold: float = setting(5.0, "HEADROOM_PH_THRESHOLD", "Page-Hinkley threshold, in relative error.")
     drift_memory_s: float = setting(5.0, "HEADROOM_DRIFT_MEMORY",
                                     "On drift, forget window rows older than this many seconds (< 0: keep all).")
-    flush_records: int = setting(500, "HEADROOM_WINDOW_FLUSH_RECORDS",
+    batch_records: int = setting(2000, "HEADROOM_TELEMETRY_BATCH_RECORDS",
+                                 "Most telemetry records read and processed in one batch.")
+    flush_records: int = setting(5000, "HEADROOM_WINDOW_FLUSH_RECORDS",
                                  "Records per partition between writes of window changes to the changelog.")
-    flush_interval_s: float = setting(0.5, "HEADROOM_WINDOW_FLUSH_INTERVAL",
+    flush_interval_s: float = setting(1.0, "HEADROOM_WINDOW_FLUSH_INTERVAL",
                                       "Seconds after which window changes are written even with fewer records.")
     holdout_fraction: float = setting(0.2, "HEADROOM_HOLDOUT_FRACTION", "Newest share of each stratum held out.")
     gate_tolerance: float = setting(0.02, "HEADROOM_GATE_TOLERANCE",

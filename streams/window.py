@@ -39,6 +39,7 @@ class Row:
     seq: int = 0  # admission order across the whole worker, kept through restarts
     partition: int = 0  # telemetry partition and offset of the record
     offset: int = 0
+    encoded: bytes = b""  # the row as the window table stores it (streams.windows.encode_row), made once
 
 
 def expired(row_time: float, now: float, limits: WindowLimits) -> bool:

@@ -2,28 +2,28 @@
 
 The table holds one entry per (window, stratum, telemetry partition): the rows of that stratum that came
 from that partition (see :func:`stratum_key` / :func:`stratum_value`), plus one high-water mark per
-partition: the offset of the last record processed into the window. The ingest agent calls
-:meth:`Windows.flush` for a partition every few hundred records (or fraction of a second): it returns
-the entries that changed since the last flush and the partition's high-water mark, which travel through
-the same changelog partition in order. Only then are that partition's records acknowledged, so a restart
-rebuilds (:meth:`Windows.restore`) a window consistent with the mark, replays exactly the records after
-it, and :meth:`Windows.seen` skips anything the window already holds.
+partition: the offset of the last record processed into the window. The consuming loop calls
+:meth:`Windows.flush` for a partition every few thousand records (or second): it returns the entries
+that changed since the last flush and then the partition's high-water mark, which travel through the
+same changelog partition in order. A restart rebuilds (:meth:`Windows.restore`) a window consistent with
+the mark and reads exactly the records after it; :meth:`Windows.seen` skips anything the window already
+holds. Each row is encoded for the table once, when it is made (:func:`encode_row`), so rewriting a
+stratum only joins bytes.
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import msgspec
 
-from streams.window import Row, WindowLimits, admits, evictions, snapshot
+from streams.window import Row, WindowLimits, admits, evictions, expired, snapshot
 from trainer.samples import Samples
 
 WindowKey = tuple[str, str]  # (pool key, target)
-_Part = tuple[WindowKey, str, int]  # (window, stratum, telemetry partition)
 
 
 def row_key(partition: int, offset: int, target: str) -> str:
@@ -36,9 +36,15 @@ def stratum_key(window: WindowKey, stratum: str, partition: int) -> str:
     return json.dumps([window[0], window[1], stratum, partition], separators=(",", ":"))
 
 
+def encode_row(time: float, value: float, seq: int, offset: int, raw: tuple[float, ...]) -> bytes:
+    """One row as the table stores it: the JSON array ``[time, value, seq, offset, *raw]``."""
+    return _encode((time, value, seq, offset, *raw))
+
+
 def stratum_value(rows: Iterable[Row]) -> bytes:
-    """The JSON array ``[time, value, seq, offset, *raw]`` per row, as the table stores it (raw bytes)."""
-    return _encode([(row.time, row.value, row.seq, row.offset, *row.raw) for row in rows])
+    """The JSON array of the rows' :func:`encode_row` arrays, as the table stores it (raw bytes)."""
+    return b"[" + b",".join(row.encoded or encode_row(row.time, row.value, row.seq, row.offset, row.raw)
+                            for row in rows) + b"]"
 
 
 _encode = msgspec.json.Encoder().encode
@@ -55,7 +61,7 @@ class Windows:
         self.high_water: dict[int, int] = {}  # telemetry partition -> last offset processed
         self.next_seq = 0  # admission sequence number of the next row
         self._windows: dict[WindowKey, dict[str, deque[Row]]] = {}
-        self._dirty: set[_Part] = set()
+        self._dirty: dict[int, set[tuple[WindowKey, str]]] = {}  # partition -> strata changed since its flush
         self._marked: set[int] = set()  # partitions whose high-water mark moved since their last flush
 
     # --- admission --------------------------------------------------------------------------------------
@@ -76,10 +82,19 @@ class Windows:
         """Admit ``row`` unless too old; returns (admitted, rows evicted from its stratum)."""
         if not admits(row.time, self.clock, self.limits):
             return False, []
-        rows = self._windows.setdefault(window, {}).setdefault(stratum, deque())
-        self.next_seq = max(self.next_seq, row.seq + 1)
+        strata = self._windows.get(window)
+        if strata is None:
+            strata = self._windows[window] = {}
+        rows = strata.get(stratum)
+        if rows is None:
+            rows = strata[stratum] = deque()
+        if row.seq >= self.next_seq:
+            self.next_seq = row.seq + 1
         rows.append(row)
-        self._dirty.add((window, stratum, row.partition))
+        dirty = self._dirty.get(row.partition)
+        if dirty is None:
+            dirty = self._dirty[row.partition] = set()
+        dirty.add((window, stratum))
         return True, self._evict(window, stratum, rows)
 
     def sweep(self) -> list[Row]:
@@ -103,22 +118,23 @@ class Windows:
         return evicted
 
     def _evict(self, window: WindowKey, stratum: str, rows: deque[Row]) -> list[Row]:
-        gone = [rows.popleft() for _ in range(evictions(rows, self.clock, self.limits))]
+        limits = self.limits
+        if len(rows) <= limits.max_rows and not (rows and expired(rows[0].time, self.clock, limits)):
+            return []  # the common case, decided without building the eviction count
+        gone = [rows.popleft() for _ in range(evictions(rows, self.clock, limits))]
         self._touch(window, stratum, gone)
         return gone
 
     def _touch(self, window: WindowKey, stratum: str, rows: list[Row]) -> None:
         for partition in {row.partition for row in rows}:
-            self._dirty.add((window, stratum, partition))
+            self._dirty.setdefault(partition, set()).add((window, stratum))
 
     # --- persistence ------------------------------------------------------------------------------------
 
     def flush(self, partition: int) -> list[tuple[str, bytes | None]]:
         """Table entries to write for ``partition`` since its last flush (JSON bytes; None: delete the key)."""
         entries: list[tuple[str, bytes | None]] = []
-        for part in [p for p in self._dirty if p[2] == partition]:
-            self._dirty.discard(part)
-            window, stratum, _ = part
+        for window, stratum in self._dirty.pop(partition, ()):
             rows = [row for row in self._windows.get(window, {}).get(stratum, ()) if row.partition == partition]
             entries.append((stratum_key(window, stratum, partition), stratum_value(rows) if rows else None))
         if partition in self._marked:
@@ -126,13 +142,17 @@ class Windows:
             entries.append((hwm_key(partition), _encode(self.high_water[partition])))
         return entries
 
-    def restore(self, entries: Iterable[tuple[str, Any]]) -> int:
-        """Rebuild from table entries (as written by :meth:`flush`, or that JSON decoded); returns the rows restored."""
+    def restore(self, entries: Iterable[tuple[str, Any]], partitions: Collection[int] | None = None) -> int:
+        """Rebuild from table entries (as written by :meth:`flush`, or that JSON decoded); returns the rows restored.
+
+        Only entries of telemetry ``partitions`` are kept (None: all). Rows of records past their partition's
+        high-water mark (a flush cut short by a crash) are dropped: those records will be read again.
+        """
         self._windows.clear()
         self.high_water.clear()
         self._dirty.clear()
         self._marked.clear()
-        loaded: list[tuple[WindowKey, str, Row]] = []
+        parts: list[tuple[WindowKey, str, int, Any]] = []
         for key, value in entries:
             if value is None:
                 continue
@@ -140,13 +160,21 @@ class Windows:
                 value = msgspec.json.decode(value)
             if key.startswith("hwm:"):
                 partition = int(key[4:])
-                self.high_water[partition] = max(int(value), self.high_water.get(partition, -1))
+                if partitions is None or partition in partitions:
+                    self.high_water[partition] = max(int(value), self.high_water.get(partition, -1))
                 continue
             pool_key, target, stratum, partition = json.loads(key)
+            if partitions is None or partition in partitions:
+                parts.append(((pool_key, target), stratum, partition, value))
+        loaded: list[tuple[WindowKey, str, Row]] = []
+        for window, stratum, partition, value in parts:
+            high_water = self.high_water.get(partition, -1)
             for time, observed, seq, offset, *raw in value:
-                row = Row(float(time), float(observed), tuple(float(v) for v in raw),
-                          row_key(partition, offset, target), int(seq), partition, offset)
-                loaded.append(((pool_key, target), stratum, row))
+                if offset <= high_water:
+                    time, observed, raw = float(time), float(observed), tuple(float(v) for v in raw)
+                    row = Row(time, observed, raw, row_key(partition, offset, window[1]), int(seq), partition,
+                              offset, encode_row(time, observed, int(seq), offset, raw))
+                    loaded.append((window, stratum, row))
         loaded.sort(key=lambda item: item[2].seq)
         for window, stratum, row in loaded:
             self._windows.setdefault(window, {}).setdefault(stratum, deque()).append(row)

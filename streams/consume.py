@@ -1,0 +1,141 @@
+"""The worker's consuming loop: telemetry batches in; window rows, dead letters and changelog writes out.
+
+The loop reads only the telemetry partitions the worker owns (:meth:`IngestLoop.own`, called once the
+window table has been recovered for them), each from one past its high-water mark, so a record already
+in a window is never read into it again. A batch is processed without yielding to the event loop, then
+each partition whose unflushed records reached ``flush_records``, or whose oldest unflushed record is
+``flush_interval_s`` old, has its window changes and high-water mark written to the changelog (after
+the dead letters sent so far are stored). Before a
+rebalance takes partitions away, :meth:`IngestLoop.release` writes everything and stops reading, so the
+next owner recovers a window consistent with its high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from streams import metrics
+from streams.ingest import Ingestor
+from streams.reader import Delivery, TelemetryReader
+from streams.windows import WindowKey
+
+log = logging.getLogger(__name__)
+
+ChangelogWriter = Callable[[int, list[tuple[str, bytes | None]]], None]  # (partition, table entries)
+DeadLetterSender = Callable[[Delivery, str], Awaitable[object]]  # (original message, reason) -> stored
+
+
+class IngestLoop:
+    def __init__(self, ingestor: Ingestor, reader: TelemetryReader, *, flush_records: int, flush_interval_s: float,
+                 write_changelog: ChangelogWriter, send_dead_letter: DeadLetterSender,
+                 on_drift: Callable[[WindowKey], None], clock: Callable[[], float] = time.monotonic,
+                 idle_wait_s: float = 0.1):
+        self.ingestor = ingestor
+        self.reader = reader
+        self.flush_records = flush_records
+        self.flush_interval_s = flush_interval_s
+        self.idle_wait_s = idle_wait_s  # longest wait for telemetry before checking flushes again
+        self._write_changelog = write_changelog
+        self._send_dead_letter = send_dead_letter
+        self._on_drift = on_drift
+        self._clock = clock
+        self.owned: frozenset[int] = frozenset()
+        self._generation = 0  # bumped on every ownership change; a fetch that spans one is dropped
+        self._owned_changed = asyncio.Event()
+        self._unflushed: dict[int, int] = {}  # partition -> records processed since its last flush
+        self._oldest: dict[int, float] = {}  # partition -> when its oldest unflushed record was processed
+        self._letters: list[Awaitable[object]] = []  # dead letters sent since the last flush
+
+    # --- ownership ------------------------------------------------------------------------------------
+
+    async def own(self, partitions: Iterable[int]) -> None:
+        """Read ``partitions`` from one past their high-water marks (the windows must be restored first)."""
+        self.owned = frozenset(partitions)
+        self._generation += 1
+        self._unflushed.clear()
+        self._oldest.clear()
+        high_water = self.ingestor.windows.high_water
+        await self.reader.assign({p: high_water[p] + 1 if p in high_water else None for p in self.owned})
+        self._owned_changed.set()
+        log.info("reading telemetry partitions %s", sorted(self.owned))
+
+    async def release(self) -> None:
+        """Write every partition's window changes, then stop reading."""
+        await self.flush(force=True)
+        self.owned = frozenset()
+        self._generation += 1
+        await self.reader.assign({})
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Fetch, process and flush until cancelled."""
+        while True:
+            if not self.owned:
+                self._owned_changed.clear()
+                await self._owned_changed.wait()
+                continue
+            generation = self._generation
+            batch = await self.reader.fetch(self.idle_wait_s)
+            if generation != self._generation:
+                continue  # ownership changed meanwhile: these records will be read again by their owner
+            self.process(batch)
+            flushed = await self.flush()
+            if flushed:
+                await self.reader.commit(flushed)
+
+    def process(self, batch: Iterable[Delivery]) -> None:
+        """Ingest a batch of owned partitions' messages: windows, drift detectors, dead letters."""
+        ingested = duplicates = 0
+        owned, unflushed, oldest = self.owned, self._unflushed, self._oldest
+        now = self._clock()
+        ingest = self.ingestor.ingest
+        for delivery in batch:
+            partition = delivery.partition
+            if partition not in owned:
+                continue
+            result = ingest(delivery.value, partition, delivery.offset)
+            if result.duplicate:
+                duplicates += 1
+                continue
+            if partition not in oldest:
+                oldest[partition] = now
+            unflushed[partition] = unflushed.get(partition, 0) + 1
+            if result.rejection is not None:
+                metrics.DEAD_LETTERS.inc()
+                self._letters.append(self._send_dead_letter(delivery, result.rejection))
+            else:
+                ingested += 1
+            for window in result.drifted:
+                self._on_drift(window)
+        if ingested:
+            metrics.INGESTED.inc(ingested)
+        if duplicates:
+            metrics.DUPLICATES.inc(duplicates)
+
+    async def flush(self, *, force: bool = False) -> dict[int, int]:
+        """Write the changes of every partition that is due (all with ``force``) to the changelog.
+
+        The dead letters sent so far are stored first, so a high-water mark never moves past a bad record
+        that is not in the dead-letter topic. Returns, per partition written, the next offset to read (for
+        the reader's commit).
+        """
+        now = self._clock()
+        due = [p for p in self._oldest if p in self.owned and (
+            force or self._unflushed[p] >= self.flush_records or now - self._oldest[p] >= self.flush_interval_s)]
+        if not due:
+            return {}
+        if self._letters:
+            letters, self._letters = self._letters, []
+            await asyncio.gather(*letters)
+        windows = self.ingestor.windows
+        written: dict[int, int] = {}
+        for partition in due:
+            if partition in self._oldest:  # not written by a release while the letters were stored
+                self._write_changelog(partition, windows.flush(partition))
+                del self._oldest[partition], self._unflushed[partition]
+                written[partition] = windows.high_water[partition] + 1
+        return written
