@@ -63,7 +63,8 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
             "mean_ms": float(ms.mean())}
 
 
-def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4) -> list[dict]:
+def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4,
+                  threads: int = 1) -> list[dict]:
     """In-process: one ``ModelRuntime.predict`` of all models, and XGBoost ``inplace_predict`` per model."""
     from predictor.kernels import available_engines
     from predictor.runtime import ModelRuntime
@@ -71,13 +72,13 @@ def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, m
     messages = reference_messages()[:models]
     results = []
     for engine in available_engines():
-        runtime = ModelRuntime(engine=engine)
+        runtime = ModelRuntime(engine=engine, threads=threads)
         for raw, _ in messages:
             runtime.apply(raw)
         for n in candidate_counts:
             rows = candidates(n, seed=n)
             runs = iterations if engine == "numba" else max(20, iterations // 50)
-            results.append({"engine": engine, "models": models, "candidates": n,
+            results.append({"engine": engine, "models": models, "candidates": n, "threads": threads,
                             **percentiles(_time(lambda: runtime.predict("bench", rows), runs))})
     for n in candidate_counts:
         rows = candidates(n, seed=n)
@@ -100,7 +101,7 @@ def _time(work, runs: int) -> list[float]:
 
 
 def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 10.0, workers: int = 2,
-               models: int = 4, coalesced: bool = False) -> list[dict]:
+               models: int = 4, coalesced: bool = False, threads: int = 1) -> list[dict]:
     """One in-process server; a separate process drives it closed-loop with ``clients`` threads, calling
     the stub directly or (``coalesced``) through :class:`~predictor.client.PredictorClient`."""
     from contract.settings import from_env
@@ -108,7 +109,7 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
     from predictor.settings import PredictorSettings
 
     server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1,
-                                      workers=workers), kafka=None)
+                                      workers=workers, threads=threads), kafka=None)
     for raw, _ in reference_messages()[:models]:
         server.runtime.apply(raw)
     server.start()
@@ -125,8 +126,8 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
             served = server.metrics.requests.labels("OK")._value.get()
             result["server_cpu_ms_per_rpc"] = 1000 * server_cpu / max(1.0, served - served_before)
             served_before = served
-            results.append({"candidates": n, "clients": clients, "server_workers": workers, "models": models,
-                            **result})
+            results.append({"candidates": n, "clients": clients, "server_workers": workers, "threads": threads,
+                            "models": models, **result})
     finally:
         server.stop(grace=1.0)
     return results

@@ -31,6 +31,8 @@ def register(subparsers) -> None:
     bench.add_argument("--clients", type=int, default=4, help="concurrent closed-loop gRPC clients")
     bench.add_argument("--seconds", type=float, default=10.0, help="duration of each gRPC load run")
     bench.add_argument("--workers", type=int, default=2, help="server threads serving gRPC calls")
+    bench.add_argument("--threads", type=int, default=1,
+                       help="threads one large batch's tree evaluation is split over (HEADROOM_PREDICTOR_THREADS)")
     bench.add_argument("--coalesced", action="store_true",
                        help="grpc: load through the coalescing PredictorClient instead of plain stub calls")
     bench.add_argument("--models", type=int, default=4, choices=(1, 2, 3, 4),
@@ -59,11 +61,12 @@ def run_bench(args) -> int:
     from predictor import bench
 
     if args.what in ("runtime", "all"):
-        for row in bench.bench_runtime(tuple(args.candidates or (1, 10, 100, 1000)), args.iterations, args.models):
+        for row in bench.bench_runtime(tuple(args.candidates or (1, 10, 100, 1000)), args.iterations, args.models,
+                                       args.threads):
             print(json.dumps(row))
     if args.what in ("grpc", "all"):
         for row in bench.bench_grpc(tuple(args.candidates or (100, 1000)), args.clients, args.seconds,
-                                    args.workers, args.models, args.coalesced):
+                                    args.workers, args.models, args.coalesced, args.threads):
             print(json.dumps(row))
     if args.what in ("update", "all"):
         print(json.dumps(bench.bench_update(from_env(KafkaSettings))))

@@ -2,22 +2,31 @@
 
 Two engines compute the same numbers (tests hold them to XGBoost's own predictions):
 
-- ``numba``: the models' trees flattened into one set of arrays and walked by a compiled loop that
-  interleaves eight rows, so their independent node lookups overlap in the CPU. It needs no C compiler;
-  the first call compiles it (about a second), :func:`warm_up` does that ahead of traffic.
+- ``numba``: a compiled walk (no C compiler needed; the first call compiles it, :func:`warm_up` does that
+  ahead of traffic). Every float32 is mapped to an order-preserving 32-bit key (:func:`order_keys`), so a
+  node is one word ``key(threshold) << 31 | feature`` and a row value one word ``key(x) << 31 |
+  0x7FFFFFFF``. Both stay below 2**63, so ``x >= threshold`` (go right; float32 semantics) is exactly
+  the sign bit of ``node - value``: a level costs two loads, a subtraction and a shift. Trees are 1-based
+  heaps (children ``2i`` and ``2i+1``); the root's word is loaded once per tree; eight rows are walked
+  interleaved so their independent lookups overlap in the CPU. Rows go through in chunks; a chunk with a
+  missing value (NaN, which follows the node's default direction) takes a careful row-by-row walk.
 - ``numpy``: a pure fallback that walks all rows × trees of one model level by level.
 
-Rows without missing values take a path that skips the default-direction check (padded with zero rows to
-whole blocks of eight); a batch with any NaN takes the careful path for every row.
+``threads > 1`` splits the rows of a large batch between the calling thread and a small pool (the
+compiled walk releases the GIL); small batches always run on the calling thread alone.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.features import FEATURE_NAMES
 from predictor.forest import Forest
 
 try:
@@ -26,20 +35,38 @@ except ImportError:  # the pure engine still works
     numba = None
 
 ENGINES = ("numba", "numpy")
+MIN_ROWS_PER_THREAD = 128  # smaller shares are not worth a hand-off to another thread (tens of µs)
+MAX_FEATURES = 1 << 16  # a node word keeps the feature index in its low 16 bits
+BLOCK_ROWS = 8  # rows walked interleaved (the compiled walk is written out for eight)
+CHUNK_ROWS = 256  # rows walked through every tree at a time: their words (20 KiB at 10 features) fit L1
+MISSING_WORD = 0  # a row word no value produces (real ones end in 0x7FFFFFFF): the value is NaN
 
 
 def default_engine() -> str:
     return "numba" if numba is not None else "numpy"
 
 
+def order_keys(values: np.ndarray) -> np.ndarray:
+    """uint32 keys of float32 values with ``a < b`` exactly when ``key(a) < key(b)`` (no NaN).
+
+    ``-0.0`` becomes ``+0.0`` first (they compare equal), then non-negative values get their sign bit
+    set and negative ones all bits flipped. The compiled row conversion applies the same map.
+    """
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    bits = np.where(bits == 0x80000000, np.uint32(0), bits)
+    return np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000)).astype(np.uint32)
+
+
 @dataclass(frozen=True)
 class ForestStack:
-    """Several forests over the same features, evaluated together; row ``m`` of a result is ``forests[m]``."""
+    """Several forests over the same features, evaluated together; row ``m`` of a result is ``forests[m]``.
+
+    Each tree is a 1-based heap of ``2**depth`` slots (slot 0 unused): node words and default directions.
+    """
 
     forests: tuple[Forest, ...]
-    features: np.ndarray = field(repr=False)  # all internal nodes, uint32
-    thresholds: np.ndarray = field(repr=False)  # float32
-    default_left: np.ndarray = field(repr=False)  # uint8
+    nodes: np.ndarray = field(repr=False)  # uint64 node words, all trees
+    default_left: np.ndarray = field(repr=False)  # uint8, aligned with nodes
     leaves: np.ndarray = field(repr=False)  # float32
     node_offset: np.ndarray = field(repr=False)  # per tree, uint64
     leaf_offset: np.ndarray = field(repr=False)  # per tree, uint64
@@ -50,13 +77,16 @@ class ForestStack:
     @classmethod
     def of(cls, forests: Sequence[Forest]) -> ForestStack:
         forests = tuple(forests)
-        node_counts = [np.full(f.n_trees, f.features.shape[1], dtype=np.uint64) for f in forests]
+        widest = max((f.n_features for f in forests), default=0)
+        if widest > MAX_FEATURES:
+            raise ValueError(f"models of {widest} features exceed the evaluator's maximum of {MAX_FEATURES}")
+        heaps = [_heap(f) for f in forests]
+        node_counts = [np.full(f.n_trees, 2 ** f.depth, dtype=np.uint64) for f in forests]
         leaf_counts = [np.full(f.n_trees, f.leaves.shape[1], dtype=np.uint64) for f in forests]
         return cls(
             forests=forests,
-            features=_concat([f.features.ravel() for f in forests], np.uint32),
-            thresholds=_concat([f.thresholds.ravel() for f in forests], np.float32),
-            default_left=_concat([f.default_left.ravel() for f in forests], np.uint8),
+            nodes=_concat([words.ravel() for words, _ in heaps], np.uint64),
+            default_left=_concat([left.ravel() for _, left in heaps], np.uint8),
             leaves=_concat([f.leaves.ravel() for f in forests], np.float32),
             node_offset=_offsets(node_counts), leaf_offset=_offsets(leaf_counts),
             tree_start=np.concatenate([[0], np.cumsum([f.n_trees for f in forests])]).astype(np.int64),
@@ -68,7 +98,7 @@ class ForestStack:
         return max((f.n_features for f in self.forests), default=0)
 
 
-def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None) -> np.ndarray:
+def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None, threads: int = 1) -> np.ndarray:
     """``(len(stack.forests), len(x))`` float32 predictions for the float32 rows ``x``."""
     x = np.require(x, np.float32, ("C", "A"))  # contiguous and aligned: the compiled signatures
     if x.ndim != 2 or x.shape[1] < stack.n_features:
@@ -80,36 +110,56 @@ def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None) -> np
     if engine != "numba" or numba is None:
         raise ValueError(f"unknown or unavailable engine {engine!r}; available: {available_engines()}")
     n = len(x)
-    if np.isnan(x).any():
-        kernel, rows = _walk_with_missing, x
-    else:  # whole blocks of eight rows: the interleaved loop, no slower one-row tail
-        kernel, rows = _walk_finite, x
-        if n % 8:
-            rows = np.zeros((n + 8 - n % 8, x.shape[1]), dtype=np.float32)
-            rows[:n] = x
-    out = np.empty((len(stack.forests), len(rows)), dtype=np.float32)
-    kernel(rows, stack.features, stack.thresholds, stack.default_left, stack.leaves, stack.node_offset,
-           stack.leaf_offset, stack.tree_start, stack.depth, stack.base_score, out)
-    return out[:, :n]
+    out = np.empty((len(stack.forests), n), dtype=np.float32)
+    kernel = _compiled(x.shape[1])
+    bits = x.view(np.uint32)
+    arrays = (stack.nodes, stack.default_left, stack.leaves, stack.node_offset, stack.leaf_offset,
+              stack.tree_start, stack.depth, stack.base_score, out)
+    parts = min(threads, n // MIN_ROWS_PER_THREAD)
+    if parts <= 1:
+        kernel(bits, *arrays, 0, n)
+        return out
+    bounds = [n * part // parts for part in range(parts + 1)]
+    helpers = [_pool(threads).submit(kernel, bits, *arrays, start, stop)
+               for start, stop in itertools.pairwise(bounds[1:])]
+    kernel(bits, *arrays, bounds[0], bounds[1])
+    for helper in helpers:
+        helper.result()
+    return out
 
 
 def available_engines() -> tuple[str, ...]:
     return ENGINES if numba is not None else ("numpy",)
 
 
-def warm_up() -> None:
-    """Compile the numba kernels now rather than on the first request."""
+def warm_up(n_features: int | None = None) -> None:
+    """Compile the numba kernels for rows of ``n_features`` (default: the contract's) ahead of traffic."""
     if numba is None:
         return
+    n_features = len(FEATURE_NAMES) if n_features is None else n_features
     tree = Forest(objective="reg:squarederror", quantiles=(), n_features=1, base_score=np.float32(0.0), depth=1,
                   features=np.zeros((1, 1), np.uint32), thresholds=np.zeros((1, 1), np.float32),
                   default_left=np.ones((1, 1), bool), leaves=np.zeros((1, 2), np.float32))
     stack = ForestStack.of([tree])
     for value in (0.0, np.nan):
-        rows = np.full((8, 1), value, np.float32)
+        rows = np.full((8, n_features), value, np.float32)
         evaluate(stack, rows)
         rows.flags.writeable = False  # rows decoded from a request buffer are read-only: another signature
         evaluate(stack, rows)
+
+
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="trees")
+
+
+def _heap(forest: Forest) -> tuple[np.ndarray, np.ndarray]:
+    """Node words and default directions of every tree as ``(n_trees, 2**depth)`` 1-based heaps."""
+    words = np.zeros((forest.n_trees, 2 ** forest.depth), dtype=np.uint64)
+    left = np.ones((forest.n_trees, 2 ** forest.depth), dtype=np.uint8)
+    words[:, 1:] = (order_keys(forest.thresholds).astype(np.uint64) << np.uint64(31)) | forest.features
+    left[:, 1:] = forest.default_left
+    return words, left
 
 
 def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
@@ -138,75 +188,125 @@ def _evaluate_numpy(forest: Forest, x: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=1, dtype=np.float32)[:, -1]
 
 
-if numba is not None:
-    _U = numba.uint64  # unsigned indices: no negative-index wraparound in the dependency chain
+@functools.cache
+def _compiled(width: int):
+    """The compiled walk for rows of ``width`` features: a compile-time row stride keeps the eight
+    interleaved rows' addresses as constant offsets of one register."""
+    u = numba.uint64  # unsigned indices: no negative-index wraparound in the dependency chain
+    one, two, sign = u(1), u(2), u(63)
+    feature, low = u(MAX_FEATURES - 1), u(0x7FFFFFFF)
+    s1, s2, s3, s4, s5, s6, s7 = (u(k * width) for k in range(1, BLOCK_ROWS))
 
     @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def _walk_finite(x, features, thresholds, default_left, leaves, node_offset, leaf_offset,
-                     tree_start, depth, base_score, out):  # pragma: no cover - compiled
-        n = x.shape[0]
-        n8 = n - n % 8
-        one, two, zero = _U(1), _U(2), _U(0)
+    def row_words(bits, start, stop, words):  # pragma: no cover - compiled
+        """The rows' words (see :func:`order_keys`); returns whether any value is missing."""
+        missing = False
+        k = 0
+        for r in range(start, stop):
+            for f in range(width):
+                b = u(bits[r, f])
+                if (b & u(0x7FFFFFFF)) > u(0x7F800000):
+                    words[k] = u(MISSING_WORD)
+                    missing = True
+                else:
+                    if b == u(0x80000000):
+                        b = u(0)
+                    key = (b ^ u(0xFFFFFFFF)) if b >> u(31) else (b | u(0x80000000))
+                    words[k] = (key << u(31)) | low
+                k += 1
+        return missing
+
+    @numba.njit(nogil=True, boundscheck=False, cache=False)
+    def walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
+                    acc):  # pragma: no cover - compiled
+        """Blocks of eight rows (``n`` is a multiple of eight); a right turn is the sign bit of node - value."""
         for m in range(base_score.shape[0]):
             levels = depth[m]
-            first_leaf = _U((1 << levels) - 1)
-            for r in range(n):
-                out[m, r] = base_score[m]
+            first_leaf = one << u(levels)
+            acc[m, :n] = base_score[m]
             for t in range(tree_start[m], tree_start[m + 1]):
-                f = features[node_offset[t]:]
-                th = thresholds[node_offset[t]:]
+                nd = nodes[node_offset[t]:]
                 lv = leaves[leaf_offset[t]:]
-                for r in range(0, n8, 8):
-                    x0, x1, x2, x3 = x[r], x[r + 1], x[r + 2], x[r + 3]
-                    x4, x5, x6, x7 = x[r + 4], x[r + 5], x[r + 6], x[r + 7]
-                    i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = zero
-                    for _ in range(levels):
-                        i0 = two * i0 + one + _U(x0[_U(f[i0])] >= th[i0])
-                        i1 = two * i1 + one + _U(x1[_U(f[i1])] >= th[i1])
-                        i2 = two * i2 + one + _U(x2[_U(f[i2])] >= th[i2])
-                        i3 = two * i3 + one + _U(x3[_U(f[i3])] >= th[i3])
-                        i4 = two * i4 + one + _U(x4[_U(f[i4])] >= th[i4])
-                        i5 = two * i5 + one + _U(x5[_U(f[i5])] >= th[i5])
-                        i6 = two * i6 + one + _U(x6[_U(f[i6])] >= th[i6])
-                        i7 = two * i7 + one + _U(x7[_U(f[i7])] >= th[i7])
-                    out[m, r] += lv[i0 - first_leaf]
-                    out[m, r + 1] += lv[i1 - first_leaf]
-                    out[m, r + 2] += lv[i2 - first_leaf]
-                    out[m, r + 3] += lv[i3 - first_leaf]
-                    out[m, r + 4] += lv[i4 - first_leaf]
-                    out[m, r + 5] += lv[i5 - first_leaf]
-                    out[m, r + 6] += lv[i6 - first_leaf]
-                    out[m, r + 7] += lv[i7 - first_leaf]
-                for r in range(n8, n):
-                    xr = x[r]
-                    i = zero
-                    for _ in range(levels):
-                        i = two * i + one + _U(xr[_U(f[i])] >= th[i])
-                    out[m, r] += lv[i - first_leaf]
+                root = nd[1]
+                f0 = root & feature
+                for r in range(0, n, BLOCK_ROWS):
+                    xr = words[r * width:]
+                    i0 = two + ((root - xr[f0]) >> sign)
+                    i1 = two + ((root - xr[s1 + f0]) >> sign)
+                    i2 = two + ((root - xr[s2 + f0]) >> sign)
+                    i3 = two + ((root - xr[s3 + f0]) >> sign)
+                    i4 = two + ((root - xr[s4 + f0]) >> sign)
+                    i5 = two + ((root - xr[s5 + f0]) >> sign)
+                    i6 = two + ((root - xr[s6 + f0]) >> sign)
+                    i7 = two + ((root - xr[s7 + f0]) >> sign)
+                    for _ in range(levels - 1):
+                        a = nd[i0]
+                        i0 = i0 + i0 + ((a - xr[a & feature]) >> sign)
+                        a = nd[i1]
+                        i1 = i1 + i1 + ((a - xr[s1 + (a & feature)]) >> sign)
+                        a = nd[i2]
+                        i2 = i2 + i2 + ((a - xr[s2 + (a & feature)]) >> sign)
+                        a = nd[i3]
+                        i3 = i3 + i3 + ((a - xr[s3 + (a & feature)]) >> sign)
+                        a = nd[i4]
+                        i4 = i4 + i4 + ((a - xr[s4 + (a & feature)]) >> sign)
+                        a = nd[i5]
+                        i5 = i5 + i5 + ((a - xr[s5 + (a & feature)]) >> sign)
+                        a = nd[i6]
+                        i6 = i6 + i6 + ((a - xr[s6 + (a & feature)]) >> sign)
+                        a = nd[i7]
+                        i7 = i7 + i7 + ((a - xr[s7 + (a & feature)]) >> sign)
+                    acc[m, r] += lv[i0 - first_leaf]
+                    acc[m, r + 1] += lv[i1 - first_leaf]
+                    acc[m, r + 2] += lv[i2 - first_leaf]
+                    acc[m, r + 3] += lv[i3 - first_leaf]
+                    acc[m, r + 4] += lv[i4 - first_leaf]
+                    acc[m, r + 5] += lv[i5 - first_leaf]
+                    acc[m, r + 6] += lv[i6 - first_leaf]
+                    acc[m, r + 7] += lv[i7 - first_leaf]
 
     @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def _walk_with_missing(x, features, thresholds, default_left, leaves, node_offset, leaf_offset,
-                           tree_start, depth, base_score, out):  # pragma: no cover - compiled
-        n = x.shape[0]
-        one, two, zero = _U(1), _U(2), _U(0)
+    def walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth,
+                          base_score, acc):  # pragma: no cover - compiled
         for m in range(base_score.shape[0]):
             levels = depth[m]
-            first_leaf = _U((1 << levels) - 1)
-            for r in range(n):
-                out[m, r] = base_score[m]
+            first_leaf = one << u(levels)
+            acc[m, :n] = base_score[m]
             for t in range(tree_start[m], tree_start[m + 1]):
-                f = features[node_offset[t]:]
-                th = thresholds[node_offset[t]:]
+                nd = nodes[node_offset[t]:]
                 dl = default_left[node_offset[t]:]
                 lv = leaves[leaf_offset[t]:]
                 for r in range(n):
-                    xr = x[r]
-                    i = zero
+                    xr = words[r * width:]
+                    i = one
                     for _ in range(levels):
-                        value = xr[_U(f[i])]
-                        if value != value:
-                            right = dl[i] == 0
-                        else:
-                            right = not (value < th[i])
-                        i = two * i + one + _U(right)
-                    out[m, r] += lv[i - first_leaf]
+                        a = nd[i]
+                        value = xr[a & feature]
+                        right = dl[i] == 0 if value == u(MISSING_WORD) else a < value
+                        i = i + i + u(right)
+                    acc[m, r] += lv[i - first_leaf]
+
+    @numba.njit(nogil=True, boundscheck=False, cache=False)
+    def predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth, base_score, out,
+                start, stop):  # pragma: no cover - compiled
+        """Rows ``start:stop`` of ``bits`` (float32 rows viewed as uint32) into columns ``start:stop`` of out,
+        in chunks whose row words stay in the L1 cache while every tree is walked over them. A chunk is
+        padded to whole blocks with copies of its first row, whose results are dropped."""
+        chunk = min(stop - start, CHUNK_ROWS)
+        padded = chunk + (BLOCK_ROWS - chunk % BLOCK_ROWS) % BLOCK_ROWS
+        words = np.empty(padded * width, dtype=np.uint64)
+        acc = np.empty((base_score.shape[0], padded), dtype=np.float32)
+        for first in range(start, stop, CHUNK_ROWS):
+            n = min(first + CHUNK_ROWS, stop) - first
+            if row_words(bits, first, first + n, words):
+                walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start,
+                                  depth, base_score, acc)
+            else:
+                blocks = n + (BLOCK_ROWS - n % BLOCK_ROWS) % BLOCK_ROWS
+                for k in range(n * width, blocks * width):
+                    words[k] = words[k % width]
+                walk_finite(words, blocks, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
+                            acc)
+            out[:, first:first + n] = acc[:, :n]
+
+    return predict

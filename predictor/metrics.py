@@ -35,9 +35,10 @@ class PredictorMetrics:
                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300),
                                       registry=self.registry)
         self.registry.register(_RuntimeCollector(runtime))
+        self._ok = self.requests.labels("OK")
 
     def served(self, rows: int, models: int, seconds: float) -> None:
-        self.requests.labels("OK").inc()
+        self._ok.inc()
         self.candidates.inc(rows)
         self.predictions.inc(rows * models)
         self.batch_rows.observe(rows)

@@ -2,14 +2,15 @@
 
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
 check: checksum (:func:`contract.model_update.decode_update`), feature schema, that XGBoost loads it and
-its trees are supported, that its objective matches the message, and a probe prediction that must be
-finite, non-negative and equal to XGBoost's own. A failing update is rejected, counted by reason and
-logged, and the previous version keeps serving; a version not newer than the live one is ignored, so
-replaying the topic is harmless.
+its trees are supported, that its objective and output transform match the message, and a probe
+prediction that must be finite, non-negative (in milliseconds, after the output transform) and equal to
+XGBoost's own. A failing update is rejected, counted by reason and logged, and the previous version keeps
+serving; a version not newer than the live one is ignored, so replaying the topic is harmless.
 
 Each pool's models are held in one immutable snapshot whose trees are stacked for a single-pass
-evaluation; an update builds a new snapshot and replaces the reference, so a concurrent
-:meth:`ModelRuntime.predict` sees either the old or the new set, never a mix.
+evaluation (the outputs of models trained on log latency are exponentiated after it); an update builds a
+new snapshot and replaces the reference, so a concurrent :meth:`ModelRuntime.predict` sees either the old
+or the new set, never a mix.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from enum import Enum
 import numpy as np
 
 from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from contract.model_update import InvalidUpdate, ModelUpdate, decode_update, model_key
+from contract.model_update import (TRANSFORM_ATTRIBUTE, InvalidUpdate, ModelUpdate, decode_update, model_key,
+                                   to_milliseconds)
 from predictor.errors import InvalidBatch, NotReady, UnknownPool
 from predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
 from predictor.kernels import ForestStack, available_engines, default_engine, evaluate
@@ -63,6 +65,7 @@ class LiveModel:
     applied_at: float
     holdout_metrics: dict[str, float] = field(repr=False)
     forest: Forest = field(repr=False)
+    output_transform: str = "identity"  # raw tree output -> milliseconds (contract.model_update)
 
     @property
     def key(self) -> str:
@@ -76,11 +79,13 @@ class PoolModels:
     pool_key: str
     models: tuple[LiveModel, ...]
     stack: ForestStack = field(repr=False)
+    logged: tuple[int, ...] = ()  # indices of the models whose raw output is a log of milliseconds
 
     @classmethod
     def of(cls, pool_key: str, models: list[LiveModel]) -> PoolModels:
         ordered = tuple(sorted(models, key=lambda m: (m.target, m.objective)))
-        return cls(pool_key, ordered, ForestStack.of([m.forest for m in ordered]))
+        logged = tuple(i for i, m in enumerate(ordered) if m.output_transform == "log")
+        return cls(pool_key, ordered, ForestStack.of([m.forest for m in ordered]), logged)
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,11 @@ class Prediction:
 class ModelRuntime:
     """Holds and serves the live model versions; safe to use from many threads."""
 
-    def __init__(self, engine: str | None = None, clock=time.time) -> None:
+    def __init__(self, engine: str | None = None, clock=time.time, threads: int = 1) -> None:
         self.engine = engine or default_engine()
+        if threads < 1:
+            raise ValueError(f"tree evaluation threads must be at least 1, got {threads}")
+        self.threads = threads  # large batches split their rows over this many threads
         if self.engine not in available_engines():
             raise ValueError(f"tree engine {self.engine!r} is unknown or unavailable here; "
                              f"available: {', '.join(available_engines())}")
@@ -137,7 +145,13 @@ class ModelRuntime:
                 raise NotReady("no model version has been applied yet")
             raise UnknownPool(f"no model for pool key {pool_key!r}; known pool keys: {sorted(pools)}")
         rows = check_batch(features)
-        return Prediction(pool_key, pool.models, evaluate(pool.stack, rows, self.engine))
+        values = evaluate(pool.stack, rows, self.engine, self.threads)
+        if len(pool.logged) == len(pool.models):
+            np.exp(values, out=values)
+        else:
+            for index in pool.logged:
+                np.exp(values[index], out=values[index])
+        return Prediction(pool_key, pool.models, values)
 
     # --- writing -------------------------------------------------------------------------------------
     def apply(self, message: bytes) -> ApplyResult:
@@ -183,7 +197,12 @@ class ModelRuntime:
             raise _Rejected("schema", f"model has {forest.n_features} features, the schema has "
                                       f"{len(FEATURE_NAMES)}")
         _check_objective(update, forest)
-        probe = evaluate(ForestStack.of([forest]), PROBE_ROWS, self.engine)[0]
+        trained_with = booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
+        if trained_with != update.output_transform:
+            raise _Rejected("transform", f"message says output transform {update.output_transform!r} but the model "
+                                         f"was trained with {trained_with!r}")
+        raw_probe = evaluate(ForestStack.of([forest]), PROBE_ROWS, self.engine)[0]
+        probe = to_milliseconds(raw_probe.astype(np.float64), update.output_transform)
         if not np.isfinite(probe).all():
             raise _Rejected("probe", f"probe prediction is not finite ({int((~np.isfinite(probe)).sum())} of "
                                      f"{len(probe)} rows)")
@@ -191,12 +210,13 @@ class ModelRuntime:
             raise _Rejected("probe", f"probe prediction is negative (min {float(probe.min()):.6g})")
         reference = booster.inplace_predict(PROBE_ROWS)
         scale = np.maximum(np.abs(reference), 1.0)
-        if (np.abs(probe - reference) > PROBE_RTOL * scale).any():
+        if (np.abs(raw_probe - reference) > PROBE_RTOL * scale).any():
             raise _Rejected("probe", "tree evaluation disagrees with XGBoost on the probe rows "
-                                     f"(max difference {float(np.abs(probe - reference).max()):.6g})")
+                                     f"(max difference {float(np.abs(raw_probe - reference).max()):.6g})")
         return LiveModel(pool_key=update.pool_key, target=update.target, objective=update.objective,
                          quantile=update.quantile, version=update.version, created_at=update.created_at,
-                         applied_at=self._clock(), holdout_metrics=dict(update.holdout_metrics), forest=forest)
+                         applied_at=self._clock(), holdout_metrics=dict(update.holdout_metrics), forest=forest,
+                         output_transform=update.output_transform)
 
     def _reject(self, reason: str, detail: str, key: str | None, version: int | None) -> ApplyResult:
         self.rejected[reason] += 1

@@ -36,7 +36,7 @@ class PredictorServer:
     def __init__(self, settings: PredictorSettings, kafka: KafkaSettings | None,
                  runtime: ModelRuntime | None = None) -> None:
         self.settings = settings
-        self.runtime = runtime or ModelRuntime(engine=settings.engine or None)
+        self.runtime = runtime or ModelRuntime(engine=settings.engine or None, threads=settings.threads)
         self.metrics = PredictorMetrics(self.runtime)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
                                         on_result=self.metrics.update_applied) if kafka else None

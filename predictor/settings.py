@@ -15,6 +15,8 @@ class PredictorSettings:
                                 "Prometheus metrics port (0: any free port, -1: no metrics endpoint).")
     workers: int = setting(2, "HEADROOM_PREDICTOR_WORKERS", "Threads serving gRPC calls (about one per core).")
     engine: str = setting("", "HEADROOM_PREDICTOR_ENGINE", "Tree engine: numba or numpy (empty: best available).")
+    threads: int = setting(1, "HEADROOM_PREDICTOR_THREADS",
+                           "Threads one large batch's tree evaluation is split over (1: the serving thread only).")
     grace_seconds: float = setting(5.0, "HEADROOM_PREDICTOR_GRACE_SECONDS",
                                    "How long in-flight calls may finish after SIGTERM.")
     fetch_wait_ms: int = setting(20, "HEADROOM_PREDICTOR_FETCH_WAIT_MS",
