@@ -5,12 +5,16 @@ The telemetry then flows, in completion order, through the worker's own ingest p
 capped and aged windows) and training rounds (holdout, fit, promotion gate) every ``--interval`` seconds
 of event time, exactly as in ``headroom worker``. Every record is first predicted by the models live at
 its completion (prequential evaluation: what a router would have got), so each prediction is on data the
-model has never seen. Usage: ``python benchmarks/pipeline_accuracy.py --trace azure --load 0.7``.
+model has never seen. Usage: ``python benchmarks/pipeline_accuracy.py --trace azure --load 0.7``;
+``--target-transform identity`` trains on milliseconds instead of log milliseconds (the reference's way);
+``--calibration-fraction 0`` leaves quantile models uncalibrated; ``--no-refit`` publishes promoted candidates
+as fitted, without their holdout rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contract.features import records_matrix, target_value  # noqa: E402
+from contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
 from contract.telemetry import encode  # noqa: E402
 from sim.bench import capacity_rps  # noqa: E402
 from sim.policies import policy  # noqa: E402
@@ -33,7 +38,7 @@ from trainer.evaluation import score  # noqa: E402
 from trainer.fit import predict  # noqa: E402
 from trainer.live import LiveModels, live_model  # noqa: E402
 from trainer.policy import RetrainPolicy  # noqa: E402
-from trainer.rounds import train_round  # noqa: E402
+from trainer.rounds import RoundSpec, train_round  # noqa: E402
 
 LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
 
@@ -53,11 +58,20 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=12_000)
     parser.add_argument("--interval", type=float, default=10.0, help="event-time seconds between retrains")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-transform", choices=OUTPUT_TRANSFORMS, default="log",
+                        help="what the models learn: log milliseconds (default) or milliseconds")
+    parser.add_argument("--calibration-fraction", type=float, default=RoundSpec.calibration_fraction,
+                        help="newest share of training rows that calibrates quantile models (0: off)")
+    parser.add_argument("--no-refit", action="store_true",
+                        help="publish promoted candidates as fitted instead of refitted on train + holdout rows")
     args = parser.parse_args()
 
     records = sorted(simulate(args.trace, args.load, args.servers, args.requests, args.seed),
                      key=lambda r: r.completion_ts)
     settings = PipelineSettings()
+    train_params = [dataclasses.replace(p, target_transform=args.target_transform) for p in settings.train_params]
+    round_spec = dataclasses.replace(settings.round_spec, calibration_fraction=args.calibration_fraction,
+                                     refit_promoted=not args.no_refit)
     ingestor = Ingestor(Windows(settings.limits), lambda w: RetrainPolicy(settings.rule, ErrorDriftDetector()))
     live = LiveModels()
     pool_key = records[0].pool_key
@@ -88,14 +102,16 @@ def main() -> None:
             if len(samples) < settings.min_samples:
                 continue
             began = time.perf_counter()
-            for outcome in train_round(pool_key, target, samples, live, settings.train_params,
-                                       settings.round_spec, now=time.time()):
+            for outcome in train_round(pool_key, target, samples, live, train_params,
+                                       round_spec, now=time.time()):
                 if outcome.update is not None:
                     live.offer(live_model(outcome.update, outcome.booster))
                     promoted += 1
             rounds += 1
             round_seconds += time.perf_counter() - began
-    print(f"{args.trace} at {args.load:.0%} load on {args.servers} servers: {len(records)} records over "
+    print(f"{args.trace} at {args.load:.0%} load on {args.servers} servers, {args.target_transform} target, "
+          f"calibration fraction {args.calibration_fraction:g}, {'no refit' if args.no_refit else 'refit'}: "
+          f"{len(records)} records over "
           f"{records[-1].completion_ts - start:.0f} s; mean waiting queue "
           f"{np.mean([r.num_waiting for r in records]):.2f}, mean KV {np.mean([r.kv_cache_usage for r in records]):.2f}; "
           f"{rounds} rounds ({round_seconds / max(rounds, 1):.2f} s each), {promoted} promotions")

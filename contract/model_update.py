@@ -8,6 +8,12 @@ probe prediction before they swap the model in.
 
 The Kafka key is :func:`model_key` — pool key, target and objective — so compaction keeps the newest
 version of each model.
+
+``output_transform`` says how the model's raw output maps to milliseconds (:func:`to_milliseconds`):
+``"identity"``, or ``"log"`` for a model trained on the logarithm of the latency, whose outputs every
+consumer exponentiates. Quantiles survive a monotone transform exactly, and ``exp`` is always positive.
+The trainer also stores the transform in the model bytes (booster attribute :data:`TRANSFORM_ATTRIBUTE`)
+so a booster loaded on its own predicts in milliseconds too; consumers check that the two agree.
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ import struct
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from contract.features import TARGETS
 
 MAGIC = b"HRMU"
 FORMAT_VERSION = 1
 OBJECTIVES = ("mean", "quantile")
 MODEL_FORMATS = ("ubj", "json")
+OUTPUT_TRANSFORMS = ("identity", "log")
+TRANSFORM_ATTRIBUTE = "headroom_output_transform"  # booster attribute holding the output transform
 _HEADER_LEN = struct.Struct(">I")
 
 
@@ -46,6 +56,7 @@ class ModelUpdate:
     window_stats: dict[str, Any] = field(default_factory=dict)
     holdout_metrics: dict[str, float] = field(default_factory=dict)
     drift_reason: str | None = None
+    output_transform: str = "identity"  # one of OUTPUT_TRANSFORMS: raw model output -> milliseconds
 
     @property
     def key(self) -> str:
@@ -54,6 +65,19 @@ class ModelUpdate:
 
 def model_key(pool_key: str, target: str, objective: str) -> str:
     return f"{pool_key}/{target}/{objective}"
+
+
+def to_milliseconds(raw: np.ndarray, transform: str) -> np.ndarray:
+    """A model's raw outputs in milliseconds under ``transform`` (one of :data:`OUTPUT_TRANSFORMS`).
+
+    >>> to_milliseconds(np.array([0.0, np.log(250.0)]), "log").round(3).tolist()
+    [1.0, 250.0]
+    """
+    if transform == "identity":
+        return raw
+    if transform == "log":
+        return np.exp(raw)
+    raise ValueError(f"unknown output transform {transform!r}; expected one of {OUTPUT_TRANSFORMS}")
 
 
 def make_update(*, model: bytes, **metadata: Any) -> ModelUpdate:
@@ -103,6 +127,9 @@ def _check(update: ModelUpdate) -> None:
         raise InvalidUpdate(f"unknown objective {update.objective!r}; expected one of {OBJECTIVES}")
     if update.objective == "quantile" and not (isinstance(update.quantile, float) and 0 < update.quantile < 1):
         raise InvalidUpdate(f"quantile model needs a quantile in (0, 1), got {update.quantile!r}")
+    if update.output_transform not in OUTPUT_TRANSFORMS:
+        raise InvalidUpdate(f"unknown output transform {update.output_transform!r}; expected one of "
+                            f"{OUTPUT_TRANSFORMS}")
     if update.model_format not in MODEL_FORMATS:
         raise InvalidUpdate(f"unknown model format {update.model_format!r}; expected one of {MODEL_FORMATS}")
     if not isinstance(update.version, int) or update.version < 1:

@@ -38,6 +38,12 @@ class PipelineSettings:
     holdout_fraction: float = setting(0.2, "HEADROOM_HOLDOUT_FRACTION", "Newest share of each stratum held out.")
     gate_tolerance: float = setting(0.02, "HEADROOM_GATE_TOLERANCE",
                                     "Relative slack a candidate's holdout error may exceed the live one's by.")
+    calibration_fraction: float = setting(0.25, "HEADROOM_CALIBRATION_FRACTION",
+                                          "Newest share of training rows that calibrates quantile models (0: off).")
+    refit_promoted: bool = setting(True, "HEADROOM_REFIT_PROMOTED",
+                                   "Refit a promoted model on its training and holdout rows before publishing.")
+    target_transform: str = setting("log", "HEADROOM_TARGET_TRANSFORM",
+                                    "log (fit log latency: relative errors) or identity (fit milliseconds).")
     quantile: float = setting(0.9, "HEADROOM_QUANTILE", "Quantile of the upper-bound models.")
     trees: int = setting(200, "HEADROOM_TRAIN_TREES", "Boosting rounds per model.")
     train_threads: int = setting(1, "HEADROOM_TRAIN_THREADS", "XGBoost threads per training.")
@@ -56,10 +62,12 @@ class PipelineSettings:
 
     @property
     def round_spec(self) -> RoundSpec:
-        return RoundSpec(holdout_fraction=self.holdout_fraction, tolerance=self.gate_tolerance)
+        return RoundSpec(holdout_fraction=self.holdout_fraction, tolerance=self.gate_tolerance,
+                         calibration_fraction=self.calibration_fraction, refit_promoted=self.refit_promoted)
 
     @property
     def train_params(self) -> list[TrainParams]:
         """One set of hyperparameters per objective: the mean model, then the quantile one."""
         return [TrainParams(objective=objective, quantile=self.quantile, n_trees=self.trees,
-                            threads=self.train_threads) for objective in ("mean", "quantile")]
+                            threads=self.train_threads, target_transform=self.target_transform)
+                for objective in ("mean", "quantile")]

@@ -1,8 +1,9 @@
 """Training, evaluating and publishing headroom's latency models.
 
 - :mod:`trainer.samples` — a training set: raw feature columns, observed values, times, strata.
-- :mod:`trainer.params` — XGBoost hyperparameters and objectives (mean, quantile).
-- :mod:`trainer.fit` — the one pure fitting function: samples + params → booster.
+- :mod:`trainer.params` — XGBoost hyperparameters, objectives (mean, quantile) and the target transform.
+- :mod:`trainer.fit` — the one pure fitting function: samples + params → booster (log target by default).
+- :mod:`trainer.calibration` — conformal calibration of quantile models on the newest training rows.
 - :mod:`trainer.holdout` — the stratified, time-ordered holdout split.
 - :mod:`trainer.evaluation` — holdout metrics: MAE, MAPE, pinball loss, quantile coverage.
 - :mod:`trainer.gate` — the promotion gate: a candidate versus the live version on the same holdout.

@@ -1,4 +1,9 @@
-"""Fitting: one pure function from samples and hyperparameters to an XGBoost booster."""
+"""Fitting: one pure function from samples and hyperparameters to an XGBoost booster.
+
+A booster trained on a transformed target carries the transform as an attribute in its own bytes
+(:data:`contract.model_update.TRANSFORM_ATTRIBUTE`), so :func:`predict` always answers in milliseconds,
+whether the booster was just fitted or loaded back from a model-update message.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,41 @@ import numpy as np
 import xgboost as xgb
 
 from contract.features import FEATURE_NAMES
+from contract.model_update import TRANSFORM_ATTRIBUTE, to_milliseconds
+from trainer.evaluation import MAPE_FLOOR_MS
 from trainer.params import TrainParams
 from trainer.samples import Samples
+
+LOG_FLOOR_MS = MAPE_FLOOR_MS  # a log target counts observations below this as this much, as MAPE does
 
 
 def fit(samples: Samples, params: TrainParams) -> xgb.Booster:
     """Train a booster on ``samples`` (a :class:`trainer.samples.Samples`); deterministic for a seed."""
     if len(samples) == 0:
         raise ValueError("cannot fit a model on an empty sample")
-    matrix = xgb.DMatrix(samples.features(), label=samples.values, feature_names=list(FEATURE_NAMES))
-    return xgb.train(params.booster_params(), matrix, num_boost_round=params.n_trees)
+    matrix = xgb.DMatrix(samples.features(), label=training_target(samples.values, params.target_transform),
+                         feature_names=list(FEATURE_NAMES))
+    booster = xgb.train(params.booster_params(), matrix, num_boost_round=params.n_trees)
+    booster.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})
+    return booster
+
+
+def training_target(values_ms: np.ndarray, transform: str) -> np.ndarray:
+    """Observed latencies (ms) as the model learns them under ``transform``."""
+    if transform == "log":
+        return np.log(np.maximum(values_ms, LOG_FLOOR_MS))
+    return values_ms
+
+
+def output_transform(booster: xgb.Booster) -> str:
+    """The transform from the booster's raw output to milliseconds (``"identity"`` when it has none)."""
+    return booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
 
 
 def predict(booster: xgb.Booster, features: np.ndarray) -> np.ndarray:
-    """Predictions for a feature matrix from :func:`contract.features.feature_matrix`."""
-    return booster.predict(xgb.DMatrix(features, feature_names=list(FEATURE_NAMES)))
+    """Predictions in milliseconds for a feature matrix from :func:`contract.features.feature_matrix`."""
+    raw = booster.predict(xgb.DMatrix(features, feature_names=list(FEATURE_NAMES)))
+    return to_milliseconds(raw, output_transform(booster))
 
 
 def model_bytes(booster: xgb.Booster) -> bytes:

@@ -1,7 +1,8 @@
 """The live version of each model: the latest published update per model key, with its booster loaded.
 
-A version whose model cannot be loaded, or whose feature schema differs from this trainer's, still
-counts for version numbering (versions only grow) but not as a model to beat at the promotion gate.
+A version whose model cannot be loaded, whose feature schema differs from this trainer's, or whose
+booster disagrees with its message about the output transform, still counts for version numbering
+(versions only grow) but not as a model to beat at the promotion gate.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import xgboost as xgb
 
 from contract.features import FEATURE_SCHEMA
 from contract.model_update import ModelUpdate, model_key
-from trainer.fit import load_booster
+from trainer.fit import load_booster, output_transform
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,16 @@ def live_model(update: ModelUpdate, booster: xgb.Booster | None = None) -> LiveM
                     update.key, update.version, update.feature_schema, FEATURE_SCHEMA)
         return LiveModel(update, None)
     try:
-        return LiveModel(update, load_booster(update.model))
+        booster = load_booster(update.model)
     except xgb.core.XGBoostError as err:
         log.warning("model %s v%d does not load (%s): it only counts for versioning", update.key,
                     update.version, err)
         return LiveModel(update, None)
+    if output_transform(booster) != update.output_transform:
+        log.warning("model %s v%d says output transform %r but its booster has %r: it only counts for "
+                    "versioning", update.key, update.version, update.output_transform, output_transform(booster))
+        return LiveModel(update, None)
+    return LiveModel(update, booster)
 
 
 class LiveModels:

@@ -1,5 +1,13 @@
 """One training round for a (pool key, target): split, fit each objective, gate against live, make updates.
 
+Quantile models are calibrated on the newest training rows (:mod:`trainer.calibration`) before the gate
+judges them on the holdout, which calibration never sees. A promoted candidate is then refitted on all
+rows, holdout included, and that model is published with the candidate's holdout metrics: the holdout
+holds the newest rows, the ones that best describe the traffic the model will see next. As a live model
+may thus have trained on rows of a later holdout, the gate compares candidate and live version on the
+holdout rows newer than the live version's window (when there are at least ``MIN_GATE_ROWS``; else on
+the whole holdout, which favours the live version).
+
 Pure apart from CPU time: it reads the live models and returns outcomes; publishing them and making
 them live is the caller's job.
 """
@@ -10,8 +18,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from contract.features import FEATURE_SCHEMA
 from contract.model_update import ModelUpdate, make_update, model_key
+from trainer.calibration import fit_calibrated_quantile
 from trainer.evaluation import HoldoutMetrics, score
 from trainer.fit import fit, model_bytes, predict
 from trainer.gate import GateDecision, decide
@@ -20,11 +31,15 @@ from trainer.live import LiveModels
 from trainer.params import TrainParams
 from trainer.samples import Samples
 
+MIN_GATE_ROWS = 20  # fewest holdout rows newer than the live version's window for the gate to judge on them
+
 
 @dataclass(frozen=True)
 class RoundSpec:
     holdout_fraction: float = 0.2
     tolerance: float = 0.02  # relative slack at the promotion gate
+    calibration_fraction: float = 0.25  # newest share of training rows that calibrates quantile models (0: off)
+    refit_promoted: bool = True  # publish a promoted candidate refitted on train + holdout rows
 
 
 @dataclass(frozen=True)
@@ -32,13 +47,13 @@ class RoundOutcome:
     key: str
     objective: str
     decision: GateDecision
-    candidate: HoldoutMetrics
-    live: HoldoutMetrics | None
+    candidate: HoldoutMetrics  # on the whole holdout (what the update publishes)
+    live: HoldoutMetrics | None  # the live version's, on the rows the gate compared
     live_version: int | None
     update: ModelUpdate | None  # set when promoted
     booster: object | None  # the candidate's xgboost.Booster when promoted
     train_rows: int
-    fit_seconds: float
+    fit_seconds: float  # fitting the candidate, and refitting it when promoted
 
 
 def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
@@ -53,28 +68,51 @@ def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
     outcomes = []
     for p in params:
         started = time.perf_counter()
-        booster = fit(train, p)
+        booster, stats = _fit(train, p, spec, window_stats)
         seconds = time.perf_counter() - started
-        candidate = score(holdout.values, predict(booster, holdout_features), p.quantile)
+        predicted = predict(booster, holdout_features)
+        candidate = score(holdout.values, predicted, p.quantile)
         held = live.get(pool_key, target, p.objective)
-        live_metrics = None
+        live_metrics, compared = None, candidate
         if held is not None and held.booster is not None:
-            live_metrics = score(holdout.values, predict(held.booster, holdout_features), p.quantile)
-        decision = decide(candidate, live_metrics, p.objective, spec.tolerance)
+            rows = _unseen_by(held.update, holdout.times)
+            compared = score(holdout.values[rows], predicted[rows], p.quantile)
+            live_metrics = score(holdout.values[rows], predict(held.booster, holdout_features[rows]), p.quantile)
+        decision = decide(compared, live_metrics, p.objective, spec.tolerance)
         update = None
         if decision.promote:
+            if spec.refit_promoted:
+                started = time.perf_counter()
+                booster, stats = _fit(samples, p, spec, {**window_stats, "refit_rows": len(samples)})
+                seconds += time.perf_counter() - started
             update = make_update(
                 model=model_bytes(booster), version=live.next_version(pool_key, target, p.objective),
                 pool_key=pool_key, target=target, objective=p.objective, feature_schema=FEATURE_SCHEMA,
                 model_format="ubj", created_at=now,
                 quantile=p.quantile if p.objective == "quantile" else None,
-                window_stats=window_stats, holdout_metrics=_finite(candidate.as_dict()),
-                drift_reason=drift_reason)
+                window_stats=stats, holdout_metrics=_finite(candidate.as_dict()),
+                drift_reason=drift_reason, output_transform=p.target_transform)
         outcomes.append(RoundOutcome(
             key=model_key(pool_key, target, p.objective), objective=p.objective, decision=decision,
             candidate=candidate, live=live_metrics, live_version=None if held is None else held.version,
             update=update, booster=booster if update else None, train_rows=len(train), fit_seconds=seconds))
     return outcomes
+
+
+def _unseen_by(update: ModelUpdate, times: np.ndarray) -> np.ndarray:
+    """Holdout rows newer than everything ``update`` was trained on; all rows when too few are."""
+    newest = update.window_stats.get("newest_ts")
+    fresh = times > newest if isinstance(newest, (int, float)) else np.ones(len(times), dtype=bool)
+    return fresh if fresh.sum() >= MIN_GATE_ROWS else np.ones(len(times), dtype=bool)
+
+
+def _fit(rows: Samples, p: TrainParams, spec: RoundSpec, stats: dict) -> tuple[object, dict]:
+    """A booster for ``p`` on ``rows`` (quantile models calibrated), and the window stats to publish."""
+    if p.objective == "quantile" and spec.calibration_fraction > 0:
+        calibrated = fit_calibrated_quantile(rows, p, spec.calibration_fraction)
+        return calibrated.booster, {**stats, "calibration_rows": calibrated.rows,
+                                    "calibration_shift": calibrated.shift}
+    return fit(rows, p), stats
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:

@@ -1,9 +1,12 @@
 import dataclasses
+import json
 
+import numpy as np
 import pytest
 
 from contract.features import FEATURE_SCHEMA
-from contract.model_update import InvalidUpdate, decode_update, encode_update, make_update, model_key
+from contract.model_update import (MAGIC, InvalidUpdate, decode_update, encode_update, make_update, model_key,
+                                   to_milliseconds)
 
 
 def update(**changes):
@@ -44,7 +47,31 @@ def test_malformed_messages(data, reason):
     ({"quantile": None}, "quantile model needs a quantile"),
     ({"model_format": "pickle"}, "unknown model format 'pickle'"),
     ({"version": 0}, "version must be a positive integer"),
-], ids=["target", "objective", "quantile", "format", "version"])
+    ({"output_transform": "sqrt"}, "unknown output transform 'sqrt'"),
+], ids=["target", "objective", "quantile", "format", "version", "transform"])
 def test_bad_metadata_is_rejected(changes, reason):
     with pytest.raises(InvalidUpdate, match=reason):
         decode_update(encode_update(dataclasses.replace(update(), **changes)))
+
+
+def test_output_transform_round_trips_and_defaults_to_identity_for_older_writers():
+    assert decode_update(encode_update(update(output_transform="log"))).output_transform == "log"
+    raw = encode_update(update())
+    length = int.from_bytes(raw[4:8], "big")
+    header = json.loads(raw[8:8 + length])
+    del header["output_transform"]  # a message written before the field existed
+    old = json.dumps(header).encode()
+    assert decode_update(MAGIC + len(old).to_bytes(4, "big") + old + raw[8 + length:]).output_transform == "identity"
+
+
+@pytest.mark.parametrize(("transform", "raw", "expected"), [
+    ("identity", [-2.0, 0.0, 35.5], [-2.0, 0.0, 35.5]),
+    ("log", [-2.0, 0.0, np.log(35.5)], [np.exp(-2.0), 1.0, 35.5]),
+], ids=["identity", "log"])
+def test_to_milliseconds(transform, raw, expected):
+    np.testing.assert_allclose(to_milliseconds(np.array(raw), transform), expected, rtol=1e-12)
+
+
+def test_to_milliseconds_rejects_an_unknown_transform():
+    with pytest.raises(ValueError, match="unknown output transform 'sqrt'"):
+        to_milliseconds(np.zeros(2), "sqrt")

@@ -1,9 +1,13 @@
+import dataclasses
+
 import numpy as np
 import pytest
+import xgboost
 
+from contract.features import FEATURE_NAMES
 from tests.trainer.synthetic import samples_of, synthetic_records
 from trainer.evaluation import score
-from trainer.fit import fit, load_booster, model_bytes, predict
+from trainer.fit import fit, load_booster, model_bytes, output_transform, predict, training_target
 from trainer.params import TrainParams
 
 FAST = TrainParams(n_trees=60)
@@ -45,6 +49,7 @@ def test_reference_hyperparameters_are_the_defaults():
                                    "gamma", "alpha", "lambda", "tree_method", "objective")} == {
         "max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5.0,
         "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "objective": "reg:squarederror"}
+    assert TrainParams().target_transform == "log"  # headroom's departure from the reference: see trainer.params
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -61,3 +66,29 @@ def test_fit_refuses_empty_samples(data):
     train, _ = data
     with pytest.raises(ValueError, match="empty"):
         fit(train.take(np.zeros(len(train), dtype=bool)), FAST)
+
+
+def test_log_target_model_answers_in_milliseconds_and_carries_its_transform(data):
+    train, test = data
+    logged, plain = fit(train, FAST), fit(train, dataclasses.replace(FAST, target_transform="identity"))
+    assert output_transform(logged) == "log" and output_transform(plain) == "identity"
+    assert output_transform(load_booster(model_bytes(logged))) == "log"
+    raw = logged.predict(xgboost.DMatrix(test.features(), feature_names=list(FEATURE_NAMES)))
+    assert raw.max() < np.log(test.values.max()) + 1.0  # the trees learned log milliseconds ...
+    predicted = predict(load_booster(model_bytes(logged)), test.features())
+    np.testing.assert_allclose(predicted, np.exp(raw), rtol=1e-6)  # ... and predict() answers in milliseconds
+    assert (predicted > 0).all()
+    log_mape = score(test.values, predicted).mape
+    assert log_mape < 0.15
+    assert log_mape <= score(test.values, predict(plain, test.features())).mape * 1.1
+
+
+def test_log_target_is_floored_at_the_mape_floor():
+    np.testing.assert_allclose(training_target(np.array([0.0, 0.5, 1.0, 250.0]), "log"),
+                               [0.0, 0.0, 0.0, np.log(250.0)])
+    np.testing.assert_array_equal(training_target(np.array([0.0, 250.0]), "identity"), [0.0, 250.0])
+
+
+def test_params_reject_an_unknown_target_transform():
+    with pytest.raises(ValueError, match="target transform 'sqrt'"):
+        TrainParams(target_transform="sqrt")
