@@ -5,6 +5,8 @@ synthetic rows, applies them to an in-process :class:`predictor.runtime.ModelRun
 N servers with varied state, and times :meth:`router.service.RouterService.pick` (pool snapshots,
 feature matrix, prediction, filters, scorers, admitter, picker, in-flight accounting) plus, separately,
 the prediction call alone. Requests are released after each pick so the pool state stays the same.
+Every server is re-scraped (same metrics, untimed) each ``SCRAPE_INTERVAL_S``, as the router's scraper
+would, so metrics never go stale and the cost of fresh scrapes lands in the decisions that follow them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from router.state.pool import PoolState
 from router.state.server_metrics import ServerMetrics
 from router.state.servers import ServerSpec
 from router.telemetry_sink import MemoryTelemetry
+
+
+SCRAPE_INTERVAL_S = 0.05  # the reference's scrape interval
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,8 @@ def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int
     rng = random.Random(seed)
     specs = tuple(ServerSpec(f"s{i}", f"10.0.{i // 250}.{i % 250}:8000") for i in range(candidates))
     pool = PoolState(specs)
-    now = time.monotonic()
-    for spec in specs:
-        pool.scraped(spec.server_id, ServerMetrics(rng.uniform(0, 0.9), rng.randrange(8), rng.randrange(1, 40)), now)
+    metrics = {s.server_id: ServerMetrics(rng.uniform(0, 0.9), rng.randrange(8), rng.randrange(1, 40)) for s in specs}
+    scraped_at = -float("inf")
     service = RouterService(Engine(load_pipeline(None)), pool, MemoryTelemetry(limit=1), RouterMetrics(),
                             predictor=predictor, rng=rng)
     hashes = tuple(rng.getrandbits(63) for _ in range(64))
@@ -97,6 +101,10 @@ def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int
         request = Request(request_id=f"r{i}", prompt_tokens=1024, max_tokens=256, stream=slo,
                           slo_ttft_ms=800.0 if slo else None, slo_tpot_ms=60.0 if slo else None,
                           block_hashes=hashes[: rng.randrange(64)])
+        if time.monotonic() - scraped_at >= SCRAPE_INTERVAL_S:
+            scraped_at = time.monotonic()
+            for server_id, scraped in metrics.items():
+                pool.scraped(server_id, scraped, scraped_at)
         started, cpu_started = time.perf_counter(), time.thread_time()
         dispatch = service.pick(request)
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started

@@ -10,6 +10,11 @@ decision lists the fallback reasons, so callers count every fallback by reason.
 The engine, not plugins, clamps every score to [0, 1] (NaN → 0) and takes the weighted mean over a
 profile's scorers. The admitter sees every produced candidate (before filtering), so exploration in a
 filter never causes a rejection.
+
+Candidates travel through the pipeline as one :class:`~router.candidate_set.CandidateSet` (columns over
+the servers' :class:`~router.server_table.ServerTable`), scores as arrays: no object is built per
+candidate. A :class:`~router.roles.Candidate` is built for the chosen server, and for any other only when
+someone reads the decision's ``candidates`` or ``scored``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from router.candidate_set import CandidateSet, ScoredSet
 from router.errors import NoCandidates
 from router.pipeline import Pipeline, Profile
 from router.roles import Candidate, Context, Request, Scored, ServerSnapshot
@@ -28,8 +36,8 @@ class Decision:
 
     request: Request
     profile: str
-    candidates: tuple[Candidate, ...]  # every candidate after prediction
-    scored: tuple[Scored, ...]  # survivors of filtering with their scores
+    candidates: Sequence[Candidate]  # every candidate after prediction
+    scored: Sequence[Scored]  # survivors of filtering with their scores
     chosen: Candidate | None  # None when rejected
     fallback: str | None = None  # None, "partial" (some candidates) or "full" (the whole request)
     fallback_reasons: tuple[str, ...] = ()
@@ -47,34 +55,39 @@ class Engine:
         return (self.pipeline.predict_all or opted_in) and not opted_out
 
     def decide(self, request: Request, servers: Sequence[ServerSnapshot], context: Context) -> Decision:
-        if not servers:
+        """Schedule ``request`` over ``servers`` (snapshots, or a :class:`~router.server_table.ServerTable`)."""
+        if not len(servers):
             raise NoCandidates("no servers are available")
-        candidates = tuple([Candidate(s) for s in servers])
+        candidates = CandidateSet.unpredicted(servers)
         heuristic, predicted = self.pipeline.heuristic, self.pipeline.predicted
         if not request.predict:
             return self._run(heuristic, heuristic, request, candidates, context)
-        produced = predicted.producer.produce(request, candidates, context)  # type: ignore[union-attr]
-        reasons = tuple(sorted({c.fallback_reason for c in produced if c.fallback_reason}))
-        if all(c.prediction is None for c in produced):
+        produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
+        reasons = tuple(sorted({r for r in produced.fallback_reasons() if r}))
+        if not produced.is_predicted.any():
             decision = self._run(heuristic, heuristic, request, produced, context)
             return _with_fallback(decision, "full", reasons)
         decision = self._run(predicted, heuristic, request, produced, context)
         return _with_fallback(decision, "partial", reasons) if reasons else decision
 
-    def _run(self, profile: Profile, heuristic: Profile, request: Request, candidates: tuple[Candidate, ...],
+    def _run(self, profile: Profile, heuristic: Profile, request: Request, candidates: CandidateSet,
              context: Context) -> Decision:
         survivors = candidates
         for plugin in profile.filters:
             kept = plugin.filter(request, survivors, context)
-            survivors = kept if kept else survivors  # a filter may narrow, never empty
-        scores = [0.0] * len(survivors)
-        groups = [(profile, [i for i, c in enumerate(survivors) if c.predicted or profile is heuristic])]
-        if profile is not heuristic:
-            groups.append((heuristic, [i for i, c in enumerate(survivors) if not c.predicted]))
-        for scoring, rows in groups:
-            for i, value in zip(rows, _weighted(scoring, request, [survivors[i] for i in rows])):
-                scores[i] = value
-        scored = tuple(Scored(c, s) for c, s in zip(survivors, scores))
+            survivors = CandidateSet.of(kept) if len(kept) else survivors  # a filter may narrow, never empty
+        if profile is heuristic:
+            scores = _weighted(profile, request, survivors)
+        else:
+            predicted = survivors.is_predicted
+            if predicted.all():
+                scores = _weighted(profile, request, survivors)
+            else:
+                scores = np.zeros(len(survivors))
+                for scoring, rows in ((profile, np.flatnonzero(predicted)), (heuristic, np.flatnonzero(~predicted))):
+                    if len(rows):
+                        scores[rows] = _weighted(scoring, request, survivors.take(rows))
+        scored = ScoredSet(survivors, scores)
         rejection = profile.admitter.admit(request, candidates) if profile.admitter else None
         if rejection is not None:
             return Decision(request, profile.name, candidates, scored, None, rejection=rejection)
@@ -82,27 +95,27 @@ class Engine:
         return Decision(request, profile.name, candidates, scored, chosen.candidate)
 
 
-def _weighted(profile: Profile, request: Request, candidates: Sequence[Candidate]) -> list[float]:
-    if not candidates:
-        return []
+def _weighted(profile: Profile, request: Request, candidates: CandidateSet) -> np.ndarray:
+    """The weighted mean of the profile's clamped scores (1 for everyone without scorers)."""
     if not profile.scorers:
-        return [1.0] * len(candidates)
-    total = [0.0] * len(candidates)
+        return np.ones(len(candidates))
+    total: np.ndarray | None = None
     weight_sum = 0.0
     for scorer, weight in profile.scorers:
-        raw = scorer.score(request, candidates)
-        if len(raw) != len(candidates):
-            raise ValueError(f"scorer {scorer.name!r} returned {len(raw)} scores for {len(candidates)} candidates")
-        total = [t + weight * _clamp(v) for t, v in zip(total, raw)]
+        raw = np.asarray(scorer.score(request, candidates), dtype=np.float64)
+        if raw.shape != (len(candidates),):
+            raise ValueError(f"scorer {scorer.name!r} returned {raw.size} scores for {len(candidates)} candidates")
+        part = weight * _clamp(raw)
+        total = part if total is None else total + part
         weight_sum += weight
-    return [t / weight_sum for t in total]
+    return total / weight_sum  # type: ignore[operator]
 
 
-def _clamp(value: float) -> float:
-    """``value`` limited to [0, 1]; NaN counts as 0 (+inf as 1)."""
-    if value >= 1.0:
-        return 1.0
-    return value if value > 0.0 else 0.0  # also maps NaN to 0
+def _clamp(values: np.ndarray) -> np.ndarray:
+    """``values`` limited to [0, 1]; NaN counts as 0 (+inf as 1)."""
+    clamped = np.clip(values, 0.0, 1.0)
+    missing = np.isnan(clamped)
+    return np.where(missing, 0.0, clamped) if missing.any() else clamped
 
 
 def _with_fallback(decision: Decision, scope: str, reasons: tuple[str, ...]) -> Decision:

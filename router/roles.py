@@ -1,9 +1,15 @@
 """The scheduling vocabulary: the request, a server snapshot, a candidate with its prediction, scores,
 and the role protocols plugins implement.
 
-Plugins import only from here (and :mod:`router.params`), never from each other. Every role method is
+Plugins import only from here (and :mod:`router.params`, and the column views of these values in
+:mod:`router.server_table` and :mod:`router.candidate_set`), never from each other. Every role method is
 pure: it reads its arguments and the :class:`Context` and returns a new value; randomness comes from
 ``context.rng`` and predictions from ``context.predictor``; no plugin reads a clock.
+
+Role methods take any sequence of candidates. The engine passes a
+:class:`~router.candidate_set.CandidateSet` (columns, no object per candidate), and plugins read it as
+columns with ``CandidateSet.of(candidates)``, which also turns a plain list of candidates into one, so
+a plugin has one code path whoever calls it.
 """
 
 from __future__ import annotations
@@ -112,7 +118,7 @@ class Candidate:
 
     def with_prediction(self, prediction: Prediction | None, ttft_headroom_ms: float | None = None,
                         tpot_headroom_ms: float | None = None, fallback_reason: str | None = None) -> Candidate:
-        """This server with a (new) prediction; cheaper than ``dataclasses.replace`` on the hot path."""
+        """This server with a (new) prediction."""
         return Candidate(self.server, prediction, ttft_headroom_ms, tpot_headroom_ms, fallback_reason)
 
 
@@ -160,7 +166,7 @@ class Producer(Protocol):
 
     name: str
 
-    def produce(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]: ...
+    def produce(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]: ...
 
 
 @runtime_checkable
@@ -169,16 +175,17 @@ class Filter(Protocol):
 
     name: str
 
-    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]: ...
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]: ...
 
 
 @runtime_checkable
 class Scorer(Protocol):
-    """Scores each candidate, ideally in [0, 1]; the engine clamps and weights."""
+    """Scores each candidate (one float each, in candidate order), ideally in [0, 1]; the engine clamps and
+    weights."""
 
     name: str
 
-    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]: ...
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> Sequence[float]: ...
 
 
 @runtime_checkable

@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params
 from router.roles import Candidate, Request
 
@@ -27,8 +30,8 @@ class KvCacheFreeScorer:
     name: str
     params: Params = Params()
 
-    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        return tuple(1.0 - c.server.kv_cache_usage for c in candidates)
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> np.ndarray:
+        return 1.0 - CandidateSet.of(candidates).server_column("kv_cache_usage")
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> KvCacheFreeScorer:

@@ -25,6 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params, check_range
 from router.roles import Candidate, Request
 
@@ -50,72 +53,61 @@ class LatencyScorer:
     name: str
     params: Params = Params()
 
-    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        verdicts = [c.meets_slo for c in candidates]
-        if any(v is not None for v in verdicts):
-            if any(v is True for v in verdicts):
-                return self._by_headroom(candidates)
-            return self._by_deficit(candidates)
-        return self._by_latency(request, candidates)
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> np.ndarray:
+        cands = CandidateSet.of(candidates)
+        known, meets = cands.slo_verdicts()
+        if known.any():
+            positive = known & meets
+            if positive.any():
+                return self._by_headroom(cands, positive)
+            return self._by_deficit(cands, known)
+        return self._by_latency(request, cands)
 
-    def _by_latency(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        rows = [i for i, c in enumerate(candidates) if c.prediction is not None]
+    def _by_latency(self, request: Request, cands: CandidateSet) -> np.ndarray:
+        rows = cands.is_predicted
         if request.stream:
-            parts = [([candidates[i].prediction.ttft_ms for i in rows], self.params.ttft_weight),  # type: ignore[union-attr]
-                     ([candidates[i].prediction.tpot_ms for i in rows], self.params.tpot_weight)]  # type: ignore[union-attr]
+            parts = [(cands.column(cands.ttft_ms)[rows], self.params.ttft_weight),
+                     (cands.column(cands.tpot_ms)[rows], self.params.tpot_weight)]
         else:
-            parts = [([candidates[i].prediction.response_ms(False) for i in rows], 1.0)]  # type: ignore[union-attr]
-        badness = _combine(parts)
-        scores = [0.0] * len(candidates)
-        for i, bad in zip(rows, badness):
-            scores[i] = 1.0 - bad
-        return tuple(scores)
+            parts = [(cands.response_ms(False)[rows], 1.0)]
+        scores = np.zeros(len(cands))
+        scores[rows] = 1.0 - _combine(parts)
+        return scores
 
-    def _by_headroom(self, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        rows = [i for i, c in enumerate(candidates) if c.meets_slo is True]
-        parts = [([candidates[i].ttft_headroom_ms for i in rows], self.params.ttft_weight),
-                 ([candidates[i].tpot_headroom_ms for i in rows], self.params.tpot_weight)]
+    def _by_headroom(self, cands: CandidateSet, rows: np.ndarray) -> np.ndarray:
+        parts = [(cands.ttft_headroom_ms[rows], self.params.ttft_weight),
+                 (cands.tpot_headroom_ms[rows], self.params.tpot_weight)]
         spread = _combine(parts)
-        scores = [0.0] * len(candidates)
-        for i, s in zip(rows, spread):
-            x = s if self.params.headroom_selection_strategy == "most" else 1.0 - s
-            scores[i] = POSITIVE_FLOOR + (1.0 - POSITIVE_FLOOR) * x
-        return tuple(scores)
+        x = spread if self.params.headroom_selection_strategy == "most" else 1.0 - spread
+        scores = np.zeros(len(cands))
+        scores[rows] = POSITIVE_FLOOR + (1.0 - POSITIVE_FLOOR) * x
+        return scores
 
-    def _by_deficit(self, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        idle = [c.server.is_idle for c in candidates]
-        if any(idle):
-            return tuple(1.0 if i else 0.0 for i in idle)
-        rows = [i for i, c in enumerate(candidates) if c.meets_slo is False]
-        parts = [([_deficit(candidates[i].ttft_headroom_ms) for i in rows], self.params.ttft_weight),
-                 ([_deficit(candidates[i].tpot_headroom_ms) for i in rows], self.params.tpot_weight)]
-        deficit = _combine(parts)
-        scores = [0.0] * len(candidates)
-        for i, d in zip(rows, deficit):
-            scores[i] = 1.0 - d
-        return tuple(scores)
+    def _by_deficit(self, cands: CandidateSet, rows: np.ndarray) -> np.ndarray:
+        idle = cands.column(cands.servers.is_idle)
+        if idle.any():
+            return idle.astype(np.float64)
+        parts = [(np.maximum(0.0, -cands.ttft_headroom_ms[rows]), self.params.ttft_weight),
+                 (np.maximum(0.0, -cands.tpot_headroom_ms[rows]), self.params.tpot_weight)]
+        scores = np.zeros(len(cands))
+        scores[rows] = 1.0 - _combine(parts)
+        return scores
 
 
-def _deficit(headroom: float | None) -> float | None:
-    return None if headroom is None else max(0.0, -headroom)
-
-
-def _combine(parts: list[tuple[list[Any], float]]) -> list[float]:
-    """Weighted mean of per-part min-max normalised values (0 = smallest); parts that are missing or equal
-    for every candidate drop out."""
-    n = len(parts[0][0])
-    total = [0.0] * n
+def _combine(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    """Weighted mean of per-part min-max normalised values (0 = smallest); parts that are missing (NaN) or
+    equal for every candidate drop out."""
+    total = np.zeros(len(parts[0][0]))
     weight_sum = 0.0
     for values, weight in parts:
-        if weight <= 0 or any(v is None for v in values):
+        if weight <= 0 or not len(values) or np.isnan(values).any():
             continue
-        low, high = min(values, default=0.0), max(values, default=0.0)
+        low, high = values.min(), values.max()
         if high <= low:
             continue  # a part on which all candidates agree does not separate them
-        for i, v in enumerate(values):
-            total[i] += weight * (v - low) / (high - low)
+        total += weight * (values - low) / (high - low)
         weight_sum += weight
-    return [t / weight_sum for t in total] if weight_sum > 0 else total
+    return total / weight_sum if weight_sum > 0 else total
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> LatencyScorer:

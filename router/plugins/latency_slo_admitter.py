@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from router.candidate_set import CandidateSet
 from router.params import build_params
 from router.roles import Candidate, Request
 
@@ -31,11 +32,13 @@ class LatencySloAdmitter:
     params: Params = Params()
 
     def admit(self, request: Request, candidates: Sequence[Candidate]) -> str | None:
-        if not request.has_slo or not request.sheddable or not candidates:
+        if not request.has_slo or not request.sheddable or not len(candidates):
             return None
-        for cand in candidates:
-            if cand.meets_slo is not False or cand.server.is_idle or cand.server.is_cold:
-                return None
+        cands = CandidateSet.of(candidates)
+        known, meets = cands.slo_verdicts()
+        hopeless = known & ~meets & ~cands.column(cands.servers.is_idle) & ~cands.column(cands.servers.is_cold)
+        if not hopeless.all():
+            return None
         return (f"sheddable request (priority {request.priority}) rejected: none of {len(candidates)} "
                 f"servers is predicted to meet its SLO")
 

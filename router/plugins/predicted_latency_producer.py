@@ -19,6 +19,7 @@ Parameters:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from contract.features import feature_matrix
+from router.candidate_set import NO_VERSIONS, CandidateSet
 from router.errors import PredictionUnavailable
 from router.params import build_params, check_range
-from router.roles import Candidate, Context, Prediction, Request
+from router.roles import Candidate, Context, Request
+from router.server_table import ServerTable
 
 TYPE = "predicted-latency-producer"
 
@@ -48,82 +51,120 @@ class PredictedLatencyProducer:
     name: str
     params: Params = Params()
 
-    def produce(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]:
-        out: list[Candidate | None] = [None] * len(candidates)
-        pending: dict[str, list[int]] = {}
-        max_age_s = self.params.max_metrics_age_ms / 1000.0 if self.params.max_metrics_age_ms else float("inf")
-        for i, cand in enumerate(candidates):
-            server = cand.server
-            if server.metrics_age_s > max_age_s:
-                out[i] = cand.with_prediction(None, fallback_reason="stale-metrics")
-            elif context.predictor is None:
-                out[i] = cand.with_prediction(None, fallback_reason="predictor-unavailable")
-            elif server.pool_key in pending:
-                pending[server.pool_key].append(i)
-            else:
-                pending[server.pool_key] = [i]
-        for pool_key, rows in pending.items():
-            group = [candidates[i] for i in rows]
+    def produce(self, request: Request, candidates: Sequence[Candidate], context: Context) -> CandidateSet:
+        cands = CandidateSet.of(candidates)
+        table = cands.servers
+        n = len(table)
+        predicted = np.zeros(n, dtype=bool)
+        ttft, tpot, e2e = np.full(n, math.nan), np.full(n, math.nan), np.full(n, math.nan)
+        reasons: list[str | None] = list(cands.fallback_reason_by_row)
+        versions: list[Mapping[str, int]] = [NO_VERSIONS] * n
+        rows = cands.member_rows()
+        every_row = cands.rows is None  # rows is every row of the table, in order
+        max_age_s = self.params.max_metrics_age_ms / 1000.0 if self.params.max_metrics_age_ms else math.inf
+        stale = table.metrics_age_s[rows] > max_age_s
+        if stale.any():
+            for i in rows[stale].tolist():
+                reasons[i] = "stale-metrics"
+            rows, every_row = rows[~stale], False
+        if context.predictor is None:
+            for i in rows.tolist():
+                reasons[i] = "predictor-unavailable"
+            rows = rows[:0]
+        for pool_key, group in _by_pool(table, rows):
+            features = _features(request, table, None if every_row and len(group) == n else group)
             try:
-                batch = context.predictor.predict(pool_key, candidate_features(request, group))  # type: ignore[union-attr]
+                batch = context.predictor.predict(pool_key, features)  # type: ignore[union-attr]
             except PredictionUnavailable as err:
-                for i in rows:
-                    out[i] = candidates[i].with_prediction(None, fallback_reason=err.reason)
+                for i in group.tolist():
+                    reasons[i] = err.reason
                 continue
-            predictions = _predictions(batch, len(rows))
-            if request.has_slo:
-                for i, prediction in zip(rows, predictions):
-                    out[i] = self._with_headroom(request, candidates[i], prediction)
+            usable, values = _usable(batch, len(group))
+            if not usable.all():
+                for i in group[~usable].tolist():
+                    reasons[i] = "prediction-failed"
+                group, values = group[usable], [column[usable] for column in values]
+                if not len(group):
+                    continue
+            predicted[group] = True
+            ttft[group], tpot[group] = values[0], values[1]
+            if len(values) > 2:
+                e2e[group] = values[2]
+            versions_used = dict(batch.versions)
+            if len(group) == n:  # every row: the common case, without a loop
+                reasons, versions = [None] * n, [versions_used] * n
             else:
-                for i, prediction in zip(rows, predictions):
-                    out[i] = Candidate(candidates[i].server, prediction, None, None,
-                                       None if prediction is not None else "prediction-failed")
-        return tuple(c for c in out if c is not None)
+                for i in group.tolist():
+                    reasons[i], versions[i] = None, versions_used
+        ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e)
+        return cands.with_predictions(predicted, ttft, tpot, e2e, ttft_headroom, tpot_headroom, tuple(reasons),
+                                      tuple(versions))
 
-    def _with_headroom(self, request: Request, cand: Candidate, prediction: Prediction | None) -> Candidate:
-        if prediction is None:
-            return cand.with_prediction(None, fallback_reason="prediction-failed")
+    def _headroom(self, request: Request, table: ServerTable, predicted: np.ndarray, ttft: np.ndarray,
+                  tpot: np.ndarray, e2e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """TTFT and TPOT headroom per row (NaN where it does not apply)."""
+        missing = np.full(len(table), math.nan)
         if not request.has_slo:
-            return cand.with_prediction(prediction)
-        first_ms = prediction.response_ms(request.stream)
-        ttft_headroom = None if request.slo_ttft_ms is None else request.slo_ttft_ms - first_ms
-        tpot_headroom = None
+            return missing, missing
+        ttft_headroom = missing
+        if request.slo_ttft_ms is not None:
+            first_ms = ttft if request.stream else np.where(np.isnan(e2e), ttft, e2e)
+            ttft_headroom = np.where(predicted, request.slo_ttft_ms - first_ms, math.nan)
+        tpot_headroom = missing
         if request.stream:
-            slos = [s for s in (request.slo_tpot_ms, cand.server.tightest_running_tpot_slo_ms) if s is not None]
-            if slos and request.has_slo:
-                tpot_headroom = min(slos) * self.params.slo_buffer_factor - prediction.tpot_ms
-        return cand.with_prediction(prediction, ttft_headroom_ms=ttft_headroom, tpot_headroom_ms=tpot_headroom,
-                                    fallback_reason=None)
+            own = math.nan if request.slo_tpot_ms is None else request.slo_tpot_ms
+            slo = np.fmin(own, table.tightest_tpot_slo_ms)  # NaN only where neither applies
+            tpot_headroom = np.where(predicted, slo * self.params.slo_buffer_factor - tpot, math.nan)
+        return ttft_headroom, tpot_headroom
 
 
 def candidate_features(request: Request, group: Sequence[Candidate]) -> np.ndarray:
     """The feature matrix of ``request`` on each candidate's server, one row per candidate."""
-    state = np.array([(c.server.kv_cache_usage, c.server.num_waiting, c.server.num_running, c.server.prefix_match,
-                       c.server.inflight_requests, c.server.inflight_prompt_tokens) for c in group],
-                     dtype=np.float32).reshape(len(group), 6)
-    n = len(group)
+    cands = CandidateSet.of(group)
+    return _features(request, cands.servers, cands.member_rows())
+
+
+def _features(request: Request, table: ServerTable, rows: np.ndarray | None) -> np.ndarray:
+    """Feature rows of ``request`` on the table's ``rows`` (None: every row, in order)."""
+
+    def column(values: np.ndarray) -> np.ndarray:
+        return values if rows is None else values[rows]
+
+    n = len(table) if rows is None else len(rows)
     return feature_matrix({
-        "kv_cache_usage": state[:, 0], "num_waiting": state[:, 1], "num_running": state[:, 2],
-        "prompt_tokens": np.full(n, request.prompt_tokens, dtype=np.float32), "prefix_match": state[:, 3],
-        "inflight_requests": state[:, 4], "inflight_prompt_tokens": state[:, 5],
+        "kv_cache_usage": column(table.kv_cache_usage), "num_waiting": column(table.num_waiting),
+        "num_running": column(table.num_running), "prompt_tokens": np.full(n, request.prompt_tokens, dtype=np.float32),
+        "prefix_match": column(table.prefix_match), "inflight_requests": column(table.inflight_requests),
+        "inflight_prompt_tokens": column(table.inflight_prompt_tokens),
         "max_tokens": np.full(n, request.max_tokens, dtype=np.float32),
     })
 
 
-def _predictions(batch: Any, n: int) -> list[Prediction | None]:
-    """One prediction per row, None where the predictor said not ok or a value is not a finite latency."""
+def _by_pool(table: ServerTable, rows: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``rows`` grouped by pool key, in order of first appearance."""
+    if not len(rows):
+        return []
+    keys = table.pool_key
+    first = keys[int(rows[0])]
+    if keys.count(first) == len(keys):
+        return [(first, rows)]
+    groups: dict[str, list[int]] = {}
+    for i in rows.tolist():
+        groups.setdefault(keys[i], []).append(i)
+    return [(key, np.array(members, dtype=np.intp)) for key, members in groups.items()]
+
+
+def _usable(batch: Any, n: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Which rows have a prediction (ok and every value a finite, non-negative latency), and the ttft, tpot
+    (and e2e, when given) columns."""
     values: Mapping[str, Any] = batch.values
     if "ttft" not in values or "tpot" not in values:
-        return [None] * n
+        return np.zeros(n, dtype=bool), []
     columns = [np.asarray(values[t], dtype=np.float64) for t in ("ttft", "tpot", "e2e") if t in values]
     usable = np.asarray(batch.ok, dtype=bool).copy()
     for column in columns:
         usable &= np.isfinite(column) & (column >= 0)
-    ttft, tpot = columns[0].tolist(), columns[1].tolist()
-    e2e = columns[2].tolist() if len(columns) > 2 else [None] * n
-    versions = dict(batch.versions)
-    return [Prediction(ttft[j], tpot[j], e2e[j], versions) if ok else None
-            for j, ok in enumerate(usable.tolist())]
+    return usable, columns
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> PredictedLatencyProducer:

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params, check_range
 from router.roles import Candidate, Context, Request
 
@@ -46,29 +49,29 @@ class PrefixCacheAffinityFilter:
     name: str
     params: Params = Params()
 
-    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]:
-        everyone = tuple(candidates)
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]:
         p = self.params
-        if p.affinity_threshold <= 0 or len(everyone) <= 1:
-            return everyone
+        if p.affinity_threshold <= 0 or len(candidates) <= 1:
+            return candidates
         if p.exploration_probability > 0 and context.rng.random() < p.exploration_probability:
-            return everyone
-        warm: tuple[Candidate, ...] = ()
-        if p.strict_threshold > 0:
-            warm = tuple(c for c in everyone if c.server.prefix_match >= p.strict_threshold)
-        if not warm:
-            warm = tuple(c for c in everyone if c.server.prefix_match >= p.affinity_threshold)
-        if not warm:
-            return everyone
-        best_warm, best_all = _best_ttft(warm), _best_ttft(everyone)
+            return candidates
+        everyone = CandidateSet.of(candidates)
+        prefix = everyone.server_column("prefix_match")
+        warm = prefix >= p.strict_threshold if p.strict_threshold > 0 else np.zeros(len(prefix), dtype=bool)
+        if not warm.any():
+            warm = prefix >= p.affinity_threshold
+            if not warm.any():
+                return everyone
+        ttft, predicted = everyone.column(everyone.ttft_ms), everyone.is_predicted
+        best_warm, best_all = _best(ttft[warm & predicted]), _best(ttft[predicted])
         if best_warm is not None and best_all is not None and best_warm - best_all > p.max_ttft_penalty_ms:
             return everyone
-        return warm
+        return everyone.take(np.flatnonzero(warm))
 
 
-def _best_ttft(candidates: Sequence[Candidate]) -> float | None:
-    predicted = [c.prediction.ttft_ms for c in candidates if c.prediction is not None]
-    return min(predicted) if predicted else None
+def _best(ttft: np.ndarray) -> float | None:
+    """The lowest predicted TTFT, None when there is none."""
+    return float(ttft.min()) if len(ttft) else None
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> PrefixCacheAffinityFilter:

@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params
 from router.roles import Candidate, Request
 
@@ -28,8 +31,8 @@ class PrefixMatchScorer:
     name: str
     params: Params = Params()
 
-    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        return tuple(c.server.prefix_match for c in candidates)
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> np.ndarray:
+        return CandidateSet.of(candidates).server_column("prefix_match").copy()
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> PrefixMatchScorer:

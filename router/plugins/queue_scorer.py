@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params
 from router.roles import Candidate, Request
 
@@ -28,14 +31,14 @@ class QueueScorer:
     name: str
     params: Params = Params()
 
-    def score(self, request: Request, candidates: Sequence[Candidate]) -> tuple[float, ...]:
-        queues = [c.server.num_waiting for c in candidates]
-        if not queues:
-            return ()
-        low, high = min(queues), max(queues)
+    def score(self, request: Request, candidates: Sequence[Candidate]) -> np.ndarray:
+        queues = CandidateSet.of(candidates).server_column("num_waiting")
+        if not len(queues):
+            return np.zeros(0)
+        low, high = queues.min(), queues.max()
         if high == low:
-            return tuple(1.0 for _ in queues)
-        return tuple((high - q) / (high - low) for q in queues)
+            return np.ones(len(queues))
+        return (high - queues) / (high - low)
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> QueueScorer:

@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import CandidateSet
 from router.params import build_params, check_range
 from router.roles import Candidate, Context, Request
 
@@ -35,18 +38,18 @@ class SloHeadroomTierFilter:
     name: str
     params: Params = Params()
 
-    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> tuple[Candidate, ...]:
-        everyone = tuple(candidates)
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]:
         if not request.has_slo:
-            return everyone
-        positive = tuple(c for c in everyone if c.meets_slo is True)
-        negative = tuple(c for c in everyone if c.meets_slo is False)
-        unknown = tuple(c for c in everyone if c.meets_slo is None)
-        if not positive or not negative:
+            return candidates
+        everyone = CandidateSet.of(candidates)
+        known, meets = everyone.slo_verdicts()
+        positive, negative = known & meets, known & ~meets
+        if not positive.any() or not negative.any():
             return everyone
         eps = self.params.epsilon_explore_neg
         keep_negative = eps > 0 and context.rng.random() < eps
-        return (negative if keep_negative else positive) + unknown
+        kept = np.flatnonzero(negative if keep_negative else positive)
+        return everyone.take(np.concatenate((kept, np.flatnonzero(~known))))
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> SloHeadroomTierFilter:

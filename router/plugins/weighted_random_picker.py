@@ -11,12 +11,13 @@ Parameters:
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from router.candidate_set import score_column
 from router.params import build_params, check_range
 from router.roles import Context, Scored
 
@@ -37,15 +38,17 @@ class WeightedRandomPicker:
     params: Params = Params()
 
     def pick(self, scored: Sequence[Scored], context: Context) -> Scored:
-        if not scored:
+        if not len(scored):
             raise ValueError("cannot pick from no candidates")
-        k = self.params.sharpness
-        weights = (max(0.0, s.score) for s in scored) if k == 1.0 else (max(0.0, s.score) ** k for s in scored)
-        cumulative = list(itertools.accumulate(weights))
-        total = cumulative[-1]
+        scores = score_column(scored)
+        weights = np.where(scores > 0.0, scores, 0.0)  # negatives and NaN weigh nothing
+        if self.params.sharpness != 1.0:
+            weights = weights ** self.params.sharpness
+        cumulative = np.cumsum(weights)
+        total = float(cumulative[-1])
         if total <= 0:
             return scored[context.rng.randrange(len(scored))]
-        index = bisect.bisect_right(cumulative, context.rng.random() * total)
+        index = int(np.searchsorted(cumulative, context.rng.random() * total, side="right"))
         return scored[min(index, len(scored) - 1)]
 
 

@@ -1,20 +1,25 @@
 """The pool as the router sees it: server list, latest scraped metrics, in-flight load and prefix index,
-combined into one :class:`~router.roles.ServerSnapshot` per server at scheduling time.
+combined into one :class:`~router.server_table.ServerTable` of candidates at scheduling time.
 
 A server is a candidate once it has been scraped successfully and for as long as its last success is at
 most ``unhealthy_after_s`` old; when no server qualifies, every server is a candidate (the heuristic still
-spreads load and the proxy reports connection errors). Snapshots are rebuilt for servers whose metrics or
-in-flight load changed, and all of them (with the healthy set) every ``snapshot_reuse_s``, so
-``metrics_age_s`` is that exact;
-expired in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
+spreads load and the proxy reports connection errors). Per-server state is kept as columns, updated in
+place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
+an object per server; ``metrics_age_s`` is computed at the decision's time. Expired in-flight requests
+are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from router.roles import Request, ServerSnapshot
+import numpy as np
+
+from router.roles import Request
+from router.server_table import ServerTable
 from router.state.inflight import Inflight
 from router.state.prefix_index import PrefixIndex
 from router.state.server_metrics import ServerMetrics
@@ -30,19 +35,13 @@ class Scrape:
 
 class PoolState:
     def __init__(self, servers: tuple[ServerSpec, ...] = (), *, inflight: Inflight | None = None,
-                 prefix: PrefixIndex | None = None, unhealthy_after_s: float = 5.0,
-                 snapshot_reuse_s: float = 0.01, expire_every_s: float = 1.0):
+                 prefix: PrefixIndex | None = None, unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0):
         self.inflight = inflight or Inflight()
         self.prefix = prefix or PrefixIndex()
         self.unhealthy_after_s = unhealthy_after_s
-        self.snapshot_reuse_s = snapshot_reuse_s  # a server's snapshot is rebuilt after this, or when it changes
         self.expire_every_s = expire_every_s
         self.servers: dict[str, ServerSpec] = {}
         self.scrapes: dict[str, Scrape] = {}
-        self._list: list[ServerSnapshot] = []  # base snapshots (no prefix match) of the healthy servers
-        self._position: dict[str, int] = {}
-        self._built_at: float | None = None
-        self._dirty: set[str] = set()
         self._next_expiry = -math.inf
         self.set_servers(servers)
 
@@ -54,12 +53,28 @@ class PoolState:
             self.prefix.forget(gone)
         for sid in self.servers:
             self.scrapes.setdefault(sid, Scrape())
-        self._built_at = None
+        ids = tuple(self.servers)
+        n = len(ids)
+        self._ids = ids
+        self._addresses = tuple(s.address for s in self.servers.values())
+        self._pools = tuple(s.pool_key for s in self.servers.values())
+        self._position = {sid: i for i, sid in enumerate(ids)}
+        self._prefix_bits = self.prefix.bits(ids)
+        self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._scraped_at = np.full(n, -math.inf)
+        self._inflight_requests, self._inflight_tokens = np.zeros(n), np.zeros(n)
+        self._tightest_tpot_slo = np.full(n, math.nan)
+        self._tpot_slos: list[tuple[float, ...]] = [()] * n
+        for sid in ids:
+            scrape = self.scrapes[sid]
+            if scrape.metrics is not None:
+                self._store_metrics(sid, scrape.metrics, scrape.at)
+            self._store_load(sid)
 
     def scraped(self, server_id: str, metrics: ServerMetrics, now: float) -> None:
         if server_id in self.servers:
             self.scrapes[server_id] = Scrape(metrics, now)
-            self._dirty.add(server_id)
+            self._store_metrics(server_id, metrics, now)
 
     def scrape_failed(self, server_id: str, error: str) -> None:
         if server_id in self.servers:
@@ -67,59 +82,61 @@ class PoolState:
             self.scrapes[server_id] = Scrape(last.metrics, last.at, error)
 
     def healthy(self, now: float) -> list[ServerSpec]:
-        fresh = [s for s in self.servers.values() if now - self.scrapes[s.server_id].at <= self.unhealthy_after_s]
-        return fresh or list(self.servers.values())
+        specs = list(self.servers.values())
+        rows = self._healthy_rows(now)
+        return specs if rows is None else [specs[i] for i in rows.tolist()]
 
-    def snapshots(self, request: Request, now: float) -> list[ServerSnapshot]:
-        """One snapshot per candidate server for ``request``."""
+    def snapshots(self, request: Request, now: float) -> ServerTable:
+        """The candidate servers for ``request``, one row each (a sequence of snapshots)."""
         if now >= self._next_expiry:
             self._next_expiry = now + self.expire_every_s
-            self._dirty.update(self.inflight.expire(now))
-        if self._built_at is None or now - self._built_at > self.snapshot_reuse_s:
-            specs = self.healthy(now)
-            self._list = [self._build(spec, now) for spec in specs]
-            self._position = {spec.server_id: i for i, spec in enumerate(specs)}
-            self._built_at = now
-            self._dirty.clear()
-        elif self._dirty:
-            for server_id in self._dirty:
-                i = self._position.get(server_id)
-                if i is not None:
-                    self._list[i] = self._build(self.servers[server_id], now)
-            self._dirty.clear()
-        out = list(self._list)
-        for server_id, match in self.prefix.matches(request.block_hashes, request.prompt_tokens).items():
-            i = self._position.get(server_id)
-            if i is not None:
-                s = out[i]
-                out[i] = ServerSnapshot(s.server_id, s.address, s.pool_key, s.kv_cache_usage, s.num_waiting,
-                                        s.num_running, match, s.inflight_requests, s.inflight_prompt_tokens,
-                                        s.running_tpot_slos_ms, s.metrics_age_s)
-        return out
+            for server_id in self.inflight.expire(now):
+                self._store_load(server_id)
+        prefix = self.prefix.fractions(request.block_hashes, request.prompt_tokens)
+        rows = self._healthy_rows(now)
+        picked = None if rows is None else rows.tolist()
 
-    def _build(self, spec: ServerSpec, now: float) -> ServerSnapshot:
-        """The server's snapshot without prefix match."""
-        scrape = self.scrapes[spec.server_id]
-        metrics = scrape.metrics or _NO_METRICS
-        mine = self.inflight.load_of(spec.server_id)
-        return ServerSnapshot(
-            server_id=spec.server_id, address=spec.address, pool_key=spec.pool_key,
-            kv_cache_usage=metrics.kv_cache_usage, num_waiting=metrics.num_waiting, num_running=metrics.num_running,
-            prefix_match=0.0, inflight_requests=mine.requests, inflight_prompt_tokens=mine.prompt_tokens,
-            running_tpot_slos_ms=mine.tpot_slos_ms,
-            metrics_age_s=max(0.0, now - scrape.at) if scrape.metrics else math.inf)
+        def column(values: np.ndarray) -> np.ndarray:  # always a copy: the table is a value
+            return values.copy() if rows is None else values[rows]
+
+        def names(values: Sequence[Any]) -> tuple[Any, ...]:
+            return tuple(values) if picked is None else tuple(values[i] for i in picked)
+
+        return ServerTable(
+            server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools),
+            kv_cache_usage=column(self._kv), num_waiting=column(self._waiting), num_running=column(self._running),
+            prefix_match=prefix[column(self._prefix_bits)], inflight_requests=column(self._inflight_requests),
+            inflight_prompt_tokens=column(self._inflight_tokens), running_tpot_slos_ms=names(self._tpot_slos),
+            tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
+            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)))  # never scraped: inf
 
     def dispatched(self, request: Request, server_id: str, now: float) -> None:
         """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""
         self.inflight.start(request.request_id, server_id, request.prompt_tokens,
                             request.slo_tpot_ms if request.stream else None, now)
         self.prefix.record(server_id, request.block_hashes)
-        self._dirty.add(server_id)
+        self._store_load(server_id)
 
     def completed(self, request_id: str) -> None:
         entry = self.inflight.finish(request_id)
         if entry is not None:
-            self._dirty.add(entry.server_id)
+            self._store_load(entry.server_id)
 
+    def _healthy_rows(self, now: float) -> np.ndarray | None:
+        """Row numbers of the candidate servers; None when that is every server."""
+        fresh = now - self._scraped_at <= self.unhealthy_after_s
+        return None if fresh.all() or not fresh.any() else np.flatnonzero(fresh)
 
-_NO_METRICS = ServerMetrics(0.0, 0, 0)
+    def _store_metrics(self, server_id: str, metrics: ServerMetrics, at: float) -> None:
+        i = self._position[server_id]
+        self._kv[i], self._waiting[i], self._running[i] = metrics.kv_cache_usage, metrics.num_waiting, metrics.num_running
+        self._scraped_at[i] = at
+
+    def _store_load(self, server_id: str) -> None:
+        i = self._position.get(server_id)
+        if i is None:
+            return
+        load = self.inflight.load_of(server_id)
+        self._inflight_requests[i], self._inflight_tokens[i] = load.requests, load.prompt_tokens
+        self._tpot_slos[i] = load.tpot_slos_ms
+        self._tightest_tpot_slo[i] = min(load.tpot_slos_ms, default=math.nan)

@@ -3,7 +3,7 @@ import pytest
 
 from contract.features import FEATURE_NAMES
 from router.plugins.predicted_latency_producer import build
-from router.roles import Candidate
+from router.roles import Candidate, PredictionBatch
 from tests.router.routercases import TablePredictor, ctx, req, server
 
 
@@ -71,3 +71,12 @@ def test_non_finite_prediction_is_a_failure():
 def test_no_predictor():
     (out,) = build("p").produce(req(), candidates(server("a")), ctx())
     assert out.fallback_reason == "predictor-unavailable" and out.prediction is None
+
+
+def test_batch_without_a_target_fails_every_row():
+    class TtftOnly(TablePredictor):
+        def predict(self, pool_key, features):
+            batch = super().predict(pool_key, features)
+            return PredictionBatch(values={"ttft": batch.values["ttft"]}, ok=batch.ok, versions=batch.versions)
+    out = build("p").produce(req(), candidates(server("a"), server("b")), ctx(predictor=TtftOnly()))
+    assert [c.fallback_reason for c in out] == ["prediction-failed"] * 2 and not any(c.predicted for c in out)

@@ -1,3 +1,5 @@
+import random
+
 from router.state.inflight import Inflight
 from contract.prompt import token_block_hashes as block_hashes
 from router.state.prefix_index import PrefixIndex
@@ -58,3 +60,35 @@ def test_matches_walks_all_servers_at_once():
     assert index.matches(prompt, 160) == {"full": 1.0, "half": 0.5}
     index.forget("full")
     assert index.matches(prompt, 160) == {"half": 0.5}
+
+
+def _leading_run(held: set[int], hashes: tuple[int, ...]) -> int:
+    run = 0
+    for h in hashes:
+        if h not in held:
+            break
+        run += 1
+    return run
+
+
+def test_matches_agree_with_a_per_server_walk_under_eviction_and_reuse():
+    rng = random.Random(3)
+    index = PrefixIndex(max_blocks=12)
+    chains = [block_hashes([k] * 16 + list(range(300))) for k in range(3)]  # 19 blocks, a different first one each
+    for step in range(3000):
+        server_id = f"s{rng.randrange(8)}"
+        if rng.random() < 0.02:
+            index.forget(server_id)  # its bit is reused by the next server the index sees
+        else:
+            index.record(server_id, rng.choice(chains)[: rng.randrange(1, 20)])
+        prompt = rng.choice(chains)[: rng.randrange(0, 20)]
+        tokens = 16 * len(prompt) + rng.randrange(0, 40)
+        expected = {}
+        for sid in (f"s{i}" for i in range(8)):
+            run = _leading_run(set(index._servers.get(sid, ())), prompt)
+            if run and tokens:
+                expected[sid] = min(1.0, run * (16 / tokens))
+        assert index.matches(prompt, tokens) == expected, step
+        bits = index.bits([f"s{i}" for i in range(8)])
+        column = index.fractions(prompt, tokens)
+        assert column[bits].tolist() == [expected.get(f"s{i}", 0.0) for i in range(8)]

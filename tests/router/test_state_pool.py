@@ -99,3 +99,19 @@ def test_scraper_reads_live_metrics_endpoints():
     pool = asyncio.run(scenario())
     assert pool.scrapes["up"].metrics == ServerMetrics(0.25, 4, 0)
     assert pool.scrapes["down"].metrics is None and "127.0.0.1:1" in pool.scrapes["down"].error
+
+
+def test_snapshots_are_values_and_carry_prefix_on_a_partial_healthy_set():
+    pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2"), ServerSpec("c", "h:3")), unhealthy_after_s=5)
+    for sid, at in (("a", 0.0), ("b", 9.0), ("c", 9.5)):
+        pool.scraped(sid, ServerMetrics(0.5, 1, 1), now=at)
+    hashes = block_hashes(list(range(64)))
+    pool.dispatched(req(request_id="r1", prompt_tokens=64, block_hashes=hashes), "c", now=9.5)
+    table = pool.snapshots(req(prompt_tokens=128, block_hashes=hashes), now=10.0)  # "a" is unhealthy
+    assert table.server_id == ("b", "c") and table.prefix_match.tolist() == [0.0, 0.5]
+    assert table.metrics_age_s.tolist() == [1.0, 0.5] and table.inflight_requests.tolist() == [0.0, 1.0]
+    pool.completed("r1")
+    pool.scraped("b", ServerMetrics(0.9, 7, 7), now=10.0)
+    assert (table[1].inflight_requests, table[0].num_waiting) == (1, 1)  # taken before: unchanged
+    again = pool.snapshots(req(), now=10.0)
+    assert (again[1].inflight_requests, again[0].num_waiting, again[1].prefix_match) == (0, 7, 0.0)
