@@ -1,23 +1,39 @@
 """Reading a range of a topic's history into memory, fast, without touching any consumer group's offsets.
 
 The range is given per topic as a start (an offset, or a unix timestamp in ms resolved per partition with
-``offsets_for_times``) and an end (the end offsets seen when the replay starts, or a timestamp). The
-consumer is assigned partitions directly, never subscribes and never commits.
+``offsets_for_times``) and an end (the end offsets seen when the replay starts, or a timestamp). Consumers
+are assigned partitions directly, never subscribe and never commit.
+
+:func:`read_telemetry` reads the partitions side by side: up to ``workers`` consumers, each with its share
+of the partitions in its own thread, each turning its batches into columns as they arrive (librdkafka and
+polars' parser run outside the GIL, so one worker's fetching and parsing overlap another's bookkeeping).
+The records come back in partition and offset order, whatever the timing of the workers.
 """
 
 from __future__ import annotations
 
+import gc
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import polars as pl
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from contract.telemetry_frame import records_frame
+from contract.telemetry_frame import SCHEMA, records_frame
 
 BATCH = 20_000
+FIRST_BATCH = 2_500  # batches double from this size up to BATCH
+# Consumers reading partitions side by side: one per two cores (a worker keeps about two busy, with
+# polars' parser and librdkafka's fetcher), at most four.
+WORKERS = max(1, min(4, (os.cpu_count() or 2) // 2))
+PREFETCH_KB = 64 * 1024  # librdkafka's prefetch queues, shared out among the workers
+POSITION_COLUMNS = {"partition": pl.Int32, "offset": pl.Int64, "kafka_ts_ms": pl.Int64}
 
 
 @dataclass(frozen=True)
@@ -32,78 +48,170 @@ class Range:
 @dataclass(frozen=True)
 class Replay:
     records: pl.DataFrame  # contract.telemetry_frame.COLUMNS + partition, offset, kafka_ts_ms
-    rejected: list[tuple[int, int, str]]  # (partition, offset, reason)
+    rejected: list[tuple[int, int, str]]  # (partition, offset, reason), in partition and offset order
     read: int
     seconds: float
 
 
 def consumer(bootstrap: str, extra: dict[str, str] | None = None) -> Consumer:
     """A consumer that never commits: its group id is its own and auto-commit is off."""
+    # Moderate fetches start the flow of records sooner; a short queue backoff keeps a full prefetch
+    # queue from pausing the fetcher for a second (librdkafka's default) each time it fills.
     return Consumer({"bootstrap.servers": bootstrap, "group.id": f"headroom-replay-{uuid.uuid4().hex}",
                      "enable.auto.commit": False, "enable.partition.eof": False,
-                     "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                     **(extra or {})})
+                     "fetch.max.bytes": 16 * 1024 * 1024, "max.partition.fetch.bytes": 4 * 1024 * 1024,
+                     "fetch.queue.backoff.ms": 10, **(extra or {})})
 
 
 def messages(client: Consumer, topic: str, span: Range = Range(),
              timeout_s: float = 10.0) -> Iterator[list]:
     """Batches of messages of ``topic`` within ``span``, until every partition reached its end."""
     starts, ends = _bounds(client, topic, span, timeout_s)
-    pending = {p for p in ends if starts[p] < ends[p]}
-    if not pending:
-        return
-    client.assign([TopicPartition(topic, p, starts[p]) for p in sorted(pending)])
-    idle_since = time.monotonic()
-    while pending:
-        batch = client.consume(BATCH, timeout=0.5)
-        if not batch:
-            # Offsets without a message (transaction markers, compacted records) never arrive: the
-            # consumer's position shows when a partition has passed its end all the same.
-            for tp in client.position([TopicPartition(topic, p) for p in pending]):
-                if tp.offset >= ends[tp.partition]:
-                    pending.discard(tp.partition)
-            if pending and time.monotonic() - idle_since > timeout_s:
-                raise TimeoutError(f"no messages from {topic} for {timeout_s:.0f} s; partitions {sorted(pending)} "
-                                   "did not reach their end offsets")
-            continue
-        idle_since = time.monotonic()
-        kept = []
-        for message in batch:
-            if message.error():
-                raise KafkaException(message.error())
-            partition, offset = message.partition(), message.offset()
-            if offset < ends.get(partition, -1) and partition in pending:
-                kept.append(message)
-                if offset + 1 >= ends[partition]:
-                    pending.discard(partition)
-        yield kept
+    for batch in _batches(client, topic, {p: (starts[p], ends[p]) for p in ends}, timeout_s, threading.Event()):
+        yield batch.messages
 
 
 def read_telemetry(bootstrap: str, topic: str, span: Range = Range(), extra: dict[str, str] | None = None,
-                   progress: Callable[[int], None] | None = None) -> Replay:
+                   progress: Callable[[int], None] | None = None, workers: int = WORKERS,
+                   timeout_s: float = 10.0) -> Replay:
     """Replay ``topic`` into a DataFrame of valid records (and the reasons of the invalid ones)."""
     began = time.monotonic()
     client = consumer(bootstrap, extra)
-    frames, rejected, read = [], [], 0
     try:
-        for batch in messages(client, topic, span):
-            frame, bad = records_frame([m.value() for m in batch])
-            bad_rows = {row for row, _ in bad}
-            kept = [m for i, m in enumerate(batch) if i not in bad_rows] if bad else batch
-            frames.append(frame.with_columns(
-                pl.Series("partition", [m.partition() for m in kept], dtype=pl.Int32),
-                pl.Series("offset", [m.offset() for m in kept], dtype=pl.Int64),
-                pl.Series("kafka_ts_ms", [m.timestamp()[1] for m in kept], dtype=pl.Int64)))
-            rejected += [(batch[row].partition(), batch[row].offset(), reason) for row, reason in bad]
-            read += len(batch)
-            if progress:
-                progress(len(batch))
+        starts, ends = _bounds(client, topic, span, timeout_s)
     finally:
         client.close()
-    records = pl.concat(frames) if frames else records_frame([])[0].with_columns(
-        pl.Series("partition", [], dtype=pl.Int32), pl.Series("offset", [], dtype=pl.Int64),
-        pl.Series("kafka_ts_ms", [], dtype=pl.Int64))
-    return Replay(records, rejected, read, time.monotonic() - began)
+    with _cyclic_gc_paused():
+        parts = _read_shares(bootstrap, topic, starts, ends, extra, progress, workers, timeout_s)
+    frames = [frame for part in parts for frame in part.frames]
+    records = pl.concat(frames) if frames else pl.DataFrame(schema={**SCHEMA, **POSITION_COLUMNS})
+    rejected = sorted(reject for part in parts for reject in part.rejected)
+    return Replay(records.sort(["partition", "offset"]), rejected, sum(part.read for part in parts),
+                  time.monotonic() - began)
+
+
+def _read_shares(bootstrap: str, topic: str, starts: dict[int, int], ends: dict[int, int],
+                 extra: dict[str, str] | None, progress: Callable[[int], None] | None, workers: int,
+                 timeout_s: float) -> list[_Share]:
+    """The partitions dealt out to up to ``workers`` consumers, each read in its own thread."""
+    pending = [p for p in sorted(ends) if starts[p] < ends[p]]
+    count = min(max(workers, 1), len(pending))
+    shares = [pending[i::count] for i in range(count)]
+    config = {"queued.max.messages.kbytes": str(max(PREFETCH_KB // max(count, 1), 1024)), **(extra or {})}
+    counted = threading.Lock()
+
+    def report(records: int) -> None:
+        if progress:
+            with counted:
+                progress(records)
+
+    stop = threading.Event()
+    with ThreadPoolExecutor(max(count, 1), thread_name_prefix="replay") as pool:
+        futures = [pool.submit(_read_share, bootstrap, config, topic, {p: (starts[p], ends[p]) for p in share},
+                               timeout_s, stop, report) for share in shares]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:
+            stop.set()  # one worker failed (or this thread was interrupted): the others stop early
+        return [future.result() for future in futures]
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a replay reads: it allocates millions of objects that live a
+    batch and form no cycles (messages, their values), and each full collection would walk the whole heap."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Messages below their partition's end, and their positions as columns."""
+
+    messages: list[Message]
+    values: list[bytes]
+    partitions: list[int]
+    offsets: list[int]
+    timestamps: list[int]
+
+
+@dataclass(frozen=True)
+class _Share:
+    frames: list[pl.DataFrame]
+    rejected: list[tuple[int, int, str]]
+    read: int
+
+
+def _read_share(bootstrap: str, config: dict[str, str], topic: str, bounds: dict[int, tuple[int, int]],
+                timeout_s: float, stop: threading.Event, report: Callable[[int], None]) -> _Share:
+    """One worker: its partitions from start to end, as frames of valid records and the rejects."""
+    client = consumer(bootstrap, config)
+    frames, rejected, read = [], [], 0
+    try:
+        for batch in _batches(client, topic, bounds, timeout_s, stop):
+            frame, bad = records_frame(batch.values)
+            positions = pl.DataFrame([pl.Series(name, column, dtype=dtype) for (name, dtype), column in zip(
+                POSITION_COLUMNS.items(), (batch.partitions, batch.offsets, batch.timestamps))])
+            if bad:
+                rejected += [(batch.partitions[row], batch.offsets[row], reason) for row, reason in bad]
+                positions = positions.filter(~pl.int_range(pl.len()).is_in([row for row, _ in bad]))
+            frames.append(pl.concat([frame, positions], how="horizontal"))
+            read += len(batch.values)
+            report(len(batch.values))
+    finally:
+        client.close()
+    return _Share(frames, rejected, read)
+
+
+def _batches(client: Consumer, topic: str, bounds: dict[int, tuple[int, int]], timeout_s: float,
+             stop: threading.Event) -> Iterator[_Batch]:
+    """Batches of the partitions in ``bounds`` (start, end offsets), until each reached its end."""
+    ends = {p: end for p, (start, end) in bounds.items() if start < end}
+    if not ends:
+        return
+    client.assign([TopicPartition(topic, p, bounds[p][0]) for p in sorted(ends)])
+    following = {p: bounds[p][0] for p in ends}  # the next offset each partition should deliver
+    size = FIRST_BATCH
+    idle_since = time.monotonic()
+    while following and not stop.is_set():
+        # A small first batch starts the work while the fetcher is still filling up; asking for no more
+        # than is left lets the last batch return as soon as it is complete.
+        wanted = min(size, sum(ends[p] - offset for p, offset in following.items()))
+        size = min(2 * size, BATCH)
+        messages = client.consume(max(wanted, 1), timeout=0.5)
+        if not messages:
+            # Offsets without a message (transaction markers, compacted records) never arrive: the
+            # consumer's position shows when a partition has passed its end all the same.
+            for tp in client.position([TopicPartition(topic, p) for p in following]):
+                if tp.offset >= ends[tp.partition]:
+                    del following[tp.partition]
+            if following and time.monotonic() - idle_since > timeout_s:
+                raise TimeoutError(f"no messages from {topic} for {timeout_s:.0f} s; partitions "
+                                   f"{sorted(following)} did not reach their end offsets")
+            continue
+        idle_since = time.monotonic()
+        for error in filter(None, map(Message.error, messages)):
+            raise KafkaException(error)
+        partitions, offsets = list(map(Message.partition, messages)), list(map(Message.offset, messages))
+        last = dict(zip(partitions, offsets))  # each partition's newest offset in this batch
+        if any(offset >= ends[p] for p, offset in last.items()):  # past the end: cut off
+            messages = [m for m, p, offset in zip(messages, partitions, offsets) if offset < ends[p]]
+            partitions, offsets = list(map(Message.partition, messages)), list(map(Message.offset, messages))
+        for p, offset in last.items():
+            if p in following:
+                following[p] = offset + 1
+        done = [p for p, offset in following.items() if offset >= ends[p]]
+        if done:
+            client.pause([TopicPartition(topic, p) for p in done])
+            for p in done:
+                del following[p]
+        yield _Batch(messages, list(map(Message.value, messages)), partitions, offsets,
+                     [timestamp for _, timestamp in map(Message.timestamp, messages)])
 
 
 def _bounds(client: Consumer, topic: str, span: Range, timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:

@@ -76,7 +76,7 @@ def _markdown(result: Backtest, source: Source, pipeline: PipelineSettings) -> s
     settings_rows = pl.DataFrame([{"setting": f.name, "value": str(getattr(pipeline, f.name))}
                                   for f in dataclasses.fields(pipeline)
                                   if f.name not in ("app_id", "metrics_port", "data_dir", "log_level",
-                                                    "flush_records", "flush_interval_s")])
+                                                    "batch_records", "flush_records", "flush_interval_s")])
     timing = pl.DataFrame([{"stage": k, "seconds": v,
                             "records_per_s": records.height / v if v > 0 and k in ("read", "prepare", "replay")
                             else float("nan")} for k, v in result.seconds.items()])

@@ -1,13 +1,15 @@
 """Backtest replay speed: records/s from a telemetry topic to a finished prequential report.
 
     .venv/bin/python benchmarks/backtest_replay.py [--records 100000] [--bootstrap HOST:PORT] [--policies ...]
+        [--read-repeats 3] [--workers N]
 
 Fills a fresh telemetry topic with a simulator run (a pool of servers routed by least-queue, each record
 carrying a fixed prediction so the drift detectors have residuals), then runs ``headroom backtest run``'s
 code over it with the pipeline's default settings and prints the time of each stage: reading from Kafka
 into polars, feature preparation (the model feature matrix and targets of every record), the per-record
-replay of windows, drift detectors and triggers, training rounds, scoring, and writing the report. Without
-``--bootstrap`` a local broker is started in a temporary folder and stopped afterwards.
+replay of windows, drift detectors and triggers, training rounds, scoring, and writing the report. Before
+that, ``--read-repeats`` more reads with feature preparation alone are timed (with ``--workers``
+consumers). Without ``--bootstrap`` a local broker is started in a temporary folder and stopped afterwards.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from confluent_kafka import Producer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from backtest.prequential import prepare  # noqa: E402
-from backtest.replay import Range, read_telemetry  # noqa: E402
+from backtest.replay import WORKERS, Range, read_telemetry  # noqa: E402
 from backtest.run import Source, run_backtest  # noqa: E402
 from backtest.settings import BacktestSettings  # noqa: E402
 from contract.settings import from_env  # noqa: E402
@@ -82,6 +84,7 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="an existing broker (default: start one)")
     parser.add_argument("--policies", default="", help="also compare these simulator policies")
     parser.add_argument("--read-repeats", type=int, default=3, help="extra timed reads + preparations alone")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="consumers of those extra reads")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="headroom-bench-backtest-") as folder:
         local = None
@@ -101,7 +104,7 @@ def main() -> int:
             reads, cpu = [], []
             for _ in range(args.read_repeats):
                 began, began_cpu = time.perf_counter(), time.process_time()
-                replay = read_telemetry(kafka.bootstrap_servers, kafka.telemetry_topic)
+                replay = read_telemetry(kafka.bootstrap_servers, kafka.telemetry_topic, workers=args.workers)
                 prepare(replay.records)
                 reads.append(time.perf_counter() - began)
                 cpu.append(time.process_time() - began_cpu)

@@ -1,9 +1,12 @@
 """Replaying telemetry history from the real broker."""
 
-import pytest
-from confluent_kafka import Producer
+import time
 
-from backtest.replay import Range, read_telemetry
+import polars as pl
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from backtest.replay import Range, consumer, read_telemetry
 from contract.telemetry import encode
 from localkafka.admin import admin_client
 from tests.contract.records import valid_record
@@ -17,6 +20,19 @@ def produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int) 
         producer.produce(topic, key=str(i % 7), value=value, timestamp=timestamp_ms)
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def wait_for_stable_end(bootstrap: str, topic: str, end: int) -> bool:
+    """Whether partition 0's last stable offset reaches ``end`` within about ten seconds."""
+    client = consumer(bootstrap)
+    try:
+        for _ in range(100):
+            if client.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] >= end:
+                return True
+            time.sleep(0.1)
+        return False
+    finally:
+        client.close()
 
 
 def test_replay_reads_every_valid_record_and_reports_the_rest(kafka, fresh_topic):
@@ -53,7 +69,7 @@ def test_replay_commits_no_consumer_offsets(kafka, fresh_topic):
     topic = fresh_topic("replay-nocommit")
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id="only"))], 1_000)
     read_telemetry(kafka.bootstrap_servers, topic)
-    groups = admin_client(kafka.bootstrap_servers).list_consumer_groups().result()
+    groups = admin_client(kafka.bootstrap_servers).list_consumer_groups(request_timeout=30).result(timeout=60)
     assert not [g.group_id for g in groups.valid if g.group_id.startswith("headroom-replay-")]
 
 
@@ -65,7 +81,42 @@ def test_a_partition_ending_in_a_transaction_marker_is_read_to_its_end(kafka, fr
     for i in range(10):
         producer.produce(topic, key=b"k", value=encode(valid_record(request_id=f"t{i}")), timestamp=1_000)
     producer.commit_transaction(30)
+    # The commit markers reach the partition after commit_transaction returns, and a replay's end is the
+    # last stable offset: wait (bounded) until the committed records are part of the topic's history.
+    assert wait_for_stable_end(kafka.bootstrap_servers, topic, 11)
 
     replay = read_telemetry(kafka.bootstrap_servers, topic)
 
     assert sorted(replay.records["request_id"]) == sorted(f"t{i}" for i in range(10))
+
+
+def test_workers_share_the_partitions_and_the_records_come_back_in_partition_and_offset_order(kafka, fresh_topic):
+    topic = fresh_topic("replay-workers", partitions=3)
+    values = [encode(valid_record(request_id=f"w{i}", prompt_tokens=i)) for i in range(3_000)]
+    values[1234] = b"{}"
+    produce(kafka.bootstrap_servers, topic, values, 1_000_000)
+    counted = []
+
+    replays = [read_telemetry(kafka.bootstrap_servers, topic, workers=workers, progress=counted.append)
+               for workers in (1, 2, 3, 8)]
+
+    first = replays[0]
+    assert first.records.height == 2_999 and first.read == 3_000 and len(first.rejected) == 1
+    assert first.records.select(["partition", "offset"]).rows() == sorted(
+        first.records.select(["partition", "offset"]).rows())
+    for other in replays[1:]:
+        assert other.records.equals(first.records)
+        assert other.rejected == first.rejected
+    assert sum(counted) == 4 * 3_000
+
+
+def test_a_start_offset_applies_to_every_partition(kafka, fresh_topic):
+    topic = fresh_topic("replay-offset", partitions=2)
+    produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"o{i}")) for i in range(40)], 1_000)
+
+    replay = read_telemetry(kafka.bootstrap_servers, topic, Range(start_offset=5))
+
+    counts = replay.records.group_by("partition").agg(pl.len(), pl.col("offset").min()).sort("partition")
+    everything = read_telemetry(kafka.bootstrap_servers, topic).records.group_by("partition").len().sort("partition")
+    assert counts["offset"].to_list() == [5, 5]
+    assert counts["len"].to_list() == [n - 5 for n in everything["len"].to_list()]
