@@ -87,7 +87,9 @@ def forest_from_json(raw: bytes) -> Forest:
     if booster["name"] != "gbtree":
         raise UnsupportedModel(f"booster {booster['name']!r} is not supported; expected 'gbtree'")
     trees = booster["model"]["trees"]
-    depth = max((_tree_depth(t) for t in trees), default=0)
+    # At least one level: the kernels walk from a root split; a tree that is a single leaf puts its value
+    # in both leaf slots below a split that cannot matter.
+    depth = max(1, max((_tree_depth(t) for t in trees), default=0))
     if depth > MAX_DEPTH:
         raise UnsupportedModel(f"tree depth {depth} exceeds the supported maximum {MAX_DEPTH}")
     n_internal, n_leaves = 2 ** depth - 1, 2 ** depth

@@ -77,3 +77,16 @@ def test_unsupported_models_are_refused():
         forest_from_booster(linear)
     with pytest.raises(UnsupportedModel, match="cannot load"):
         load_booster(b"not a model")
+
+
+@pytest.mark.parametrize("engine", available_engines())
+def test_a_forest_of_single_leaves_equals_xgboost(engine):
+    """Constant features allow no split: every tree is one leaf (a first model trained on too little variety)."""
+    rng = np.random.default_rng(5)
+    x = np.ones((200, 4), np.float32)
+    booster = xgboost.train({"nthread": 1, "tree_method": "hist", "base_score": 1.5},
+                            xgboost.DMatrix(x, label=rng.normal(2, 1, 200)), 50)
+    forest = forest_from_booster(booster)
+    query = np.concatenate([rng.normal(0, 5, (13, 4)), np.full((3, 4), np.nan)]).astype(np.float32)
+    assert forest.depth == 1  # laid out with one level of splits that cannot matter
+    np.testing.assert_array_equal(evaluate(ForestStack.of([forest]), query, engine)[0], booster.inplace_predict(query))
