@@ -12,9 +12,11 @@ prefix match of each server's actual cache (the upper bound of the router's own 
 
 Policies: round-robin, least-queue, the composite heuristic (the reference's fallback), predicted-latency
 routing without SLO headers, with SLO headers under each ``headroomSelectionStrategy`` (``least`` packs,
-``most`` spreads), and the oracle (each request to the server with its lowest true
-TTFT, found by simulating forward). SLO attainment counts requests with TTFT ≤ the TTFT SLO and TPOT ≤
-the TPOT SLO; goodput is such requests per second.
+``most`` spreads), optionally again with other picker sharpness or affinity thresholds than the
+router's defaults (``--sharpness``, ``--affinity``; the models are trained with the defaults either
+way), and the oracle (each request to the server with its lowest true TTFT, found by simulating
+forward). SLO attainment counts requests with TTFT ≤ the TTFT SLO and TPOT ≤ the TPOT SLO; goodput is
+such requests per second.
 """
 
 from __future__ import annotations
@@ -96,9 +98,13 @@ def _fit(runtime: ModelRuntime, records, version: int) -> None:
 
 
 def router_pick(runtime: ModelRuntime, slo: tuple[float, float] | None, seed: int = 0, strategy: str = "most",
-                sharpness: float = 1.0):
-    return engine_pick(EmbeddedPredictor(runtime), slo=slo, seed=seed,
-                       scorer_params={"headroomSelectionStrategy": strategy}, picker_params={"sharpness": sharpness})
+                sharpness: float | None = None, affinity: float | None = None):
+    """The router's default pipeline with the given strategy and, when given, picker sharpness and affinity
+    threshold."""
+    overlays = {"prefix-cache-affinity-filter": {"affinityThreshold": affinity}} if affinity is not None else None
+    return engine_pick(EmbeddedPredictor(runtime), slo=slo, seed=seed, plugin_params=overlays,
+                       scorer_params={"headroomSelectionStrategy": strategy},
+                       picker_params=None if sharpness is None else {"sharpness": sharpness})
 
 
 def row(name, load, requests, result, slo):
@@ -118,7 +124,12 @@ def main() -> int:
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=50.0)
     parser.add_argument("--loads", default=",".join(map(str, LOADS)), help="Utilizations of the pool's capacity.")
-    parser.add_argument("--sharpness", default="1", help="Comma-separated picker sharpness values to compare.")
+    parser.add_argument("--sharpness", default="",
+                        help="Comma-separated picker sharpness values to compare with the router's default "
+                             "(e.g. 1, the reference's).")
+    parser.add_argument("--affinity", default="",
+                        help="Comma-separated affinityThreshold values to compare with the router's default "
+                             "(e.g. 0.8, the reference's).")
     parser.add_argument("--no-oracle", action="store_true")
     args = parser.parse_args()
     slo = (args.slo_ttft_ms, args.slo_tpot_ms)
@@ -134,11 +145,13 @@ def main() -> int:
         _, requests = trace_slices(args.trace, args.requests, load * SERVERS * capacity)
         policies = [("round-robin", policy("round-robin")), ("least-queue", policy("least-queue")),
                     ("composite", policy("composite"))]
-        for k in (float(x) for x in args.sharpness.split(",")):
-            suffix = "" if k == 1.0 else f" k={k:g}"
-            policies += [(f"predicted{suffix}", router_pick(runtime, None, sharpness=k)),
-                         (f"predicted+SLO least{suffix}", router_pick(runtime, slo, strategy="least", sharpness=k)),
-                         (f"predicted+SLO most{suffix}", router_pick(runtime, slo, strategy="most", sharpness=k))]
+        for k in [None] + [float(x) for x in args.sharpness.split(",") if x]:
+            for affinity in [None] + [float(x) for x in args.affinity.split(",") if x]:
+                suffix = ("" if k is None else f" k={k:g}") + ("" if affinity is None else f" aff={affinity:g}")
+                options = {"sharpness": k, "affinity": affinity}
+                policies += [(f"predicted{suffix}", router_pick(runtime, None, **options)),
+                             (f"predicted+SLO least{suffix}", router_pick(runtime, slo, strategy="least", **options)),
+                             (f"predicted+SLO most{suffix}", router_pick(runtime, slo, strategy="most", **options))]
         if not args.no_oracle:
             policies.append(("oracle", oracle_pick))
         for name, pick in policies:

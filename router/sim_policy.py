@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from router.engine import Engine
@@ -21,14 +22,21 @@ from sim.view import Pick, PickFunction, PoolView
 
 def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None = None, seed: int = 0,
                 scorer_params: dict[str, Any] | None = None, picker_params: dict[str, Any] | None = None,
-                pipeline: dict[str, Any] | None = None) -> PickFunction:
-    """A pick function running the scheduling pipeline (default: the router's) over the simulator's view."""
+                pipeline: dict[str, Any] | None = None,
+                plugin_params: Mapping[str, Mapping[str, Any]] | None = None) -> PickFunction:
+    """A pick function running the scheduling pipeline (default: the router's) over the simulator's view.
+
+    ``plugin_params`` maps a plugin type to parameters laid over those of every plugin of that type;
+    ``scorer_params`` and ``picker_params`` do the same for the latency scorer and the picker.
+    """
     config = copy.deepcopy(pipeline or DEFAULT_PIPELINE)
+    overlays = {**(plugin_params or {})}
+    for kind, extra in (("latency-scorer", scorer_params), ("weighted-random-picker", picker_params)):
+        if extra:
+            overlays[kind] = {**overlays.get(kind, {}), **extra}
     for plugin in config["plugins"]:
-        if plugin["type"] == "latency-scorer" and scorer_params:
-            plugin["params"] = {**plugin.get("params", {}), **scorer_params}
-        if plugin["type"] == "weighted-random-picker" and picker_params:
-            plugin["params"] = {**plugin.get("params", {}), **picker_params}
+        if overlays.get(plugin["type"]):
+            plugin["params"] = {**plugin.get("params", {}), **overlays[plugin["type"]]}
     engine = Engine(load_pipeline(config))
     context = Context(rng=random.Random(seed), predictor=predictor)
 

@@ -13,6 +13,8 @@ def test_default_pipeline():
     assert [f.name for f in pipeline.predicted.filters] == ["affinity", "tiers"]
     assert [(s.name, w) for s, w in pipeline.heuristic.scorers] == [("kv-free", 1.0), ("queue", 1.0), ("prefix", 1.0)]
     assert pipeline.predict_all is False
+    assert pipeline.predicted.picker.params.sharpness == 2.0  # sharper than the reference, measured
+    assert pipeline.heuristic.picker.params.sharpness == 1.0  # the reference's proportional pick
 
 
 def test_loads_from_yaml_with_params():
