@@ -179,34 +179,14 @@ def load_coalesced(address: str, candidates_per_call: int, clients: int, seconds
     from predictor.client import PredictorClient
 
     rows = candidates(candidates_per_call, seed=1)
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    failed = [0] * clients
     with PredictorClient([address], window_seconds=window_seconds, timeout_seconds=5.0) as client:
         for _ in range(50):
             client.predict("bench", rows)
         rpcs_before, calls_before = client.rpcs, client.calls
-        end = time.monotonic() + seconds
-
-        def caller(index: int) -> None:
-            for _ in range(10_000_000):
-                started = time.perf_counter()
-                if time.monotonic() > end:
-                    return
-                if not client.predict("bench", rows).ok.all():
-                    failed[index] += 1
-                latencies[index].append(time.perf_counter() - started)
-
-        threads = [threading.Thread(target=caller, args=(i,)) for i in range(clients)]
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.monotonic() - started
+        samples, failed, elapsed = closed_loop(lambda: bool(client.predict("bench", rows).ok.all()), clients, seconds)
         rpcs, calls = client.rpcs - rpcs_before, client.calls - calls_before
-    samples = [s for per_caller in latencies for s in per_caller]
     return {"calls_per_s": len(samples) / elapsed, "candidates_per_s": len(samples) * candidates_per_call / elapsed,
-            "rpcs_per_s": rpcs / elapsed, "calls_per_rpc": calls / max(1, rpcs), "failed_calls": sum(failed),
+            "rpcs_per_s": rpcs / elapsed, "calls_per_rpc": calls / max(1, rpcs), "failed_calls": failed,
             "window_ms": window_seconds * 1000, **percentiles(samples)}
 
 
@@ -223,21 +203,38 @@ def load(address: str, candidates_per_call: int, clients: int, seconds: float) -
     stub = prediction_pb2_grpc.PredictionServiceStub(channel)
     for _ in range(50):
         stub.Predict(request, timeout=5)
+
+    def call() -> bool:
+        try:
+            stub.Predict(request, timeout=5)
+            return True
+        except grpc.RpcError:
+            return False
+
+    samples, errors, elapsed = closed_loop(call, clients, seconds)
+    channel.close()
+    return {"requests_per_s": len(samples) / elapsed, "candidates_per_s": len(samples) * candidates_per_call / elapsed,
+            "errors": errors, **percentiles(samples),
+            "client_cpu_ms_per_request": 1000 * time.process_time() / max(1, len(samples))}
+
+
+def closed_loop(call, clients: int, seconds: float) -> tuple[list[float], int, float]:
+    """Run ``call`` (True when it succeeded) back to back on ``clients`` threads for ``seconds``.
+
+    Returns every call's latency in seconds, the number of failed calls and the elapsed wall time.
+    """
     latencies: list[list[float]] = [[] for _ in range(clients)]
-    errors = [0] * clients
+    failed = [0] * clients
     end = time.monotonic() + seconds
 
     def client(index: int) -> None:
-        samples = latencies[index]
         for _ in range(10_000_000):
             started = time.perf_counter()
             if time.monotonic() > end:
                 return
-            try:
-                stub.Predict(request, timeout=5)
-            except grpc.RpcError:
-                errors[index] += 1
-            samples.append(time.perf_counter() - started)
+            if not call():
+                failed[index] += 1
+            latencies[index].append(time.perf_counter() - started)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     started = time.monotonic()
@@ -245,12 +242,7 @@ def load(address: str, candidates_per_call: int, clients: int, seconds: float) -
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.monotonic() - started
-    channel.close()
-    samples = [s for per_client in latencies for s in per_client]
-    return {"requests_per_s": len(samples) / elapsed, "candidates_per_s": len(samples) * candidates_per_call / elapsed,
-            "errors": sum(errors), **percentiles(samples),
-            "client_cpu_ms_per_request": 1000 * time.process_time() / max(1, len(samples))}
+    return [s for per_client in latencies for s in per_client], sum(failed), time.monotonic() - started
 
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] in ("load", "load-coalesced"):
