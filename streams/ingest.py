@@ -35,7 +35,6 @@ class IngestResult:
     rejection: str | None = None  # why the record went to the dead-letter topic
     duplicate: bool = False
     admitted: list[WindowKey] = field(default_factory=list)
-    evicted: int = 0  # rows this record pushed out of windows
     drifted: list[WindowKey] = field(default_factory=list)  # windows whose detector fired on this record
 
 
@@ -57,27 +56,21 @@ class Ingestor:
     def ingest(self, raw: bytes, partition: int, offset: int) -> IngestResult:
         if self.windows.seen(partition, offset):
             return IngestResult(duplicate=True)
-        result = IngestResult()
         try:
             record = decode(raw)
         except InvalidRecord as err:
-            result.rejection = err.reason
-        else:
-            result.record = record
-            self._admit(record, partition, offset, result)
-        self.windows.mark(partition, offset)
-        return result
+            self.windows.mark(partition, offset)
+            return IngestResult(rejection=err.reason)
+        return self._admit(record, partition, offset)
 
     def ingest_record(self, record: TelemetryRecord, partition: int, offset: int) -> IngestResult:
         """:meth:`ingest` for a record already decoded and validated (replays read them in bulk)."""
         if self.windows.seen(partition, offset):
             return IngestResult(duplicate=True)
-        result = IngestResult(record=record)
-        self._admit(record, partition, offset, result)
-        self.windows.mark(partition, offset)
-        return result
+        return self._admit(record, partition, offset)
 
-    def _admit(self, record: TelemetryRecord, partition: int, offset: int, result: IngestResult) -> None:
+    def _admit(self, record: TelemetryRecord, partition: int, offset: int) -> IngestResult:
+        result = IngestResult(record=record)
         stratum = stratum_key(num_waiting=record.num_waiting, kv_cache_usage=record.kv_cache_usage,
                               prefix_match=record.prefix_match)
         raw = tuple(map(float, _raw_columns(record)))
@@ -93,20 +86,19 @@ class Ingestor:
             if predicted is not None and policy.observe(relative_error(value, predicted), _ERROR_LABELS[target]):
                 result.drifted.append(window)
                 if self.drift_memory_s is not None:
-                    forgotten = windows.forget_before(window, record.completion_ts - self.drift_memory_s)
-                    result.evicted += len(forgotten)
+                    windows.forget_before(window, record.completion_ts - self.drift_memory_s)
             seq = windows.next_seq
             row = Row(record.completion_ts, value, raw, row_key(partition, offset, target), seq, partition, offset,
                       encode_row(record.completion_ts, value, seq, offset, raw))
-            admitted, evicted = windows.add(window, stratum, row)
-            if admitted:
+            if windows.add(window, stratum, row)[0]:
                 policy.admitted()
                 result.admitted.append(window)
-            result.evicted += len(evicted)
         self._since_sweep += 1
         if self._since_sweep >= SWEEP_EVERY:
             self._since_sweep = 0
-            result.evicted += len(windows.sweep())
+            windows.sweep()
+        windows.mark(partition, offset)
+        return result
 
 
 def build_ingestor(settings: PipelineSettings) -> Ingestor:
