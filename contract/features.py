@@ -15,11 +15,11 @@ from contract.telemetry import TelemetryRecord
 
 # Raw inputs, as named in the telemetry record.
 RAW_COLUMNS = ("kv_cache_usage", "num_waiting", "num_running", "prompt_tokens", "prefix_match",
-               "inflight_requests", "inflight_prompt_tokens", "max_tokens")
+               "inflight_requests", "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens")
 
 # Model features, in the order of the columns of a feature matrix.
 FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")
-FEATURE_SCHEMA = "v1:" + ",".join(FEATURE_NAMES)
+FEATURE_SCHEMA = "v2:" + ",".join(FEATURE_NAMES)
 
 TARGETS = ("ttft", "tpot", "e2e")
 
@@ -27,7 +27,7 @@ TARGETS = ("ttft", "tpot", "e2e")
 def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
     """An ``(n, len(FEATURE_NAMES))`` float32 matrix from raw columns of equal length."""
     raw = [np.asarray(columns[name], dtype=np.float32) for name in RAW_COLUMNS]
-    _, waiting, _, prompt, prefix, _, _, _ = raw
+    _, waiting, _, prompt, prefix, *_ = raw
     effective = prompt * (1.0 - prefix)
     queued = (waiting > 0).astype(np.float32)
     return np.column_stack(raw + [effective, queued]).astype(np.float32, copy=False)

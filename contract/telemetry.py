@@ -58,6 +58,8 @@ class TelemetryRecord:
     inflight_prompt_tokens: int
     e2e_ms: float
     max_tokens: int = 0  # the request's output cap; 0 when unknown
+    # Prompt tokens of the streaming inflight_requests whose first token had not arrived: prefill queued ahead.
+    inflight_prefill_tokens: int = 0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     predicted_ttft_ms: float | None = None
@@ -75,7 +77,7 @@ FIELD_KINDS = {
     "stream": "flag",
     **dict.fromkeys(("arrival_ts", "dispatch_ts", "completion_ts"), "time"),
     **dict.fromkeys(("prompt_tokens", "output_tokens", "num_waiting", "num_running", "inflight_requests",
-                     "inflight_prompt_tokens", "max_tokens"), "count"),
+                     "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens"), "count"),
     **dict.fromkeys(("kv_cache_usage", "prefix_match"), "fraction"),
     **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
                      "slo_ttft_ms", "slo_tpot_ms"), "latency"),

@@ -1,5 +1,6 @@
 """Benchmarks of the predictor: in-process runtime latency, and one gRPC instance under closed-loop load
-from a separate load-generator process (``python -m predictor.bench load ...``).
+from a separate load-generator process: ``python -m predictor.bench load ...``, or the compiled one in
+``benchmarks/grpc_load`` (Go; it costs the shared cores about a third of the CPU per call of the Python one).
 
 Models are trained here with the reference hyperparameters (200 trees, depth 6) on synthetic candidate
 rows: TTFT and TPOT, each a mean and a p90 model.
@@ -9,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
-from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.features import FEATURE_NAMES, FEATURE_SCHEMA, feature_matrix
 from contract.model_update import encode_update, make_update
 
 REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
@@ -24,13 +29,19 @@ REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_by
 MODELS = (("ttft", "mean"), ("tpot", "mean"), ("ttft", "quantile"), ("tpot", "quantile"))
 
 
-def candidates(n: int, seed: int) -> np.ndarray:
+EFFECTIVE_PROMPT = FEATURE_NAMES.index("effective_prompt_tokens")
+
+
+def candidates(n: int, seed: int = 0) -> np.ndarray:
+    """Feature rows of ``n`` plausible candidate servers (synthetic, for benchmarks and tests)."""
     rng = np.random.default_rng(seed)
+    inflight_tokens = rng.integers(0, 200_000, n)
     return feature_matrix({
         "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
         "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
         "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
-        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n)})
+        "inflight_prompt_tokens": inflight_tokens, "max_tokens": rng.integers(1, 2048, n),
+        "inflight_prefill_tokens": (inflight_tokens * rng.uniform(0, 1, n)).astype(np.int64)})
 
 
 def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:
@@ -41,7 +52,7 @@ def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> l
     x = candidates(rows, seed)
     rng = np.random.default_rng(seed + 1)
     load = 1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]
-    targets = {"ttft": 20 * load + 0.01 * x[:, 8] + rng.exponential(5, rows),
+    targets = {"ttft": 20 * load + 0.01 * x[:, EFFECTIVE_PROMPT] + rng.exponential(5, rows),
                "tpot": 8 * load + rng.exponential(2, rows)}
     out = []
     for target, objective in MODELS:
@@ -100,37 +111,83 @@ def _time(work, runs: int) -> list[float]:
     return samples
 
 
+GO_LOAD_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "grpc_load"
+LOAD_GENERATORS = ("python", "coalescing", "go")
+
+
 def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 10.0, workers: int = 2,
-               models: int = 4, coalesced: bool = False, threads: int = 1) -> list[dict]:
-    """One in-process server; a separate process drives it closed-loop with ``clients`` threads, calling
-    the stub directly or (``coalesced``) through :class:`~predictor.client.PredictorClient`."""
+               models: int = 4, load_generator: str = "python", threads: int = 1) -> list[dict]:
+    """One in-process server; a separate process drives it closed-loop with ``clients`` concurrent callers:
+    Python threads calling the stub (``python``) or :class:`~predictor.client.PredictorClient`
+    (``coalescing``), or the compiled generator's goroutines (``go``)."""
     from contract.settings import from_env
     from predictor.server import PredictorServer
     from predictor.settings import PredictorSettings
 
+    if load_generator not in LOAD_GENERATORS:
+        raise ValueError(f"load generator {load_generator!r}: expected one of {LOAD_GENERATORS}")
     server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1,
                                       workers=workers, threads=threads), kafka=None)
     for raw, _ in reference_messages()[:models]:
         server.runtime.apply(raw)
-    server.start()
-    results = []
-    served_before = 0.0
-    try:
-        for n in candidate_counts:
-            command = [sys.executable, "-m", "predictor.bench", "load-coalesced" if coalesced else "load",
-                       server.address, str(n), str(clients), str(seconds)]
-            cpu_before = time.process_time()
-            output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=seconds + 120)
-            server_cpu = time.process_time() - cpu_before
-            result = json.loads(output.stdout.strip().splitlines()[-1])
-            served = server.metrics.requests.labels("OK")._value.get()
-            result["server_cpu_ms_per_rpc"] = 1000 * server_cpu / max(1.0, served - served_before)
-            served_before = served
-            results.append({"candidates": n, "clients": clients, "server_workers": workers, "threads": threads,
-                            "models": models, **result})
-    finally:
-        server.stop(grace=1.0)
+    with tempfile.TemporaryDirectory(prefix="headroom-grpc-load-") as scratch:
+        go_binary = build_go_load(Path(scratch)) if load_generator == "go" else None
+        server.start()
+        results = []
+        served_before = 0.0
+        try:
+            for n in candidate_counts:
+                if go_binary is None:
+                    command = [sys.executable, "-m", "predictor.bench",
+                               "load-coalesced" if load_generator == "coalescing" else "load",
+                               server.address, str(n), str(clients), str(seconds)]
+                else:
+                    request = Path(scratch) / f"request-{n}.bin"
+                    request.write_bytes(predict_request(candidates(n, seed=1)).SerializeToString())
+                    command = [str(go_binary), "-addr", server.address, "-method", PREDICT_METHOD,
+                               "-request", str(request), "-clients", str(clients), "-seconds", str(seconds)]
+                cpu_before, children_before = time.process_time(), _children_cpu()
+                output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=seconds + 120)
+                server_cpu = time.process_time() - cpu_before
+                result = json.loads(output.stdout.strip().splitlines()[-1])
+                served = server.metrics.requests.labels("OK")._value.get()
+                result["server_cpu_ms_per_rpc"] = 1000 * server_cpu / max(1.0, served - served_before)
+                if go_binary is not None:
+                    result["client_cpu_ms_per_request"] = 1000 * (_children_cpu() - children_before) / result["calls"]
+                served_before = served
+                results.append({"candidates": n, "clients": clients, "server_workers": workers, "threads": threads,
+                                "models": models, "load_generator": load_generator, **result})
+        finally:
+            server.stop(grace=1.0)
     return results
+
+
+PREDICT_METHOD = "/headroom.predictor.v1.PredictionService/Predict"
+
+
+def predict_request(rows: np.ndarray):
+    from predictor.proto import prediction_pb2
+
+    return prediction_pb2.PredictRequest(pool_key="bench", n_features=rows.shape[1],
+                                         features_f32le=rows.astype("<f4").tobytes())
+
+
+def build_go_load(directory: Path) -> Path:
+    """Compile ``benchmarks/grpc_load`` into ``directory`` (its modules come from the Go module proxy)."""
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("the go load generator needs the Go toolchain (`go` on PATH)")
+    binary = directory / "grpc-load"
+    build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=GO_LOAD_SOURCE, capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "GOFLAGS": "-mod=mod"})
+    if build.returncode != 0:
+        raise RuntimeError(f"cannot build {GO_LOAD_SOURCE}: {build.stderr.strip()}")
+    return binary
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def bench_update(kafka, versions: int = 10) -> dict:
@@ -194,11 +251,9 @@ def load(address: str, candidates_per_call: int, clients: int, seconds: float) -
     """Closed loop: each of ``clients`` threads sends its next call when the previous answer arrives."""
     import grpc
 
-    from predictor.proto import prediction_pb2, prediction_pb2_grpc
+    from predictor.proto import prediction_pb2_grpc
 
-    rows = candidates(candidates_per_call, seed=1)
-    request = prediction_pb2.PredictRequest(pool_key="bench", n_features=rows.shape[1],
-                                            features_f32le=rows.astype("<f4").tobytes())
+    request = predict_request(candidates(candidates_per_call, seed=1))
     channel = grpc.insecure_channel(address)
     stub = prediction_pb2_grpc.PredictionServiceStub(channel)
     for _ in range(50):

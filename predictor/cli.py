@@ -33,8 +33,12 @@ def register(subparsers) -> None:
     bench.add_argument("--workers", type=int, default=2, help="server threads serving gRPC calls")
     bench.add_argument("--threads", type=int, default=1,
                        help="threads one large batch's tree evaluation is split over (HEADROOM_PREDICTOR_THREADS)")
-    bench.add_argument("--coalesced", action="store_true",
-                       help="grpc: load through the coalescing PredictorClient instead of plain stub calls")
+    load = bench.add_mutually_exclusive_group()
+    load.add_argument("--coalesced", action="store_const", const="coalescing", dest="load_generator",
+                      help="grpc: load through the coalescing PredictorClient instead of plain stub calls")
+    load.add_argument("--go-load", action="store_const", const="go", dest="load_generator",
+                      help="grpc: load from the compiled generator in benchmarks/grpc_load (needs the go toolchain; "
+                           "costs the shared cores less CPU per call)")
     bench.add_argument("--models", type=int, default=4, choices=(1, 2, 3, 4),
                        help="models per pool: TTFT mean, TPOT mean, TTFT p90, TPOT p90")
     bench.set_defaults(run=run_bench)
@@ -66,7 +70,7 @@ def run_bench(args) -> int:
             print(json.dumps(row))
     if args.what in ("grpc", "all"):
         for row in bench.bench_grpc(tuple(args.candidates or (100, 1000)), args.clients, args.seconds,
-                                    args.workers, args.models, args.coalesced, args.threads):
+                                    args.workers, args.models, args.load_generator or "python", args.threads):
             print(json.dumps(row))
     if args.what in ("update", "all"):
         print(json.dumps(bench.bench_update(from_env(KafkaSettings))))

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.features import FEATURE_SCHEMA
 from contract.model_update import encode_update, make_update
+from predictor.bench import EFFECTIVE_PROMPT, candidates
 from router.engine import Engine
 from router.metering import Completion
 from router.metrics import RouterMetrics
@@ -54,20 +55,13 @@ class BenchResult:
     predict_p99_ms: float
 
 
-def _rows(n: int, rng: np.random.Generator) -> np.ndarray:
-    return feature_matrix({
-        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
-        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
-        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
-        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n)})
-
-
 def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
     import xgboost
     rng = np.random.default_rng(version)
-    x = _rows(4000, rng)
+    x = candidates(4000, seed=version)
     base = {"ttft": 30.0, "tpot": 8.0}[target]
-    y = base * (1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]) + 0.01 * x[:, 8] + rng.exponential(base * 0.2, len(x))
+    load = 1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]
+    y = base * load + 0.01 * x[:, EFFECTIVE_PROMPT] + rng.exponential(base * 0.2, len(x))
     params = {"max_depth": depth, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
               "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1, "seed": version}
     booster = xgboost.train(params, xgboost.DMatrix(x, label=y), trees)

@@ -144,6 +144,8 @@ class _Exchange:
         now = self.service.monotonic()
         if self.meter is not None:
             self.meter.feed(body.body, now)
+            if self.meter.first_text is not None:
+                self.service.first_token(self.dispatch)
         elif len(self.json_body) < MAX_METERED_JSON:
             self.json_body += body.body
         if body.end_of_stream:

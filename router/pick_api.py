@@ -87,7 +87,8 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
         value = getattr(state, name)
         if not 0.0 <= value <= 1.0:
             raise RequestError(f"candidate {state.server_id!r}: {name} must be within [0, 1], got {value}")
-    if min(state.num_waiting, state.num_running, state.inflight_requests, state.inflight_prompt_tokens) < 0:
+    if min(state.num_waiting, state.num_running, state.inflight_requests, state.inflight_prompt_tokens,
+           state.inflight_prefill_tokens) < 0:
         raise RequestError(f"candidate {state.server_id!r}: counts must not be negative")
     if not math.isfinite(state.metrics_age_s) or state.metrics_age_s < 0:
         raise RequestError(f"candidate {state.server_id!r}: metrics_age_s must be finite and not negative")
@@ -96,7 +97,7 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
         kv_cache_usage=state.kv_cache_usage, num_waiting=state.num_waiting, num_running=state.num_running,
         prefix_match=state.prefix_match, inflight_requests=state.inflight_requests,
         inflight_prompt_tokens=state.inflight_prompt_tokens, running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
-        metrics_age_s=state.metrics_age_s)
+        metrics_age_s=state.metrics_age_s, inflight_prefill_tokens=state.inflight_prefill_tokens)
 
 
 def response_of(dispatch: Dispatch) -> router_pb2.PickResponse:

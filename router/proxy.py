@@ -133,6 +133,8 @@ class Proxy:
         try:
             async for chunk in upstream.content.iter_any():
                 meter.feed(chunk, self.service.monotonic())
+                if meter.first_text is not None:
+                    self.service.first_token(dispatch)
                 await response.write(chunk)
         except (aiohttp.ClientError, TimeoutError):
             self.service.abandon(dispatch, "upstream-stream-broken")

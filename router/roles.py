@@ -62,6 +62,7 @@ class ServerSnapshot:
     inflight_prompt_tokens: int = 0
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
     metrics_age_s: float = 0.0  # how old the scraped metrics are
+    inflight_prefill_tokens: int = 0  # prompt tokens of streaming inflight_requests with no first token yet
 
     @property
     def is_idle(self) -> bool:

@@ -33,6 +33,7 @@ class ServerTable(Sequence[ServerSnapshot]):
     running_tpot_slos_ms: tuple[tuple[float, ...], ...]
     tightest_tpot_slo_ms: np.ndarray
     metrics_age_s: np.ndarray
+    inflight_prefill_tokens: np.ndarray
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -54,7 +55,8 @@ class ServerTable(Sequence[ServerSnapshot]):
             running_tpot_slos_ms=tuple(s.running_tpot_slos_ms for s in snaps),
             tightest_tpot_slo_ms=np.array([min(s.running_tpot_slos_ms, default=math.nan) for s in snaps],
                                           dtype=np.float64).reshape(len(snaps)),
-            metrics_age_s=column("metrics_age_s"), originals=snaps)
+            metrics_age_s=column("metrics_age_s"), inflight_prefill_tokens=column("inflight_prefill_tokens"),
+            originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
         """The servers at ``rows`` (row numbers), in that order."""
@@ -64,7 +66,7 @@ class ServerTable(Sequence[ServerSnapshot]):
             tuple(self.pool_key[i] for i in picked), self.kv_cache_usage[rows], self.num_waiting[rows],
             self.num_running[rows], self.prefix_match[rows], self.inflight_requests[rows],
             self.inflight_prompt_tokens[rows], tuple(self.running_tpot_slos_ms[i] for i in picked),
-            self.tightest_tpot_slo_ms[rows], self.metrics_age_s[rows],
+            self.tightest_tpot_slo_ms[rows], self.metrics_age_s[rows], self.inflight_prefill_tokens[rows],
             None if self.originals is None else tuple(self.originals[i] for i in picked))
 
     @property
@@ -95,4 +97,4 @@ class ServerTable(Sequence[ServerSnapshot]):
             self.server_id[i], self.address[i], self.pool_key[i], float(self.kv_cache_usage[i]),
             int(self.num_waiting[i]), int(self.num_running[i]), float(self.prefix_match[i]),
             int(self.inflight_requests[i]), int(self.inflight_prompt_tokens[i]), self.running_tpot_slos_ms[i],
-            float(self.metrics_age_s[i]))
+            float(self.metrics_age_s[i]), int(self.inflight_prefill_tokens[i]))

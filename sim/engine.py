@@ -37,10 +37,10 @@ _new_tuple = tuple.__new__  # builds a named tuple without its keyword-handling 
 
 class ServerEngine:
     """A simulated server. Drive it with :meth:`submit`, :meth:`advance_to` and :meth:`next_wake`;
-    collect :attr:`finished` outcomes and :attr:`dropped` requests."""
+    collect :attr:`finished` outcomes, :attr:`dropped` requests and :attr:`first_tokens`."""
 
     __slots__ = ("profile", "server_id", "pool_key", "record_tokens", "max_jump", "clock", "slowdown", "cache",
-                 "_type", "_slots", "_memory", "finished", "dropped", "prefix_queries", "prefix_hits", "_rng",
+                 "_type", "_slots", "_memory", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits", "_rng",
                  "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase", "_finish",
                  "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks", "_step_decoders")
 
@@ -57,6 +57,7 @@ class ServerEngine:
         self._type, self._slots, self._memory = profile.name, profile.max_num_seqs, profile.memory_used_bytes
         self.finished: list[Outcome] = []
         self.dropped: list[Dropped] = []
+        self.first_tokens: list[tuple[Request, float]] = []  # (request, time of its first token)
         self.prefix_queries = 0
         self.prefix_hits = 0
         self._rng = random.Random(seed)
@@ -170,7 +171,7 @@ class ServerEngine:
             setattr(twin, name, getattr(self, name))
         clones = {uid: seq.clone() for uid, seq in self._running.items()}
         twin.cache = self.cache.copy()
-        twin.finished, twin.dropped = [], []
+        twin.finished, twin.dropped, twin.first_tokens = [], [], []
         twin._rng = random.Random()
         twin._rng.setstate(self._rng.getstate())
         twin._running = clones
@@ -428,6 +429,7 @@ class ServerEngine:
             seq.generated += 1
             if seq.first_token_s is None:
                 seq.first_token_s = end
+                self.first_tokens.append((seq.request, end))
             if seq.times is not None:
                 seq.times.append(end)
             if seq.generated >= seq.request.output_tokens:

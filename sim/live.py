@@ -105,6 +105,7 @@ class LiveServer:
             now = self.virtual_now()
             self.engine.advance_to(now)
             self.engine.finished.clear()
+            self.engine.first_tokens.clear()
             self.engine.dropped.clear()
             progress, self._progress = self._progress, asyncio.Event()
             progress.set()

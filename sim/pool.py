@@ -54,18 +54,20 @@ def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str 
 
 
 class _Server:
-    __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "wake", "version", "snapshot")
+    __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
+                 "wake", "version", "snapshot")
 
     def __init__(self, spec: ServerSpec, engine: ServerEngine, state: str):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
-        self.inflight = self.inflight_tokens = 0
+        self.inflight = self.inflight_tokens = self.prefill_tokens = 0
+        self.prefilling: dict[str, int] = {}  # streaming request id -> prompt tokens, until its first token
         self.wake: float | None = None
         self.version = 0
         self.snapshot: ServerSnapshot | None = None
 
 
-_WAKE, _DONE, _READY, _ACTION = 0, 1, 2, 3
+_WAKE, _DONE, _READY, _ACTION, _FIRST = 0, 1, 2, 3, 4
 
 
 class PoolControl:
@@ -209,6 +211,7 @@ class _Run:
         view.snapshots = [s.snapshot for s in self.routable]
         view.inflight_requests = [s.inflight for s in self.routable]
         view.inflight_prompt_tokens = [s.inflight_tokens for s in self.routable]
+        view.inflight_prefill_tokens = [s.prefill_tokens for s in self.routable]
         view._engines = [s.engine for s in self.routable]
 
     # -- events ---------------------------------------------------------------------------------------
@@ -227,6 +230,15 @@ class _Run:
                 else:
                     self._complete(srv, outcome)
             engine.finished.clear()
+        if engine.first_tokens:
+            for request, first_s in engine.first_tokens:
+                if request.request_id not in srv.prefilling:
+                    continue
+                if first_s > now:
+                    self.push(first_s, _FIRST, (srv, request), 0)
+                else:
+                    self._first_token(srv, request)
+            engine.first_tokens.clear()
         if engine.dropped:
             for drop in engine.dropped:
                 self._forget(srv, drop.request)
@@ -239,13 +251,20 @@ class _Run:
             self.counter += 1
             heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
 
+    def _first_token(self, srv: _Server, request: Request) -> None:
+        srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
+        if srv.state == "ready":
+            self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
+
     def _forget(self, srv: _Server, request: Request) -> None:
         self.dispatched.pop(request.request_id, None)
         srv.inflight -= 1
         srv.inflight_tokens -= request.prompt_tokens
+        srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":
             self.view.inflight_requests[srv.index] = srv.inflight
             self.view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens
+            self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
         elif srv.state == "draining" and not srv.inflight:
             srv.state = "removed"
 
@@ -284,11 +303,15 @@ class _Run:
             raise SimulationError(f"pick chose {server_id!r}, which is not a routable server")
         i = srv.index
         self.dispatched[request.request_id] = (view.snapshots[i], view.prefix_match(i), srv.inflight,
-                                               srv.inflight_tokens, self.now, decision)
+                                               srv.inflight_tokens, srv.prefill_tokens, self.now, decision)
         srv.inflight += 1
         srv.inflight_tokens += request.prompt_tokens
+        if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never
+            srv.prefill_tokens += request.prompt_tokens
+            srv.prefilling[request.request_id] = request.prompt_tokens
         view.inflight_requests[i] = srv.inflight
         view.inflight_prompt_tokens[i] = srv.inflight_tokens
+        view.inflight_prefill_tokens[i] = srv.prefill_tokens
         srv.engine.submit(request, self.now)
         self.schedule(srv)
 
@@ -324,6 +347,8 @@ class _Run:
                         self.schedule(payload)
                 elif kind == _DONE:
                     self._complete(*payload)
+                elif kind == _FIRST:
+                    self._first_token(*payload)
                 elif kind == _READY:
                     if payload.state == "loading":
                         payload.state = "ready"

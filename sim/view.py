@@ -6,7 +6,8 @@ predictions it used (they go into the telemetry record). The view holds, for eac
 
 - ``snapshots[i]`` — the server's metrics as of the last scrape (stale by up to the scrape interval);
 - ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
-  finished (fresh: the router's own accounting);
+  finished (fresh: the router's own accounting); ``inflight_prefill_tokens[i]`` — the prompt tokens of
+  the streaming ones among them whose first token has not arrived (prefill queued ahead);
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate.
@@ -44,6 +45,7 @@ class Candidate:
     inflight_requests: int
     inflight_prompt_tokens: int
     prefix_match: float
+    inflight_prefill_tokens: int = 0
 
     @property
     def server_id(self) -> str:
@@ -53,8 +55,8 @@ class Candidate:
 class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
-    __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens", "_engines",
-                 "_matches")
+    __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
+                 "inflight_prefill_tokens", "_engines", "_matches")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -62,6 +64,7 @@ class PoolView:
         self.snapshots: list[ServerSnapshot] = []
         self.inflight_requests: list[int] = []
         self.inflight_prompt_tokens: list[int] = []
+        self.inflight_prefill_tokens: list[int] = []
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
 
@@ -80,7 +83,8 @@ class PoolView:
         return list(self._engines)
 
     def candidates(self) -> list[Candidate]:
-        return [Candidate(s, self.inflight_requests[i], self.inflight_prompt_tokens[i], self.prefix_match(i))
+        return [Candidate(s, self.inflight_requests[i], self.inflight_prompt_tokens[i], self.prefix_match(i),
+                          self.inflight_prefill_tokens[i])
                 for i, s in enumerate(self.snapshots)]
 
     def _start(self, request: Request, now: float) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from contract.features import RAW_COLUMNS
 from streams.window import Row, WindowLimits, admits, evictions, expired, snapshot
 from trainer.samples import Samples
 
@@ -146,7 +147,8 @@ class Windows:
         """Rebuild from table entries (as written by :meth:`flush`, or that JSON decoded); returns the rows restored.
 
         Only entries of telemetry ``partitions`` are kept (None: all). Rows of records past their partition's
-        high-water mark (a flush cut short by a crash) are dropped: those records will be read again.
+        high-water mark (a flush cut short by a crash) are dropped: those records will be read again. So are
+        rows written under another feature schema (a different number of raw columns): they cannot be trained on.
         """
         self._windows.clear()
         self.high_water.clear()
@@ -170,7 +172,7 @@ class Windows:
         for window, stratum, partition, value in parts:
             high_water = self.high_water.get(partition, -1)
             for time, observed, seq, offset, *raw in value:
-                if offset <= high_water:
+                if offset <= high_water and len(raw) == len(RAW_COLUMNS):
                     time, observed, raw = float(time), float(observed), tuple(float(v) for v in raw)
                     row = Row(time, observed, raw, row_key(partition, offset, window[1]), int(seq), partition,
                               offset, encode_row(time, observed, int(seq), offset, raw))

@@ -137,6 +137,7 @@ def _features(request: Request, table: ServerTable, rows: np.ndarray | None) -> 
         "prefix_match": column(table.prefix_match), "inflight_requests": column(table.inflight_requests),
         "inflight_prompt_tokens": column(table.inflight_prompt_tokens),
         "max_tokens": np.full(n, request.max_tokens, dtype=np.float32),
+        "inflight_prefill_tokens": column(table.inflight_prefill_tokens),
     })
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ServerState(_message.Message):
-    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s")
+    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class ServerState(_message.Message):
     INFLIGHT_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TPOT_SLOS_MS_FIELD_NUMBER: _ClassVar[int]
     METRICS_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     server_id: str
     address: str
     pool_key: str
@@ -30,7 +31,8 @@ class ServerState(_message.Message):
     inflight_prompt_tokens: int
     running_tpot_slos_ms: _containers.RepeatedScalarFieldContainer[float]
     metrics_age_s: float
-    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ...) -> None: ...
+    inflight_prefill_tokens: int
+    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ...) -> None: ...
 
 class PickRequest(_message.Message):
     __slots__ = ("request_id", "headers", "body", "chat", "prompt_tokens", "max_tokens", "stream", "block_hashes", "candidates")

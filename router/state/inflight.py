@@ -1,14 +1,16 @@
 """The router's own accounting of requests it dispatched that have not finished, per server.
 
-Each request is tracked by id from :meth:`Inflight.start` to :meth:`Inflight.finish`; finishing twice or
-finishing an unknown id changes nothing, so the counts can never go negative. A request that never
+Each request is tracked by id from :meth:`Inflight.start` to :meth:`Inflight.finish`; the prompt tokens of a
+streaming request also count as prefill work queued on its server until :meth:`Inflight.first_token` (a
+non-streaming request's first token is never seen, so it never counts there). Finishing twice, a second first token, or an unknown id changes nothing,
+so the counts can never go negative. A request that never
 finishes (a lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date
 on every change, so reading them costs nothing. Time is passed in, never read here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +20,7 @@ class InflightRequest:
     prompt_tokens: int
     tpot_slo_ms: float | None
     started: float
+    prefilling: bool = False  # streaming, no first token seen yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +28,7 @@ class ServerLoad:
     requests: int = 0
     prompt_tokens: int = 0
     tpot_slos_ms: tuple[float, ...] = ()
+    prefill_tokens: int = 0  # prompt tokens of the streaming requests with no first token yet
 
 
 IDLE = ServerLoad()
@@ -37,13 +41,24 @@ class Inflight:
         self._load: dict[str, ServerLoad] = {}
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
-              now: float) -> None:
+              now: float, stream: bool = False) -> None:
         self.finish(request_id)  # a reused id replaces its earlier entry
-        entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now)
+        entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now, stream)
         self._requests[request_id] = entry
         load = self._load.get(server_id, IDLE)
         slos = load.tpot_slos_ms + (tpot_slo_ms,) if tpot_slo_ms is not None else load.tpot_slos_ms
-        self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos)
+        prefill = load.prefill_tokens + entry.prompt_tokens if stream else load.prefill_tokens
+        self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos, prefill)
+
+    def first_token(self, request_id: str) -> InflightRequest | None:
+        """The request's first token arrived: its prompt is no longer prefill work queued on its server."""
+        entry = self._requests.get(request_id)
+        if entry is None or not entry.prefilling:
+            return None
+        self._requests[request_id] = replace(entry, prefilling=False)
+        load = self._load[entry.server_id]
+        self._load[entry.server_id] = replace(load, prefill_tokens=load.prefill_tokens - entry.prompt_tokens)
+        return entry
 
     def finish(self, request_id: str) -> InflightRequest | None:
         entry = self._requests.pop(request_id, None)
@@ -56,8 +71,9 @@ class Inflight:
             slos = list(load.tpot_slos_ms)
             if entry.tpot_slo_ms is not None:
                 slos.remove(entry.tpot_slo_ms)
+            prefill = load.prefill_tokens - entry.prompt_tokens if entry.prefilling else load.prefill_tokens
             self._load[entry.server_id] = ServerLoad(load.requests - 1, load.prompt_tokens - entry.prompt_tokens,
-                                                     tuple(slos))
+                                                     tuple(slos), prefill)
         return entry
 
     def expire(self, now: float) -> list[str]:

@@ -62,7 +62,7 @@ class PoolState:
         self._prefix_bits = self.prefix.bits(ids)
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
-        self._inflight_requests, self._inflight_tokens = np.zeros(n), np.zeros(n)
+        self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
         self._tightest_tpot_slo = np.full(n, math.nan)
         self._tpot_slos: list[tuple[float, ...]] = [()] * n
         for sid in ids:
@@ -108,14 +108,20 @@ class PoolState:
             prefix_match=prefix[column(self._prefix_bits)], inflight_requests=column(self._inflight_requests),
             inflight_prompt_tokens=column(self._inflight_tokens), running_tpot_slos_ms=names(self._tpot_slos),
             tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
-            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)))  # never scraped: inf
+            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
+            inflight_prefill_tokens=column(self._prefill_tokens))
 
     def dispatched(self, request: Request, server_id: str, now: float) -> None:
         """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""
         self.inflight.start(request.request_id, server_id, request.prompt_tokens,
-                            request.slo_tpot_ms if request.stream else None, now)
+                            request.slo_tpot_ms if request.stream else None, now, request.stream)
         self.prefix.record(server_id, request.block_hashes)
         self._store_load(server_id)
+
+    def first_token(self, request_id: str) -> None:
+        entry = self.inflight.first_token(request_id)
+        if entry is not None:
+            self._store_load(entry.server_id)
 
     def completed(self, request_id: str) -> None:
         entry = self.inflight.finish(request_id)
@@ -138,5 +144,6 @@ class PoolState:
             return
         load = self.inflight.load_of(server_id)
         self._inflight_requests[i], self._inflight_tokens[i] = load.requests, load.prompt_tokens
+        self._prefill_tokens[i] = load.prefill_tokens
         self._tpot_slos[i] = load.tpot_slos_ms
         self._tightest_tpot_slo[i] = min(load.tpot_slos_ms, default=math.nan)

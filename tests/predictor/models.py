@@ -10,19 +10,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np
 import xgboost
 
-from contract.features import FEATURE_SCHEMA, feature_matrix
+from contract.features import FEATURE_SCHEMA
 from contract.model_update import encode_update, make_update
+from predictor.bench import EFFECTIVE_PROMPT, candidates
 
 
-def candidate_rows(n: int, seed: int = 0) -> np.ndarray:
-    """Feature rows of plausible candidate servers, via the contract's feature function."""
-    rng = np.random.default_rng(seed)
-    return feature_matrix({
-        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
-        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
-        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
-        "inflight_prompt_tokens": rng.integers(0, 200_000, n), "max_tokens": rng.integers(1, 2048, n),
-    })
+candidate_rows = candidates
 
 
 def latency_ms(rows: np.ndarray, target: str, seed: int = 0) -> np.ndarray:
@@ -30,7 +23,7 @@ def latency_ms(rows: np.ndarray, target: str, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed + 1)
     base = {"ttft": 20.0, "tpot": 8.0, "e2e": 900.0}[target]
     load = 1 + 3 * rows[:, 0] + 0.2 * rows[:, 1] + 0.02 * rows[:, 2]
-    return base * load + 0.01 * rows[:, 8] + rng.exponential(base * 0.2, len(rows))
+    return base * load + 0.01 * rows[:, EFFECTIVE_PROMPT] + rng.exponential(base * 0.2, len(rows))
 
 
 def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, seed: int = 0,

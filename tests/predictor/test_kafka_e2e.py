@@ -24,7 +24,7 @@ def publish(kafka, topic, *messages):
 
 
 def served(stub):
-    request = prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10,
+    request = prediction_pb2.PredictRequest(pool_key="pool-a", n_features=ROWS.shape[1],
                                             features_f32le=ROWS.astype("<f4").tobytes())
     response = stub.Predict(request, timeout=5)
     return {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, "<f4")) for p in response.predictions}

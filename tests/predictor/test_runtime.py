@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import xgboost
 
+from contract.features import FEATURE_NAMES
 from predictor.errors import InvalidBatch, NotReady, UnknownPool
 from predictor.runtime import ModelRuntime, Outcome
 
@@ -95,7 +96,7 @@ def test_prediction_errors_say_what_is_wrong(boosters):
     runtime.apply(message(boosters["v1"], 1))
     with pytest.raises(UnknownPool, match="'pool-b'.*pool-a"):
         runtime.predict("pool-b", ROWS)
-    with pytest.raises(InvalidBatch, match="expected rows of 10 features"):
+    with pytest.raises(InvalidBatch, match=f"expected rows of {len(FEATURE_NAMES)} features"):
         runtime.predict("pool-a", ROWS[:, :9])
     with pytest.raises(InvalidBatch, match="empty batch"):
         runtime.predict("pool-a", ROWS[:0])

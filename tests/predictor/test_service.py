@@ -6,7 +6,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from contract.features import FEATURE_SCHEMA
+from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
 from predictor.proto import prediction_pb2, prediction_pb2_grpc
 from predictor.runtime import ModelRuntime
 from predictor.server import SERVICE_NAME
@@ -14,6 +14,7 @@ from predictor.server import SERVICE_NAME
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(30, seed=11)
+WIDTH = len(FEATURE_NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def runtime_with(boosters) -> ModelRuntime:
 
 
 def request(rows=ROWS, pool_key="pool-a", **fields):
-    return prediction_pb2.PredictRequest(pool_key=pool_key, n_features=rows.shape[1] if rows.ndim == 2 else 10,
+    return prediction_pb2.PredictRequest(pool_key=pool_key, n_features=rows.shape[1] if rows.ndim == 2 else WIDTH,
                                          features_f32le=rows.astype("<f4").tobytes(), **fields)
 
 
@@ -44,7 +45,7 @@ def test_predicts_every_model_with_versions(start_server, boosters):
     channel, stub = stub_of(server)
     with channel:
         for req in (request(feature_schema=FEATURE_SCHEMA),
-                    prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10,
+                    prediction_pb2.PredictRequest(pool_key="pool-a", n_features=WIDTH,
                                                   features=prediction_pb2.FloatRows(values=ROWS.ravel()))):
             response = stub.Predict(req, timeout=5)
             got = {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, "<f4"))
@@ -67,11 +68,11 @@ def _bad_rows():
 
 @pytest.mark.parametrize(("make", "code", "text"), [
     (lambda: request(ROWS[:, :7]), grpc.StatusCode.INVALID_ARGUMENT, "n_features is 7"),
-    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10, features_f32le=b"\0" * 44),
-     grpc.StatusCode.INVALID_ARGUMENT, "44 bytes, not a whole number of rows"),
+    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=WIDTH, features_f32le=b"\0" * (4 * WIDTH + 4)),
+     grpc.StatusCode.INVALID_ARGUMENT, f"{4 * WIDTH + 4} bytes, not a whole number of rows"),
     (lambda: request(_bad_rows()), grpc.StatusCode.INVALID_ARGUMENT, "non-finite feature 'num_running' = nan in row 4"),
     (lambda: request(ROWS[:0]), grpc.StatusCode.INVALID_ARGUMENT, "empty batch"),
-    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=10), grpc.StatusCode.INVALID_ARGUMENT,
+    (lambda: prediction_pb2.PredictRequest(pool_key="pool-a", n_features=WIDTH), grpc.StatusCode.INVALID_ARGUMENT,
      "empty batch"),
     (lambda: request(pool_key="nowhere"), grpc.StatusCode.INVALID_ARGUMENT, "no model for pool key 'nowhere'"),
     (lambda: request(feature_schema="v0:x"), grpc.StatusCode.INVALID_ARGUMENT, "feature_schema 'v0:x' differs"),

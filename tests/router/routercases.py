@@ -71,6 +71,12 @@ def router_config(addresses, *, scheduling=None, **settings):
     return load_config(data, environ={})
 
 
+def in_flight(router) -> tuple[int, int]:
+    """Requests and prefill tokens the router has in flight, over all servers."""
+    loads = router.pool.inflight.load().values()
+    return sum(load.requests for load in loads), sum(load.prefill_tokens for load in loads)
+
+
 async def wait_for(condition, timeout_s: float = 5.0, step_s: float = 0.01) -> bool:
     import asyncio
     for _ in range(int(timeout_s / step_s)):

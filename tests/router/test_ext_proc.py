@@ -12,7 +12,7 @@ from contract.settings import from_env
 from contract.topics import KafkaSettings
 from router.ext_proc import DESTINATION_HEADER
 from router.server import RouterServer
-from tests.router.routercases import TablePredictor, router_config, wait_for
+from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
 
@@ -81,6 +81,29 @@ def test_routes_and_meters_a_streaming_response():
     assert record.request_id == "env-1" and record.output_tokens == 4 and record.stream
     assert record.predicted_ttft_ms == 100.0 and record.tpot_ms is not None
     assert len(router.pool.inflight) == 0
+
+
+def test_the_first_streamed_token_ends_the_prefill_accounting():
+    async def scenario(router, servers):
+        body = {"prompt": "hello world", "max_tokens": 4, "stream": True}
+        first, rest = sse({"choices": [{"text": "ab"}]}, {"choices": [{"text": "cd"}]})[:1], sse()
+        loads = []
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.ext_proc_port}") as channel:
+            call = ep_grpc.ExternalProcessorStub(channel).Process()
+            for message in request_messages({"x-request-id": "env-2"}, body) + [
+                    ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=header_map({":status": "200"})))]:
+                await call.write(message)
+                await call.read()
+            loads.append(in_flight(router))
+            for chunk, last in ((first[0], False), (rest[0], True)):
+                await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=chunk, end_of_stream=last)))
+                await call.read()
+                loads.append(in_flight(router))
+            await call.done_writing()
+        return loads
+    (before, after_first, done), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    assert before[0] == 1 and before[1] > 0
+    assert after_first == (1, 0) and done == (0, 0)
 
 
 def test_immediate_errors():

@@ -8,7 +8,7 @@ import aiohttp
 from contract.settings import from_env
 from contract.topics import KafkaSettings
 from router.server import RouterServer
-from tests.router.routercases import TablePredictor, router_config, wait_for
+from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
 PREDICT = {"x-prediction-based-scheduling": "true"}
@@ -47,19 +47,25 @@ def test_non_streaming_request_is_proxied_and_recorded():
 
 def test_streaming_measures_tpot_in_tokens_and_records_the_prediction():
     async def scenario():
-        async with upstreams(Upstream("a", tokens_per_chunk=3), Upstream("b", tokens_per_chunk=3)) as servers:
+        async with upstreams(*(Upstream(name, tokens_per_chunk=3, first_token_delay_s=0.2) for name in "ab")) \
+                as servers:
             router = await started(servers, predictor=TablePredictor(base=40.0, tpot=7.0))
-            chunks = []
+            chunks, loads = [], []
             async with aiohttp.ClientSession() as http:
                 async with http.post(f"http://127.0.0.1:{router.http_port}/v1/chat/completions", headers=PREDICT,
                                      json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9,
                                            "stream": True}) as response:
+                    loads.append(in_flight(router))  # headers are back: dispatched, no token yet
                     async for line in response.content:
+                        if b"tok" in line and len(loads) == 1:
+                            loads.append(in_flight(router))  # the first token went by
                         chunks.append(line)
             await router.stop()
-            return chunks, router
-    chunks, router = run(scenario)
+            return chunks, router, loads
+    chunks, router, loads = run(scenario)
     assert chunks[-2:] == [b"data: [DONE]\n", b"\n"]
+    (before, after) = loads  # (requests, prefill tokens) in flight
+    assert before[0] == 1 and before[1] > 0 and after == (1, 0)
     (record,) = router.telemetry.records
     assert record.stream is True and record.output_tokens == 9  # 3 chunks of 3 tokens, counted in tokens
     assert record.ttft_ms is not None and record.tpot_ms is not None and record.tpot_ms > 0

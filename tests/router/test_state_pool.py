@@ -28,6 +28,9 @@ def test_snapshot_combines_metrics_inflight_and_prefix():
     assert (a.inflight_requests, a.inflight_prompt_tokens, a.running_tpot_slos_ms) == (1, 64, (25.0,))
     assert a.prefix_match == 1.0 and b.prefix_match == 0.0
     assert a.metrics_age_s == 0.5 and b.pool_key == "h100"
+    assert (a.inflight_prefill_tokens, b.inflight_prefill_tokens) == (64, 0)
+    pool.first_token("r1")
+    assert pool.snapshots(req(), now=10.6)[0].inflight_prefill_tokens == 0
     pool.completed("r1")
     assert pool.snapshots(req(), now=11)[0].inflight_requests == 0
 

@@ -1,7 +1,8 @@
 """A minimal real OpenAI-compatible model server for router tests (aiohttp, on 127.0.0.1).
 
-Streams ``max_tokens`` tokens (default 6), ``tokens_per_chunk`` per SSE chunk, ``token_delay_s`` apart,
-ends with a ``usage`` chunk when asked (``stream_options.include_usage``), and serves vLLM metrics.
+Streams ``max_tokens`` tokens (default 6) from ``first_token_delay_s`` after the headers, ``tokens_per_chunk``
+per SSE chunk, ``token_delay_s`` apart, ends with a ``usage`` chunk when asked (``stream_options.include_usage``),
+and serves vLLM metrics.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from aiohttp import web
 
 class Upstream:
     def __init__(self, name: str, *, waiting: int = 0, running: int = 0, kv: float = 0.1,
-                 tokens_per_chunk: int = 1, token_delay_s: float = 0.002):
+                 tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
         self.token_delay_s = token_delay_s
+        self.first_token_delay_s = first_token_delay_s
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -65,6 +67,7 @@ class Upstream:
             return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
+        await asyncio.sleep(self.first_token_delay_s)
         sent = 0
         while sent < tokens:
             n = min(self.tokens_per_chunk, tokens - sent)

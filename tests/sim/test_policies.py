@@ -25,6 +25,7 @@ def _view(waiting: list[int], kv: list[float], inflight: list[int],
                       for i, (w, k) in enumerate(zip(waiting, kv))]
     view.inflight_requests = list(inflight)
     view.inflight_prompt_tokens = [0] * len(waiting)
+    view.inflight_prefill_tokens = [100 * n for n in inflight]
     view._engines = engines
     view._start(request, 0.0)
     return view, request
@@ -72,4 +73,5 @@ def test_candidates_bundle_what_the_view_knows() -> None:
     view, _ = _view([1, 0], [0.2, 0.4], [3, 1], [10, 0])
     first, second = view.candidates()
     assert (first.server_id, first.inflight_requests, first.prefix_match) == ("s0", 3, 0.25)
+    assert (first.inflight_prefill_tokens, second.inflight_prefill_tokens) == (300, 100)
     assert (second.snapshot.kv_cache_usage, second.prefix_match) == (0.4, 0.0)

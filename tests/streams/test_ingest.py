@@ -65,6 +65,18 @@ def test_a_replayed_offset_is_skipped():
     assert ing.windows.size(("h100/llama3-8b", "ttft")) == 2
 
 
+def test_rows_of_another_feature_schema_are_not_restored():
+    ing, table = ingestor(), Table()
+    for offset, record in enumerate(synthetic_records(20, seed=5, rate_per_s=100.0)):
+        ing.ingest(encode(record), 0, offset)
+    table.flush(ing.windows)
+    key, value = next((k, v) for k, v in table.items() if not k.startswith("hwm:"))
+    rows = json.loads(value)
+    older = [row[:-1] for row in rows[:-1]] + rows[-1:]  # all but the last row lack a raw column
+    assert Windows(WindowLimits()).restore({**table, key: json.dumps(older).encode()}.items()) == \
+        table.rows() - len(rows) + 1
+
+
 def test_table_entries_restore_the_same_windows_and_high_water_marks():
     limits = WindowLimits(max_rows=5, max_age_s=60.0)
     ing, table = ingestor(limits), Table()

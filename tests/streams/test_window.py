@@ -1,10 +1,11 @@
 import pytest
 
+from contract.features import FEATURE_NAMES, RAW_COLUMNS
 from streams.window import Row, WindowLimits, admits, evictions, live, snapshot
 
 
 def rows_at(*times: float) -> list[Row]:
-    return [Row(t, 10.0 * i, (1.0,) * 8, f"k{i}") for i, t in enumerate(times)]
+    return [Row(t, 10.0 * i, (1.0,) * len(RAW_COLUMNS), f"k{i}") for i, t in enumerate(times)]
 
 
 LIMITS = WindowLimits(max_rows=3, max_age_s=60.0)
@@ -43,7 +44,7 @@ def test_snapshot_labels_every_live_row_with_its_stratum():
     assert len(samples) == 2
     assert samples.strata.tolist() == ["q0/kv00/pm0", "q1-2/kv05/pm1"]
     assert samples.times.tolist() == [95.0, 99.0]
-    assert samples.features().shape == (2, 10)
+    assert samples.features().shape == (2, len(FEATURE_NAMES))
 
 
 def test_limits_reject_nonsense():
