@@ -16,7 +16,7 @@ routing without SLO headers, with SLO headers under each ``headroomSelectionStra
 router's defaults (``--sharpness``, ``--affinity``; the models are trained with the defaults either
 way), and the oracle (each request to the server with its lowest true TTFT, found by simulating
 forward). SLO attainment counts requests with TTFT ≤ the TTFT SLO and TPOT ≤ the TPOT SLO; goodput is
-such requests per second.
+such requests per second. With ``--seeds N`` every run is repeated with seeds 0…N−1 and the table gives means.
 """
 
 from __future__ import annotations
@@ -131,6 +131,9 @@ def main() -> int:
                         help="Comma-separated affinityThreshold values to compare with the router's default "
                              "(e.g. 0.8, the reference's).")
     parser.add_argument("--no-oracle", action="store_true")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="Repeat each run with this many seeds (simulator and pickers) and report the means; "
+                             "SLO attainment also gives the range.")
     args = parser.parse_args()
     slo = (args.slo_ttft_ms, args.slo_tpot_ms)
     capacity = capacity_rps(trace_slices(args.trace, args.requests, None)[0])
@@ -143,22 +146,29 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for load in loads:
         _, requests = trace_slices(args.trace, args.requests, load * SERVERS * capacity)
-        policies = [("round-robin", policy("round-robin")), ("least-queue", policy("least-queue")),
-                    ("composite", policy("composite"))]
+        policies = [("round-robin", lambda seed: policy("round-robin", seed)),
+                    ("least-queue", lambda seed: policy("least-queue", seed)),
+                    ("composite", lambda seed: policy("composite", seed))]
         for k in [None] + [float(x) for x in args.sharpness.split(",") if x]:
             for affinity in [None] + [float(x) for x in args.affinity.split(",") if x]:
                 suffix = ("" if k is None else f" k={k:g}") + ("" if affinity is None else f" aff={affinity:g}")
                 options = {"sharpness": k, "affinity": affinity}
-                policies += [(f"predicted{suffix}", router_pick(runtime, None, **options)),
-                             (f"predicted+SLO least{suffix}", router_pick(runtime, slo, strategy="least", **options)),
-                             (f"predicted+SLO most{suffix}", router_pick(runtime, slo, strategy="most", **options))]
+                policies += [
+                    (f"predicted{suffix}", lambda seed, o=options: router_pick(runtime, None, seed, **o)),
+                    (f"predicted+SLO least{suffix}",
+                     lambda seed, o=options: router_pick(runtime, slo, seed, strategy="least", **o)),
+                    (f"predicted+SLO most{suffix}",
+                     lambda seed, o=options: router_pick(runtime, slo, seed, strategy="most", **o))]
         if not args.no_oracle:
-            policies.append(("oracle", oracle_pick))
-        for name, pick in policies:
-            result = run(requests, uniform_pool(SERVERS), pick, seed=0)
-            r = row(name, load, requests, result, slo)
-            print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.0f} | {r[3]:.0f} | {r[4]:.1f} | {r[5]:.3f} | {r[6]:.2f} | {r[7]:.3f} |",
-                  flush=True)
+            policies.append(("oracle", lambda seed: oracle_pick))
+        for name, make in policies:
+            runs = [row(name, load, requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed), slo)
+                    for seed in range(args.seeds)]
+            r = [name, load, *np.mean([r[2:] for r in runs], axis=0)]
+            attained = [r[5] for r in runs]
+            spread = f" ({min(attained):.3f}–{max(attained):.3f})" if args.seeds > 1 else ""
+            print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.0f} | {r[3]:.0f} | {r[4]:.1f} | {r[5]:.3f}{spread} | {r[6]:.2f} | "
+                  f"{r[7]:.3f} |", flush=True)
     return 0
 
 
