@@ -8,7 +8,8 @@ its completion (prequential evaluation: what a router would have got), so each p
 model has never seen. Usage: ``python benchmarks/pipeline_accuracy.py --trace azure --load 0.7``;
 ``--target-transform identity`` trains on milliseconds instead of log milliseconds (the reference's way);
 ``--calibration-fraction 0`` leaves quantile models uncalibrated; ``--no-refit`` publishes promoted candidates
-as fitted, without their holdout rows.
+as fitted, without their holdout rows. The worker's ``HEADROOM_*`` settings (e.g. ``HEADROOM_WINDOW_MAX_ROWS``)
+apply.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contract.features import records_matrix, target_value  # noqa: E402
+from contract.settings import from_env  # noqa: E402
 from contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
 from contract.telemetry import encode  # noqa: E402
 from sim.bench import capacity_rps  # noqa: E402
@@ -68,7 +70,7 @@ def main() -> None:
 
     records = sorted(simulate(args.trace, args.load, args.servers, args.requests, args.seed),
                      key=lambda r: r.completion_ts)
-    settings = PipelineSettings()
+    settings = from_env(PipelineSettings)  # the worker's HEADROOM_* settings apply here too
     train_params = [dataclasses.replace(p, target_transform=args.target_transform) for p in settings.train_params]
     round_spec = dataclasses.replace(settings.round_spec, calibration_fraction=args.calibration_fraction,
                                      refit_promoted=not args.no_refit)

@@ -15,7 +15,8 @@ from contract.telemetry import TelemetryRecord
 
 # Raw inputs, as named in the telemetry record.
 RAW_COLUMNS = ("kv_cache_usage", "num_waiting", "num_running", "prompt_tokens", "prefix_match",
-               "inflight_requests", "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens")
+               "inflight_requests", "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens",
+               "last_token_age_ms", "token_interval_ms")
 
 # Model features, in the order of the columns of a feature matrix.
 FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")

@@ -28,6 +28,7 @@ MAX_RECORD_BYTES = 16 * 1024
 MAX_ID_CHARS = 256
 MAX_INTEGER = 2**53 - 1  # integers JSON readers everywhere hold exactly
 TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
+NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
 
 class InvalidRecord(ValueError):
@@ -60,6 +61,10 @@ class TelemetryRecord:
     max_tokens: int = 0  # the request's output cap; 0 when unknown
     # Prompt tokens of the streaming inflight_requests whose first token had not arrived: prefill queued ahead.
     inflight_prefill_tokens: int = 0
+    # The server's step rhythm as seen in the streams the router relays: ms since the last token it streamed
+    # (at most NO_TOKEN_AGE_MS) and ms between its last two batch steps that streamed one (0 when unknown).
+    last_token_age_ms: float = NO_TOKEN_AGE_MS
+    token_interval_ms: float = 0.0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     predicted_ttft_ms: float | None = None
@@ -80,7 +85,7 @@ FIELD_KINDS = {
                      "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens"), "count"),
     **dict.fromkeys(("kv_cache_usage", "prefix_match"), "fraction"),
     **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
-                     "slo_ttft_ms", "slo_tpot_ms"), "latency"),
+                     "slo_ttft_ms", "slo_tpot_ms", "last_token_age_ms", "token_interval_ms"), "latency"),
     "model_versions": "versions",
     "priority": "integer",
 }

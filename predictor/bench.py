@@ -41,7 +41,8 @@ def candidates(n: int, seed: int = 0) -> np.ndarray:
         "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
         "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
         "inflight_prompt_tokens": inflight_tokens, "max_tokens": rng.integers(1, 2048, n),
-        "inflight_prefill_tokens": (inflight_tokens * rng.uniform(0, 1, n)).astype(np.int64)})
+        "inflight_prefill_tokens": (inflight_tokens * rng.uniform(0, 1, n)).astype(np.int64),
+        "last_token_age_ms": rng.exponential(20, n), "token_interval_ms": rng.uniform(5, 60, n)})
 
 
 def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:

@@ -27,6 +27,8 @@ def probe_rows() -> np.ndarray:
         "inflight_prompt_tokens": rng.integers(0, 1_000_000, _ROWS),
         "max_tokens": rng.integers(1, 8_192, _ROWS),
         "inflight_prefill_tokens": rng.integers(0, 1_000_000, _ROWS),
+        "last_token_age_ms": rng.uniform(0.0, 10_000.0, _ROWS),
+        "token_interval_ms": rng.uniform(0.0, 1_000.0, _ROWS),
     }
     for name, values in columns.items():  # row 0: an idle server, smallest request; row 1: saturated
         values[0] = 1 if name in ("prompt_tokens", "max_tokens") else 0

@@ -143,9 +143,10 @@ class _Exchange:
             return
         now = self.service.monotonic()
         if self.meter is not None:
+            seen = self.meter.text_chunks
             self.meter.feed(body.body, now)
-            if self.meter.first_text is not None:
-                self.service.first_token(self.dispatch)
+            if self.meter.text_chunks > seen:
+                self.service.streamed(self.dispatch, first=seen == 0)
         elif len(self.json_body) < MAX_METERED_JSON:
             self.json_body += body.body
         if body.end_of_stream:

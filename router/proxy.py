@@ -132,9 +132,10 @@ class Proxy:
         meter = StreamMeter(dispatch.dispatch_mono)
         try:
             async for chunk in upstream.content.iter_any():
+                seen = meter.text_chunks
                 meter.feed(chunk, self.service.monotonic())
-                if meter.first_text is not None:
-                    self.service.first_token(dispatch)
+                if meter.text_chunks > seen:
+                    self.service.streamed(dispatch, first=seen == 0)
                 await response.write(chunk)
         except (aiohttp.ClientError, TimeoutError):
             self.service.abandon(dispatch, "upstream-stream-broken")

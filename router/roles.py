@@ -21,6 +21,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from contract.telemetry import NO_TOKEN_AGE_MS
+
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
 
 
@@ -63,6 +65,8 @@ class ServerSnapshot:
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
     metrics_age_s: float = 0.0  # how old the scraped metrics are
     inflight_prefill_tokens: int = 0  # prompt tokens of streaming inflight_requests with no first token yet
+    last_token_age_ms: float = NO_TOKEN_AGE_MS  # since the server last streamed a token through this router
+    token_interval_ms: float = 0.0  # between its last two steps that streamed one (0: unknown)
 
     @property
     def is_idle(self) -> bool:

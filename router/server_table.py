@@ -34,6 +34,8 @@ class ServerTable(Sequence[ServerSnapshot]):
     tightest_tpot_slo_ms: np.ndarray
     metrics_age_s: np.ndarray
     inflight_prefill_tokens: np.ndarray
+    last_token_age_ms: np.ndarray
+    token_interval_ms: np.ndarray
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -56,6 +58,7 @@ class ServerTable(Sequence[ServerSnapshot]):
             tightest_tpot_slo_ms=np.array([min(s.running_tpot_slos_ms, default=math.nan) for s in snaps],
                                           dtype=np.float64).reshape(len(snaps)),
             metrics_age_s=column("metrics_age_s"), inflight_prefill_tokens=column("inflight_prefill_tokens"),
+            last_token_age_ms=column("last_token_age_ms"), token_interval_ms=column("token_interval_ms"),
             originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
@@ -67,6 +70,7 @@ class ServerTable(Sequence[ServerSnapshot]):
             self.num_running[rows], self.prefix_match[rows], self.inflight_requests[rows],
             self.inflight_prompt_tokens[rows], tuple(self.running_tpot_slos_ms[i] for i in picked),
             self.tightest_tpot_slo_ms[rows], self.metrics_age_s[rows], self.inflight_prefill_tokens[rows],
+            self.last_token_age_ms[rows], self.token_interval_ms[rows],
             None if self.originals is None else tuple(self.originals[i] for i in picked))
 
     @property
@@ -97,4 +101,5 @@ class ServerTable(Sequence[ServerSnapshot]):
             self.server_id[i], self.address[i], self.pool_key[i], float(self.kv_cache_usage[i]),
             int(self.num_waiting[i]), int(self.num_running[i]), float(self.prefix_match[i]),
             int(self.inflight_requests[i]), int(self.inflight_prompt_tokens[i]), self.running_tpot_slos_ms[i],
-            float(self.metrics_age_s[i]), int(self.inflight_prefill_tokens[i]))
+            float(self.metrics_age_s[i]), int(self.inflight_prefill_tokens[i]), float(self.last_token_age_ms[i]),
+            float(self.token_interval_ms[i]))

@@ -4,7 +4,7 @@
 or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
 latency metrics and sends one telemetry record carrying the prediction that was used;
-:meth:`RouterService.first_token` marks a streaming request's first token; :meth:`RouterService.abandon`
+:meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
 releases a request that failed. All calls run on one event loop thread.
 """
 
@@ -98,9 +98,12 @@ class RouterService:
             self.metrics.telemetry.labels("sent").inc()
         return record
 
-    def first_token(self, dispatch: Dispatch) -> None:
-        """The request's first token went by: its prompt no longer counts as prefill queued on its server."""
-        self.pool.first_token(dispatch.request.request_id)
+    def streamed(self, dispatch: Dispatch, first: bool) -> None:
+        """Tokens of the request went by (``first``: its first ones): the server's step rhythm, and its
+        prompt no longer counts as prefill queued there."""
+        if first:
+            self.pool.first_token(dispatch.request.request_id)
+        self.pool.token_seen(dispatch.server.server_id, self.monotonic())
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""
@@ -134,7 +137,8 @@ class RouterService:
             output_tokens=done.output_tokens, kv_cache_usage=server.kv_cache_usage,
             num_waiting=server.num_waiting, num_running=server.num_running, prefix_match=server.prefix_match,
             inflight_requests=server.inflight_requests, inflight_prompt_tokens=server.inflight_prompt_tokens,
-            inflight_prefill_tokens=server.inflight_prefill_tokens,
+            inflight_prefill_tokens=server.inflight_prefill_tokens, last_token_age_ms=server.last_token_age_ms,
+            token_interval_ms=server.token_interval_ms,
             e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
             ttft_ms=done.ttft_ms if request.stream else None, tpot_ms=done.tpot_ms if request.stream else None,
             slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)

@@ -43,7 +43,8 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
     def pick(request: SimRequest, view: PoolView) -> Pick:
         servers = [ServerSnapshot(s.server_id, "", s.pool_key, s.kv_cache_usage, s.num_waiting, s.num_running,
                                   view.prefix_match(i), view.inflight_requests[i], view.inflight_prompt_tokens[i],
-                                  (), max(0.0, view.now - s.time_s), view.inflight_prefill_tokens[i])
+                                  (), max(0.0, view.now - s.time_s), view.inflight_prefill_tokens[i],
+                                  *view.token_rhythm(i))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
         decision = engine.decide(Request(request.request_id, request.prompt_tokens, request.max_tokens,

@@ -40,9 +40,10 @@ class ServerEngine:
     collect :attr:`finished` outcomes, :attr:`dropped` requests and :attr:`first_tokens`."""
 
     __slots__ = ("profile", "server_id", "pool_key", "record_tokens", "max_jump", "clock", "slowdown", "cache",
-                 "_type", "_slots", "_memory", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits", "_rng",
-                 "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase", "_finish",
-                 "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks", "_step_decoders")
+                 "_type", "_slots", "_memory", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits",
+                 "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase", "_finish",
+                 "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks", "_step_decoders",
+                 "_stream_decoders", "_token_steps")
 
     def __init__(self, profile: ServerProfile, server_id: str = "server-0", *, pool_key: str = "default",
                  seed: int = 0, record_tokens: bool = False, max_jump: int = 1 << 30, start_s: float = 0.0):
@@ -78,6 +79,8 @@ class ServerEngine:
         self._step_end = 0.0
         self._chunks: list[tuple[SeqState, int]] = []
         self._step_decoders = 0
+        self._stream_decoders = 0  # decoders of streaming requests: their tokens are seen by the router
+        self._token_steps: list[float] = []  # end times of the last steps that streamed a token (at most 3)
 
     # -- public surface -------------------------------------------------------------------------------
 
@@ -136,6 +139,18 @@ class ServerEngine:
             return self._step_end
         return self.clock + self._span(self._k)
 
+    def streamed_steps(self, now: float) -> tuple[float, ...]:
+        """End times (oldest first) of the last two steps before ``now`` that streamed a token to a client:
+        what a router relaying this server's streams has seen of its step rhythm."""
+        ends = [t for t in self._token_steps if t <= now]
+        horizon = now - self.clock
+        if self._kind == _SEGMENT and not self._dirty and horizon > 0 and self._stream_decoders:
+            done = self._steps_before(horizon)  # steps of the planned segment that start before now
+            if self._span(done) > horizon:
+                done -= 1
+            ends += [self.clock + self._span(i) for i in range(max(1, done - 1), done + 1)]
+        return tuple(ends[-2:])
+
     def set_slowdown(self, factor: float, now: float) -> None:
         """Make every later step ``factor`` times slower (1: back to normal)."""
         if factor <= 0:
@@ -172,6 +187,7 @@ class ServerEngine:
         clones = {uid: seq.clone() for uid, seq in self._running.items()}
         twin.cache = self.cache.copy()
         twin.finished, twin.dropped, twin.first_tokens = [], [], []
+        twin._token_steps = list(self._token_steps)
         twin._rng = random.Random()
         twin._rng.setstate(self._rng.getstate())
         twin._running = clones
@@ -360,6 +376,7 @@ class ServerEngine:
     def _leave_decoders(self, seq: SeqState) -> tuple[int, int]:
         kv = seq.kv_join + self._g - seq.g_join
         self._decoders -= 1
+        self._stream_decoders -= seq.request.stream
         self._context -= kv
         self._phase[(seq.kv_join - seq.g_join) % BLOCK_TOKENS] -= 1
         seq.decoding = False
@@ -392,6 +409,9 @@ class ServerEngine:
     def _commit_decodes(self, steps: int) -> None:
         self.cache.allocate(self._blocks_needed(steps))
         start = self.clock
+        if self._stream_decoders:
+            ends = [start + self._span(i) for i in range(max(1, steps - 2), steps + 1)]
+            self._token_steps = (self._token_steps + ends)[-3:]
         if self.record_tokens:
             ends = [start + self._span(i + 1) for i in range(steps)]
             for seq in self._running.values():
@@ -411,6 +431,7 @@ class ServerEngine:
         self.clock = end = self._step_end
         self._dirty = True
         decoders = self._step_decoders
+        streamed = self._stream_decoders > 0 and decoders > 0
         if decoders:
             if self.record_tokens:
                 for seq in self._running.values():
@@ -430,6 +451,7 @@ class ServerEngine:
             if seq.first_token_s is None:
                 seq.first_token_s = end
                 self.first_tokens.append((seq.request, end))
+                streamed = streamed or seq.request.stream
             if seq.times is not None:
                 seq.times.append(end)
             if seq.generated >= seq.request.output_tokens:
@@ -439,6 +461,8 @@ class ServerEngine:
             else:
                 self._join_decoders(seq)
         self._chunks = []
+        if streamed:
+            self._token_steps = (self._token_steps + [end])[-3:]
 
     def _register_blocks(self, seq: SeqState) -> None:
         hashes, held = seq.request.prefix_hashes, seq.held
@@ -454,6 +478,7 @@ class ServerEngine:
         seq.decoding = True
         seq.g_join, seq.kv_join, seq.gen_join = self._g, seq.kv, seq.generated
         self._decoders += 1
+        self._stream_decoders += seq.request.stream
         self._context += seq.kv
         self._phase[(seq.kv - self._g) % BLOCK_TOKENS] += 1
         heapq.heappush(self._finish, (self._g + seq.request.output_tokens - seq.generated, seq.uid, seq.epoch, seq))

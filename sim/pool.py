@@ -303,7 +303,8 @@ class _Run:
             raise SimulationError(f"pick chose {server_id!r}, which is not a routable server")
         i = srv.index
         self.dispatched[request.request_id] = (view.snapshots[i], view.prefix_match(i), srv.inflight,
-                                               srv.inflight_tokens, srv.prefill_tokens, self.now, decision)
+                                               srv.inflight_tokens, srv.prefill_tokens, view.token_rhythm(i),
+                                               self.now, decision)
         srv.inflight += 1
         srv.inflight_tokens += request.prompt_tokens
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never

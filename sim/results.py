@@ -38,7 +38,7 @@ class RunResult:
 def telemetry_record(outcome: Outcome, seen: tuple, epoch_unix: float) -> TelemetryRecord:
     """The telemetry record of one outcome; ``seen`` is the router's view of the server at dispatch."""
     request = outcome.request
-    snap, match, inflight, inflight_tokens, prefill_tokens, dispatch_s, decision = seen
+    snap, match, inflight, inflight_tokens, prefill_tokens, (token_age, token_interval), dispatch_s, decision = seen
     stream = request.stream
     ttft = tpot = None
     if stream:
@@ -48,7 +48,7 @@ def telemetry_record(outcome: Outcome, seen: tuple, epoch_unix: float) -> Teleme
         request.request_id, outcome.server_id, snap.pool_key, stream, epoch_unix + request.arrival_s,
         epoch_unix + dispatch_s, epoch_unix + outcome.completion_s, request.prompt_tokens, outcome.output_tokens,
         snap.kv_cache_usage, snap.num_waiting, snap.num_running, match, inflight, inflight_tokens,
-        outcome.e2e_ms, request.max_tokens, prefill_tokens, ttft, tpot,
+        outcome.e2e_ms, request.max_tokens, prefill_tokens, token_age, token_interval, ttft, tpot,
         predicted.predicted_ttft_ms if predicted else None, predicted.predicted_tpot_ms if predicted else None,
         predicted.predicted_e2e_ms if predicted else None, predicted.model_versions if predicted else None,
         request.slo_ttft_ms, request.slo_tpot_ms, request.priority)

@@ -8,6 +8,8 @@ predictions it used (they go into the telemetry record). The view holds, for eac
 - ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
   finished (fresh: the router's own accounting); ``inflight_prefill_tokens[i]`` — the prompt tokens of
   the streaming ones among them whose first token has not arrived (prefill queued ahead);
+- ``token_rhythm(i)`` — ms since the server last streamed a token and ms between its last two steps that
+  did (what relaying its streams shows), computed on demand;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate.
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
+from contract.telemetry import NO_TOKEN_AGE_MS
 from sim.records import ServerSnapshot
 from sim.request import Request
 
@@ -77,6 +80,12 @@ class PoolView:
         if value is None:
             value = self._matches[i] = self._engines[i].prefix_match(self.request)
         return value
+
+    def token_rhythm(self, i: int) -> tuple[float, float]:
+        """``(last_token_age_ms, token_interval_ms)`` of server ``i`` now, as in the telemetry record."""
+        ends = self._engines[i].streamed_steps(self.now)
+        age = min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS
+        return age, (ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0
 
     def engines(self) -> list[ServerEngine]:
         """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""

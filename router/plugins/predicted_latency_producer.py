@@ -138,6 +138,7 @@ def _features(request: Request, table: ServerTable, rows: np.ndarray | None) -> 
         "inflight_prompt_tokens": column(table.inflight_prompt_tokens),
         "max_tokens": np.full(n, request.max_tokens, dtype=np.float32),
         "inflight_prefill_tokens": column(table.inflight_prefill_tokens),
+        "last_token_age_ms": column(table.last_token_age_ms), "token_interval_ms": column(table.token_interval_ms),
     })
 
 

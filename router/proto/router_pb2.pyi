@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ServerState(_message.Message):
-    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens")
+    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens", "last_token_age_ms", "token_interval_ms")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,8 @@ class ServerState(_message.Message):
     RUNNING_TPOT_SLOS_MS_FIELD_NUMBER: _ClassVar[int]
     METRICS_AGE_S_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TOKEN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     server_id: str
     address: str
     pool_key: str
@@ -32,7 +34,9 @@ class ServerState(_message.Message):
     running_tpot_slos_ms: _containers.RepeatedScalarFieldContainer[float]
     metrics_age_s: float
     inflight_prefill_tokens: int
-    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ...) -> None: ...
+    last_token_age_ms: float
+    token_interval_ms: float
+    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ..., last_token_age_ms: _Optional[float] = ..., token_interval_ms: _Optional[float] = ...) -> None: ...
 
 class PickRequest(_message.Message):
     __slots__ = ("request_id", "headers", "body", "chat", "prompt_tokens", "max_tokens", "stream", "block_hashes", "candidates")

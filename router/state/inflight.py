@@ -2,10 +2,10 @@
 
 Each request is tracked by id from :meth:`Inflight.start` to :meth:`Inflight.finish`; the prompt tokens of a
 streaming request also count as prefill work queued on its server until :meth:`Inflight.first_token` (a
-non-streaming request's first token is never seen, so it never counts there). Finishing twice, a second first token, or an unknown id changes nothing,
-so the counts can never go negative. A request that never
-finishes (a lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date
-on every change, so reading them costs nothing. Time is passed in, never read here.
+non-streaming request's first token is never seen, so it never counts there). Finishing twice, a second first
+token, or an unknown id changes nothing, so the counts can never go negative. A request that never finishes (a
+lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date on every change, so
+reading them costs nothing. Time is passed in, never read here.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A server is a candidate once it has been scraped successfully and for as long as
 most ``unhealthy_after_s`` old; when no server qualifies, every server is a candidate (the heuristic still
 spreads load and the proxy reports connection errors). Per-server state is kept as columns, updated in
 place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
-an object per server; ``metrics_age_s`` is computed at the decision's time. Expired in-flight requests
+an object per server; ``metrics_age_s`` is computed at the decision's time, and so is the age of the last token
+each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`). Expired in-flight requests
 are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
@@ -18,12 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from contract.telemetry import NO_TOKEN_AGE_MS
 from router.roles import Request
 from router.server_table import ServerTable
 from router.state.inflight import Inflight
 from router.state.prefix_index import PrefixIndex
 from router.state.server_metrics import ServerMetrics
 from router.state.servers import ServerSpec
+
+
+STEP_GAP_S = 0.001  # tokens closer than this together came out of the same batch step
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class PoolState:
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
         self._tightest_tpot_slo = np.full(n, math.nan)
         self._tpot_slos: list[tuple[float, ...]] = [()] * n
         for sid in ids:
@@ -109,7 +115,9 @@ class PoolState:
             inflight_prompt_tokens=column(self._inflight_tokens), running_tpot_slos_ms=names(self._tpot_slos),
             tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
             metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
-            inflight_prefill_tokens=column(self._prefill_tokens))
+            inflight_prefill_tokens=column(self._prefill_tokens),
+            last_token_age_ms=np.minimum(NO_TOKEN_AGE_MS, 1000.0 * (now - column(self._last_token))),
+            token_interval_ms=column(self._token_interval))
 
     def dispatched(self, request: Request, server_id: str, now: float) -> None:
         """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""
@@ -117,6 +125,19 @@ class PoolState:
                             request.slo_tpot_ms if request.stream else None, now, request.stream)
         self.prefix.record(server_id, request.block_hashes)
         self._store_load(server_id)
+
+    def token_seen(self, server_id: str, now: float) -> None:
+        """A token streamed from ``server_id`` went by: the server's step rhythm. Tokens less than
+        ``STEP_GAP_S`` apart came out of one batch step."""
+        i = self._position.get(server_id)
+        if i is None:
+            return
+        elapsed = now - self._last_token[i]
+        if STEP_GAP_S <= elapsed < NO_TOKEN_AGE_MS / 1000.0:
+            self._token_interval[i] = elapsed * 1000.0
+        elif elapsed >= NO_TOKEN_AGE_MS / 1000.0:
+            self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
+        self._last_token[i] = now
 
     def first_token(self, request_id: str) -> None:
         entry = self.inflight.first_token(request_id)

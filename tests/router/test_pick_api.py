@@ -76,6 +76,9 @@ def test_body_gives_the_prompt():
     pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, candidates=[
         router_pb2.ServerState(server_id="c", kv_cache_usage=2.0)]), grpc.StatusCode.INVALID_ARGUMENT,
         "kv_cache_usage", id="bad-candidate"),
+    pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, candidates=[
+        router_pb2.ServerState(server_id="c", token_interval_ms=-3.0)]), grpc.StatusCode.INVALID_ARGUMENT,
+        "token_interval_ms must be finite and not negative, got -3.0", id="bad-token-interval"),
 ])
 def test_pick_errors(request_, code, text):
     async def calls(stub):

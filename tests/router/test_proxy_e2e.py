@@ -6,9 +6,10 @@ import json
 import aiohttp
 
 from contract.settings import from_env
+from contract.telemetry import NO_TOKEN_AGE_MS
 from contract.topics import KafkaSettings
 from router.server import RouterServer
-from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
+from tests.router.routercases import TablePredictor, in_flight, req, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
 PREDICT = {"x-prediction-based-scheduling": "true"}
@@ -66,6 +67,10 @@ def test_streaming_measures_tpot_in_tokens_and_records_the_prediction():
     assert chunks[-2:] == [b"data: [DONE]\n", b"\n"]
     (before, after) = loads  # (requests, prefill tokens) in flight
     assert before[0] == 1 and before[1] > 0 and after == (1, 0)
+    (record,) = router.telemetry.records
+    assert (record.last_token_age_ms, record.token_interval_ms) == (NO_TOKEN_AGE_MS, 0.0)  # nothing streamed before
+    rhythm = {s.server_id: s for s in router.pool.snapshots(req(), router.service.monotonic())}[record.server_id]
+    assert 1.0 <= rhythm.token_interval_ms < 1000.0 and rhythm.last_token_age_ms < NO_TOKEN_AGE_MS
     (record,) = router.telemetry.records
     assert record.stream is True and record.output_tokens == 9  # 3 chunks of 3 tokens, counted in tokens
     assert record.ttft_ms is not None and record.tpot_ms is not None and record.tpot_ms > 0

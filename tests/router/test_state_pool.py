@@ -3,6 +3,7 @@ import math
 
 from aiohttp import web
 
+from contract.telemetry import NO_TOKEN_AGE_MS
 from router.state.pool import PoolState
 from contract.prompt import token_block_hashes as block_hashes
 from router.state.scraper import MetricsScraper
@@ -33,6 +34,27 @@ def test_snapshot_combines_metrics_inflight_and_prefix():
     assert pool.snapshots(req(), now=10.6)[0].inflight_prefill_tokens == 0
     pool.completed("r1")
     assert pool.snapshots(req(), now=11)[0].inflight_requests == 0
+
+
+def test_step_rhythm_from_the_tokens_the_router_relays():
+    pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2")))
+    for server_id in "ab":
+        pool.scraped(server_id, ServerMetrics(0, 0, 0), now=0.0)
+
+    def rhythm(now):
+        return {s.server_id: (s.last_token_age_ms, s.token_interval_ms) for s in pool.snapshots(req(), now)}
+
+    assert rhythm(1.0) == {"a": (NO_TOKEN_AGE_MS, 0.0), "b": (NO_TOKEN_AGE_MS, 0.0)}  # no token seen yet
+    for now in (1.0, 1.0002, 1.0004):  # three streams' tokens of one batch step
+        pool.token_seen("a", now)
+    pool.token_seen("a", 1.0204)  # the next step
+    pool.token_seen("elsewhere", 1.03)  # not a server of the pool: ignored
+    a = rhythm(1.0254)["a"]
+    assert a == (pytest.approx(5.0), pytest.approx(20.0))
+    assert rhythm(1.0254)["b"] == (NO_TOKEN_AGE_MS, 0.0)
+    assert rhythm(100.0)["a"] == (NO_TOKEN_AGE_MS, pytest.approx(20.0))  # capped age
+    pool.token_seen("a", 100.0)  # after a long pause the interval is unknown again
+    assert rhythm(100.001)["a"] == (pytest.approx(1.0), 0.0)
 
 
 def test_unhealthy_servers_leave_candidates_until_none_remain():

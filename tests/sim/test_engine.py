@@ -76,6 +76,32 @@ def test_token_times_match_ttft_and_tpot() -> None:
         assert (times[-1] - times[0]) * 1000 / (len(times) - 1) == pytest.approx(o.tpot_ms)
 
 
+def test_streamed_steps_are_the_last_two_token_steps_a_router_has_seen() -> None:
+    def engine(record_tokens: bool = False, stream: bool = True) -> ServerEngine:
+        server = ServerEngine(H100, record_tokens=record_tokens)
+        server.submit(Request("r", 0.0, 500, 200, stream=stream), 0.0)
+        return server
+
+    def advance_as_the_pool_does(server: ServerEngine, now: float) -> ServerEngine:
+        for _ in range(10_000):  # wakes come at step ends, or at the end of a whole decode segment
+            wake = server.next_wake(server.clock)
+            if wake is None or wake > now:
+                return server
+            server.advance_to(wake)
+        raise AssertionError("too many wakes")
+
+    recorded = engine(record_tokens=True)
+    drain(recorded)
+    times = recorded.finished[0].token_times
+    for now in (times[0] + 1e-6, times[50] + 1e-4, times[120] + 1e-4):
+        seen = tuple(t for t in times if t <= now)[-2:]
+        assert advance_as_the_pool_does(engine(), now).streamed_steps(now) == pytest.approx(seen, abs=1e-9)
+        stepped = engine()
+        stepped.advance_to(now)
+        assert stepped.streamed_steps(now) == pytest.approx(seen, abs=1e-9)
+    assert advance_as_the_pool_does(engine(stream=False), times[50]).streamed_steps(times[50]) == ()
+
+
 def test_event_jumping_gives_the_same_times_as_stepping() -> None:
     def finish_times(max_jump: int) -> list[float]:
         engine = ServerEngine(H100, max_jump=max_jump)
