@@ -95,14 +95,14 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
         value = getattr(state, name)
         if not math.isfinite(value) or value < 0:
             raise RequestError(f"candidate {state.server_id!r}: {name} must be finite and not negative, got {value}")
+    token_age_ms = state.last_token_age_ms if state.HasField("last_token_age_ms") else NO_TOKEN_AGE_MS
     return ServerSnapshot(
         server_id=state.server_id, address=state.address, pool_key=state.pool_key or "default",
         kv_cache_usage=state.kv_cache_usage, num_waiting=state.num_waiting, num_running=state.num_running,
         prefix_match=state.prefix_match, inflight_requests=state.inflight_requests,
         inflight_prompt_tokens=state.inflight_prompt_tokens, running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
         metrics_age_s=state.metrics_age_s, inflight_prefill_tokens=state.inflight_prefill_tokens,
-        last_token_age_ms=min(NO_TOKEN_AGE_MS, state.last_token_age_ms) if state.HasField("last_token_age_ms")
-        else NO_TOKEN_AGE_MS, token_interval_ms=state.token_interval_ms)
+        last_token_age_ms=min(NO_TOKEN_AGE_MS, token_age_ms), token_interval_ms=state.token_interval_ms)
 
 
 def response_of(dispatch: Dispatch) -> router_pb2.PickResponse:

@@ -41,9 +41,9 @@ class ServerEngine:
 
     __slots__ = ("profile", "server_id", "pool_key", "record_tokens", "max_jump", "clock", "slowdown", "cache",
                  "_type", "_slots", "_memory", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits",
-                 "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase", "_finish",
-                 "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks", "_step_decoders",
-                 "_stream_decoders", "_token_steps")
+                 "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase",
+                 "_finish", "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks",
+                 "_step_decoders", "_stream_decoders", "_token_steps")
 
     def __init__(self, profile: ServerProfile, server_id: str = "server-0", *, pool_key: str = "default",
                  seed: int = 0, record_tokens: bool = False, max_jump: int = 1 << 30, start_s: float = 0.0):

@@ -5,9 +5,9 @@ A server is a candidate once it has been scraped successfully and for as long as
 most ``unhealthy_after_s`` old; when no server qualifies, every server is a candidate (the heuristic still
 spreads load and the proxy reports connection errors). Per-server state is kept as columns, updated in
 place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
-an object per server; ``metrics_age_s`` is computed at the decision's time, and so is the age of the last token
-each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`). Expired in-flight requests
-are swept every ``expire_every_s``. Time is passed in by the caller.
+an object per server; ``metrics_age_s`` is computed at the decision's time, and so is the age of the last
+token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`). Expired
+in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
 from __future__ import annotations
