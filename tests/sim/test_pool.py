@@ -46,6 +46,22 @@ def test_features_are_what_the_router_saw_at_dispatch() -> None:
     assert max(r.inflight_requests for r in result.records) > 0
 
 
+def test_prefill_tokens_in_flight_are_the_streaming_prompts_still_without_a_first_token() -> None:
+    result = run(_load(40.0, 5.0, stream_fraction=0.7), uniform_pool(2), policy("least-queue"))
+    outcomes = result.outcomes
+    dispatched = {o.request.request_id: o.request.arrival_s for o in outcomes}  # routed on arrival
+    for record in result.records:
+        t = dispatched[record.request_id]
+        expected = sum(o.request.prompt_tokens for o in outcomes
+                       if o.server_id == record.server_id and o.request.stream and o.request.arrival_s < t
+                       and o.first_token_s > t)
+        assert record.inflight_prefill_tokens == expected
+    assert max(r.inflight_prefill_tokens for r in result.records) > 0
+    assert any(0 < r.inflight_prefill_tokens < r.inflight_prompt_tokens for r in result.records)
+    assert all(0 < r.last_token_age_ms <= 10_000.0 for r in result.records)
+    assert any(r.last_token_age_ms < 100.0 and r.token_interval_ms > 0 for r in result.records)
+
+
 def test_snapshots_are_as_stale_as_the_scrape_interval() -> None:
     times = []
 
