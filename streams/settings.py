@@ -44,6 +44,8 @@ class PipelineSettings:
                                    "Refit a promoted model on its training and holdout rows before publishing.")
     target_transform: str = setting("log", "HEADROOM_TARGET_TRANSFORM",
                                     "log (fit log latency: relative errors) or identity (fit milliseconds).")
+    central_loss: str = setting("squared", "HEADROOM_CENTRAL_LOSS",
+                                "Loss of the mean models: squared (a mean) or absolute (a median: lower MAPE).")
     quantile: float = setting(0.9, "HEADROOM_QUANTILE", "Quantile of the upper-bound models.")
     trees: int = setting(200, "HEADROOM_TRAIN_TREES", "Boosting rounds per model.")
     train_threads: int = setting(1, "HEADROOM_TRAIN_THREADS", "XGBoost threads per training.")
@@ -69,5 +71,6 @@ class PipelineSettings:
     def train_params(self) -> list[TrainParams]:
         """One set of hyperparameters per objective: the mean model, then the quantile one."""
         return [TrainParams(objective=objective, quantile=self.quantile, n_trees=self.trees,
-                            threads=self.train_threads, target_transform=self.target_transform)
+                            threads=self.train_threads, target_transform=self.target_transform,
+                            central_loss=self.central_loss)
                 for objective in ("mean", "quantile")]

@@ -92,3 +92,12 @@ def test_log_target_is_floored_at_the_mape_floor():
 def test_params_reject_an_unknown_target_transform():
     with pytest.raises(ValueError, match="target transform 'sqrt'"):
         TrainParams(target_transform="sqrt")
+
+
+def test_a_central_loss_is_squared_by_default_absolute_on_request_and_nothing_else():
+    assert TrainParams().booster_params()["objective"] == "reg:squarederror"
+    assert TrainParams(central_loss="absolute").booster_params()["objective"] == "reg:absoluteerror"
+    assert TrainParams(objective="quantile", central_loss="absolute").booster_params()["objective"] == \
+        "reg:quantileerror"
+    with pytest.raises(ValueError, match="central loss 'cubic'"):
+        TrainParams(central_loss="cubic")

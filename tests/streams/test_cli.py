@@ -1,0 +1,14 @@
+import pytest
+
+from cli.main import main
+
+
+@pytest.mark.parametrize(("env", "value", "message"), [
+    ("HEADROOM_CENTRAL_LOSS", "cubic", "central loss 'cubic' is not one of ('squared', 'absolute')"),
+    ("HEADROOM_TARGET_TRANSFORM", "sqrt", "target transform 'sqrt'"),
+])
+def test_worker_start_rejects_bad_training_settings_before_touching_kafka(monkeypatch, capsys, env, value, message):
+    monkeypatch.setenv(env, value)
+    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached
+    assert main(["worker", "start"]) == 1
+    assert message in capsys.readouterr().err
