@@ -67,6 +67,12 @@ def model_key(pool_key: str, target: str, objective: str) -> str:
     return f"{pool_key}/{target}/{objective}"
 
 
+def booster_transform(booster: Any) -> str:
+    """The output transform an XGBoost booster was trained with (its :data:`TRANSFORM_ATTRIBUTE`; ``"identity"``
+    when it has none)."""
+    return booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
+
+
 def to_milliseconds(raw: np.ndarray, transform: str) -> np.ndarray:
     """A model's raw outputs in milliseconds under ``transform`` (one of :data:`OUTPUT_TRANSFORMS`).
 

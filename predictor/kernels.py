@@ -132,11 +132,11 @@ def available_engines() -> tuple[str, ...]:
     return ENGINES if numba is not None else ("numpy",)
 
 
-def warm_up(n_features: int | None = None) -> None:
-    """Compile the numba kernels for rows of ``n_features`` (default: the contract's) ahead of traffic."""
+def warm_up() -> None:
+    """Compile the numba kernels for rows of the contract's features ahead of traffic."""
     if numba is None:
         return
-    n_features = len(FEATURE_NAMES) if n_features is None else n_features
+    n_features = len(FEATURE_NAMES)
     tree = Forest(objective="reg:squarederror", quantiles=(), n_features=1, base_score=np.float32(0.0), depth=1,
                   features=np.zeros((1, 1), np.uint32), thresholds=np.zeros((1, 1), np.float32),
                   default_left=np.ones((1, 1), bool), leaves=np.zeros((1, 2), np.float32))

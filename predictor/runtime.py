@@ -25,7 +25,7 @@ from enum import Enum
 import numpy as np
 
 from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from contract.model_update import (TRANSFORM_ATTRIBUTE, InvalidUpdate, ModelUpdate, decode_update, model_key,
+from contract.model_update import (InvalidUpdate, ModelUpdate, booster_transform, decode_update, model_key,
                                    to_milliseconds)
 from predictor.errors import InvalidBatch, NotReady, UnknownPool
 from predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
@@ -197,7 +197,7 @@ class ModelRuntime:
             raise _Rejected("schema", f"model has {forest.n_features} features, the schema has "
                                       f"{len(FEATURE_NAMES)}")
         _check_objective(update, forest)
-        trained_with = booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
+        trained_with = booster_transform(booster)
         if trained_with != update.output_transform:
             raise _Rejected("transform", f"message says output transform {update.output_transform!r} but the model "
                                          f"was trained with {trained_with!r}")

@@ -30,9 +30,7 @@ def settings_from(args: argparse.Namespace) -> tuple[KafkaSettings, PipelineSett
     overrides = {name: value for name, value in (("app_id", args.app_id), ("metrics_port", args.metrics_port),
                                                  ("log_level", args.log_level)) if value is not None}
     try:
-        settings = from_env(PipelineSettings, **overrides)
-        _ = settings.train_params  # built (so checked) now, not at the first training round
-        return from_env(KafkaSettings), settings
+        return from_env(KafkaSettings), from_env(PipelineSettings, **overrides)
     except (SettingsError, ValueError) as err:
         raise CommandError(str(err)) from err
 

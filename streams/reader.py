@@ -19,7 +19,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class TelemetryReader:
             error = message.error()
             if error is None:
                 deliveries.append(Delivery(message.partition(), message.offset(), message.key(), message.value()))
-            elif error.code() != KafkaError._PARTITION_EOF:
+            else:  # partition EOF events are off, so every error here is a real one
                 log.warning("reading %s: %s", self.topic, error)
         return deliveries
 

@@ -53,6 +53,11 @@ class PipelineSettings:
     data_dir: Path = setting(Path(".headroom/pipeline"), "HEADROOM_PIPELINE_DATA_DIR", "Faust's local folder.")
     log_level: str = setting("info", "HEADROOM_PIPELINE_LOG_LEVEL", "crit, error, warn, info or debug.")
 
+    def __post_init__(self) -> None:
+        self.train_params  # noqa: B018 - builds (so checks) the training parameters when the settings are made
+        if not 0.0 <= self.calibration_fraction < 1.0:
+            raise ValueError(f"calibration fraction must be within [0, 1), got {self.calibration_fraction}")
+
     @property
     def limits(self) -> WindowLimits:
         return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.window_max_age_s)

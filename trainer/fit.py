@@ -11,7 +11,7 @@ import numpy as np
 import xgboost as xgb
 
 from contract.features import FEATURE_NAMES
-from contract.model_update import TRANSFORM_ATTRIBUTE, to_milliseconds
+from contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, to_milliseconds
 from trainer.evaluation import MAPE_FLOOR_MS
 from trainer.params import TrainParams
 from trainer.samples import Samples
@@ -37,15 +37,11 @@ def training_target(values_ms: np.ndarray, transform: str) -> np.ndarray:
     return values_ms
 
 
-def output_transform(booster: xgb.Booster) -> str:
-    """The transform from the booster's raw output to milliseconds (``"identity"`` when it has none)."""
-    return booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
-
 
 def predict(booster: xgb.Booster, features: np.ndarray) -> np.ndarray:
     """Predictions in milliseconds for a feature matrix from :func:`contract.features.feature_matrix`."""
     raw = booster.predict(xgb.DMatrix(features, feature_names=list(FEATURE_NAMES)))
-    return to_milliseconds(raw, output_transform(booster))
+    return to_milliseconds(raw, booster_transform(booster))
 
 
 def model_bytes(booster: xgb.Booster) -> bytes:

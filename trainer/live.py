@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import xgboost as xgb
 
 from contract.features import FEATURE_SCHEMA
-from contract.model_update import ModelUpdate, model_key
-from trainer.fit import load_booster, output_transform
+from contract.model_update import ModelUpdate, booster_transform, model_key
+from trainer.fit import load_booster
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ def live_model(update: ModelUpdate, booster: xgb.Booster | None = None) -> LiveM
         log.warning("model %s v%d does not load (%s): it only counts for versioning", update.key,
                     update.version, err)
         return LiveModel(update, None)
-    if output_transform(booster) != update.output_transform:
+    if booster_transform(booster) != update.output_transform:
         log.warning("model %s v%d says output transform %r but its booster has %r: it only counts for "
-                    "versioning", update.key, update.version, update.output_transform, output_transform(booster))
+                    "versioning", update.key, update.version, update.output_transform, booster_transform(booster))
         return LiveModel(update, None)
     return LiveModel(update, booster)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from contract.features import FEATURE_NAMES, RAW_COLUMNS, feature_matrix, records_matrix, target_value
+from contract.features import FEATURE_NAMES, RAW_COLUMNS, feature_matrix, predicted_value, records_matrix, target_value
 from tests.contract.records import valid_record
 
 
@@ -27,3 +27,18 @@ def test_training_and_prediction_paths_agree():
 ], ids=["stream-ttft", "stream-tpot", "stream-e2e", "batch-ttft", "batch-tpot", "batch-e2e"])
 def test_stream_flag_decides_which_models_a_record_trains(stream, target, expected):
     assert target_value(valid_record(stream=stream), target) == expected
+
+
+@pytest.mark.parametrize(("changes", "target", "error"), [
+    pytest.param({}, "ttft", 10.0, id="streaming-ttft"),
+    pytest.param({}, "tpot", -0.2, id="streaming-tpot"),
+    pytest.param({}, "e2e", None, id="streaming-trains-no-e2e"),
+    pytest.param({"predicted_ttft_ms": None}, "ttft", None, id="no-prediction"),
+    pytest.param({"stream": False, "ttft_ms": None, "tpot_ms": None, "predicted_e2e_ms": 2100.0}, "e2e", -101.0,
+                 id="non-streaming-e2e"),
+    pytest.param({"stream": False, "ttft_ms": None, "tpot_ms": None}, "ttft", None, id="non-streaming-no-ttft"),
+])
+def test_the_live_error_pairs_the_observed_target_with_the_prediction_used(changes, target, error):
+    record = valid_record(**changes)
+    actual, predicted = target_value(record, target), predicted_value(record, target)
+    assert (None if actual is None or predicted is None else pytest.approx(actual - predicted)) == error

@@ -12,3 +12,10 @@ def test_worker_start_rejects_bad_training_settings_before_touching_kafka(monkey
     monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached
     assert main(["worker", "start"]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_settings_with_a_calibration_share_of_one_are_refused():
+    from streams.settings import PipelineSettings
+
+    with pytest.raises(ValueError, match=r"calibration fraction must be within \[0, 1\), got 1.0"):
+        PipelineSettings(calibration_fraction=1.0)

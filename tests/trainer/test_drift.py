@@ -1,6 +1,6 @@
 import pytest
 
-from streams.residuals import record_residual
+from contract.features import predicted_value, target_value
 from tests.trainer.synthetic import oracle, synthetic_records
 from trainer.drift import ErrorDriftDetector, relative_error
 
@@ -12,7 +12,7 @@ def relative_errors(target: str, seed: int) -> list[float]:
     """A stream whose server becomes 2× slower at SHIFT_AT, predicted by a model of the old speed."""
     before = synthetic_records(SHIFT_AT, seed=seed, stream_fraction=1.0, predictor=oracle(1.0))
     after = synthetic_records(2000, seed=seed + 1, slowdown=2.0, stream_fraction=1.0, predictor=oracle(1.0))
-    return [record_residual(r, target).relative for r in before + after]
+    return [relative_error(target_value(r, target), predicted_value(r, target)) for r in before + after]
 
 
 @pytest.mark.parametrize("kind", ["adwin", "page-hinkley"])

@@ -5,9 +5,10 @@ import pytest
 import xgboost
 
 from contract.features import FEATURE_NAMES
+from contract.model_update import booster_transform
 from tests.trainer.synthetic import samples_of, synthetic_records
 from trainer.evaluation import score
-from trainer.fit import fit, load_booster, model_bytes, output_transform, predict, training_target
+from trainer.fit import fit, load_booster, model_bytes, predict, training_target
 from trainer.params import TrainParams
 
 FAST = TrainParams(n_trees=60)
@@ -71,8 +72,8 @@ def test_fit_refuses_empty_samples(data):
 def test_log_target_model_answers_in_milliseconds_and_carries_its_transform(data):
     train, test = data
     logged, plain = fit(train, FAST), fit(train, dataclasses.replace(FAST, target_transform="identity"))
-    assert output_transform(logged) == "log" and output_transform(plain) == "identity"
-    assert output_transform(load_booster(model_bytes(logged))) == "log"
+    assert booster_transform(logged) == "log" and booster_transform(plain) == "identity"
+    assert booster_transform(load_booster(model_bytes(logged))) == "log"
     raw = logged.predict(xgboost.DMatrix(test.features(), feature_names=list(FEATURE_NAMES)))
     assert raw.max() < np.log(test.values.max()) + 1.0  # the trees learned log milliseconds ...
     predicted = predict(load_booster(model_bytes(logged)), test.features())
