@@ -143,10 +143,8 @@ class _Exchange:
             return
         now = self.service.monotonic()
         if self.meter is not None:
-            seen = self.meter.text_chunks
-            self.meter.feed(body.body, now)
-            if self.meter.text_chunks > seen:
-                self.service.streamed(self.dispatch, first=seen == 0)
+            if self.meter.feed(body.body, now):
+                self.service.streamed(self.dispatch, now)
         elif len(self.json_body) < MAX_METERED_JSON:
             self.json_body += body.body
         if body.end_of_stream:

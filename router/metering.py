@@ -35,11 +35,14 @@ class StreamMeter:
         self.error: str | None = None
         self._buffer = b""
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float) -> bool:
+        """Take the next bytes of the stream; True when they completed a chunk carrying text."""
+        texts = self.text_chunks
         self._buffer += data
         while b"\n\n" in self._buffer:
             event, self._buffer = self._buffer.split(b"\n\n", 1)
             self._event(event, now)
+        return self.text_chunks > texts
 
     def _event(self, event: bytes, now: float) -> None:
         for line in event.splitlines():

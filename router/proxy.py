@@ -132,10 +132,9 @@ class Proxy:
         meter = StreamMeter(dispatch.dispatch_mono)
         try:
             async for chunk in upstream.content.iter_any():
-                seen = meter.text_chunks
-                meter.feed(chunk, self.service.monotonic())
-                if meter.text_chunks > seen:
-                    self.service.streamed(dispatch, first=seen == 0)
+                now = self.service.monotonic()
+                if meter.feed(chunk, now):
+                    self.service.streamed(dispatch, now)
                 await response.write(chunk)
         except (aiohttp.ClientError, TimeoutError):
             self.service.abandon(dispatch, "upstream-stream-broken")

@@ -76,10 +76,6 @@ class ServerSnapshot:
     def is_cold(self) -> bool:
         return self.kv_cache_usage < COLD_KV_USAGE
 
-    @property
-    def tightest_running_tpot_slo_ms(self) -> float | None:
-        return min(self.running_tpot_slos_ms) if self.running_tpot_slos_ms else None
-
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
@@ -120,11 +116,6 @@ class Candidate:
         if self.prediction is None or (ttft is None and tpot is None):
             return None
         return (ttft is None or ttft >= 0) and (tpot is None or tpot >= 0)
-
-    def with_prediction(self, prediction: Prediction | None, ttft_headroom_ms: float | None = None,
-                        tpot_headroom_ms: float | None = None, fallback_reason: str | None = None) -> Candidate:
-        """This server with a (new) prediction."""
-        return Candidate(self.server, prediction, ttft_headroom_ms, tpot_headroom_ms, fallback_reason)
 
 
 @dataclass(frozen=True, slots=True)

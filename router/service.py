@@ -98,12 +98,11 @@ class RouterService:
             self.metrics.telemetry.labels("sent").inc()
         return record
 
-    def streamed(self, dispatch: Dispatch, first: bool) -> None:
-        """Tokens of the request went by (``first``: its first ones): the server's step rhythm, and its
-        prompt no longer counts as prefill queued there."""
-        if first:
-            self.pool.first_token(dispatch.request.request_id)
-        self.pool.token_seen(dispatch.server.server_id, self.monotonic())
+    def streamed(self, dispatch: Dispatch, now: float) -> None:
+        """Tokens of the request went by at ``now`` (monotonic): the server's step rhythm, and the request's
+        prompt no longer counts as prefill queued there (from its first tokens on; later ones change nothing)."""
+        self.pool.first_token(dispatch.request.request_id)
+        self.pool.token_seen(dispatch.server.server_id, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""

@@ -450,8 +450,9 @@ class ServerEngine:
             seq.generated += 1
             if seq.first_token_s is None:
                 seq.first_token_s = end
-                self.first_tokens.append((seq.request, end))
-                streamed = streamed or seq.request.stream
+                if seq.request.stream:  # only a streamed first token reaches the router before the end
+                    self.first_tokens.append((seq.request, end))
+                    streamed = True
             if seq.times is not None:
                 seq.times.append(end)
             if seq.generated >= seq.request.output_tokens:

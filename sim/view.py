@@ -48,7 +48,7 @@ class Candidate:
     inflight_requests: int
     inflight_prompt_tokens: int
     prefix_match: float
-    inflight_prefill_tokens: int = 0
+    inflight_prefill_tokens: int
 
     @property
     def server_id(self) -> str:

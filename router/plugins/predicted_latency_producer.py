@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from contract.features import feature_matrix
+from contract.features import RAW_COLUMNS, feature_matrix
 from router.candidate_set import NO_VERSIONS, CandidateSet
 from router.errors import PredictionUnavailable
 from router.params import build_params, check_range
@@ -118,6 +118,9 @@ class PredictedLatencyProducer:
         return ttft_headroom, tpot_headroom
 
 
+REQUEST_COLUMNS = ("prompt_tokens", "max_tokens")  # raw feature columns that come from the request, not the server
+
+
 def candidate_features(request: Request, group: Sequence[Candidate]) -> np.ndarray:
     """The feature matrix of ``request`` on each candidate's server, one row per candidate."""
     cands = CandidateSet.of(group)
@@ -131,15 +134,8 @@ def _features(request: Request, table: ServerTable, rows: np.ndarray | None) -> 
         return values if rows is None else values[rows]
 
     n = len(table) if rows is None else len(rows)
-    return feature_matrix({
-        "kv_cache_usage": column(table.kv_cache_usage), "num_waiting": column(table.num_waiting),
-        "num_running": column(table.num_running), "prompt_tokens": np.full(n, request.prompt_tokens, dtype=np.float32),
-        "prefix_match": column(table.prefix_match), "inflight_requests": column(table.inflight_requests),
-        "inflight_prompt_tokens": column(table.inflight_prompt_tokens),
-        "max_tokens": np.full(n, request.max_tokens, dtype=np.float32),
-        "inflight_prefill_tokens": column(table.inflight_prefill_tokens),
-        "last_token_age_ms": column(table.last_token_age_ms), "token_interval_ms": column(table.token_interval_ms),
-    })
+    return feature_matrix({name: np.full(n, getattr(request, name), dtype=np.float32) if name in REQUEST_COLUMNS
+                           else column(getattr(table, name)) for name in RAW_COLUMNS})
 
 
 def _by_pool(table: ServerTable, rows: np.ndarray) -> list[tuple[str, np.ndarray]]:

@@ -48,6 +48,7 @@ class PoolState:
         self.servers: dict[str, ServerSpec] = {}
         self.scrapes: dict[str, Scrape] = {}
         self._next_expiry = -math.inf
+        self._position: dict[str, int] = {}
         self.set_servers(servers)
 
     def set_servers(self, servers: tuple[ServerSpec, ...]) -> None:
@@ -60,6 +61,7 @@ class PoolState:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
         n = len(ids)
+        rhythm = {sid: (self._last_token[i], self._token_interval[i]) for sid, i in self._position.items()}
         self._ids = ids
         self._addresses = tuple(s.address for s in self.servers.values())
         self._pools = tuple(s.pool_key for s in self.servers.values())
@@ -69,6 +71,9 @@ class PoolState:
         self._scraped_at = np.full(n, -math.inf)
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
         self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
+        for sid, (last, interval) in rhythm.items():  # servers that stay keep the step rhythm seen
+            if sid in self._position:
+                self._last_token[self._position[sid]], self._token_interval[self._position[sid]] = last, interval
         self._tightest_tpot_slo = np.full(n, math.nan)
         self._tpot_slos: list[tuple[float, ...]] = [()] * n
         for sid in ids:
@@ -86,11 +91,6 @@ class PoolState:
         if server_id in self.servers:
             last = self.scrapes[server_id]
             self.scrapes[server_id] = Scrape(last.metrics, last.at, error)
-
-    def healthy(self, now: float) -> list[ServerSpec]:
-        specs = list(self.servers.values())
-        rows = self._healthy_rows(now)
-        return specs if rows is None else [specs[i] for i in rows.tolist()]
 
     def snapshots(self, request: Request, now: float) -> ServerTable:
         """The candidate servers for ``request``, one row each (a sequence of snapshots)."""

@@ -70,9 +70,9 @@ def sse(payload):
 
 def test_stream_meter_counts_tokens_not_chunks():
     meter = StreamMeter(dispatched=10.0)
-    meter.feed(sse({"choices": [{"delta": {"role": "assistant"}}]}), 10.05)  # no text yet
-    meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[:10], 10.1)  # split across reads
-    meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[10:], 10.1)
+    assert not meter.feed(sse({"choices": [{"delta": {"role": "assistant"}}]}), 10.05)  # no text yet
+    assert not meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[:10], 10.1)  # split across reads
+    assert meter.feed(sse({"choices": [{"delta": {"content": "ab"}}]})[10:], 10.1)
     meter.feed(sse({"choices": [{"delta": {"content": "cdef"}}]}), 10.3)
     meter.feed(sse({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}) + b"data: [DONE]\n\n", 10.31)
     done = meter.finish(10.32)

@@ -55,6 +55,11 @@ def test_step_rhythm_from_the_tokens_the_router_relays():
     assert rhythm(100.0)["a"] == (NO_TOKEN_AGE_MS, pytest.approx(20.0))  # capped age
     pool.token_seen("a", 100.0)  # after a long pause the interval is unknown again
     assert rhythm(100.001)["a"] == (pytest.approx(1.0), 0.0)
+    pool.token_seen("a", 100.02)
+    pool.set_servers((ServerSpec("c", "h:3"), ServerSpec("a", "h:1")))  # "a" stays, at another row
+    for server_id in "ca":
+        pool.scraped(server_id, ServerMetrics(0, 0, 0), now=100.0)
+    assert rhythm(100.025) == {"a": (pytest.approx(5.0), pytest.approx(20.0)), "c": (NO_TOKEN_AGE_MS, 0.0)}
 
 
 def test_unhealthy_servers_leave_candidates_until_none_remain():
