@@ -1,7 +1,6 @@
 """The HTTP proxy end to end: real aiohttp model servers, the real router, a real HTTP client."""
 
 import asyncio
-import json
 
 import aiohttp
 
