@@ -15,6 +15,6 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	$(VENV)/bin/python -m pip install -q -e ".[dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@

@@ -22,16 +22,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autoscale.controller import ControllerSettings, HpaController, ScaleTarget
-from autoscale.errors import AutoscaleError
-from autoscale.manifest import emit_manifest, parse_manifest, spec_to_dict
-from autoscale.metrics_source import StaticMetrics
-from autoscale.pods import Pod, PodSample
-from autoscale.quantity import to_milli
-from autoscale.spec import HpaSpec, ScaleTargetRef, SourceType
-from autoscale.traps import find_traps
-from cli.main import CommandError
-from contract.settings import from_env
+from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget
+from headroom.autoscale.errors import AutoscaleError
+from headroom.autoscale.manifest import emit_manifest, parse_manifest, spec_to_dict
+from headroom.autoscale.metrics_source import StaticMetrics
+from headroom.autoscale.pods import Pod, PodSample
+from headroom.autoscale.quantity import to_milli
+from headroom.autoscale.spec import HpaSpec, ScaleTargetRef, SourceType
+from headroom.autoscale.traps import find_traps
+from headroom.cli.main import CommandError
+from headroom.contract.settings import from_env
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -156,9 +156,9 @@ def run_decide(args: argparse.Namespace) -> int:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from autoscale.closed_loop import LoopSettings, run_closed_loop
-    from autoscale.report import plot_timeline, write_timeline_csv
-    from sim.traces import TraceError, load_azure
+    from headroom.autoscale.closed_loop import LoopSettings, run_closed_loop
+    from headroom.autoscale.report import plot_timeline, write_timeline_csv
+    from headroom.sim.traces import TraceError, load_azure
 
     spec = load_spec(args.hpa)
     try:
@@ -199,10 +199,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    from autoscale.closed_loop import LoopSettings
-    from autoscale.recommend import Slo, recommend
-    from autoscale.report import plot_cost_vs_slo, plot_timeline
-    from sim.traces import TraceError, load_azure
+    from headroom.autoscale.closed_loop import LoopSettings
+    from headroom.autoscale.recommend import Slo, recommend
+    from headroom.autoscale.report import plot_cost_vs_slo, plot_timeline
+    from headroom.sim.traces import TraceError, load_azure
 
     if not 1 <= args.min_replicas <= args.max_replicas:
         raise CommandError(f"need 1 <= --min-replicas <= --max-replicas, got {args.min_replicas} and "

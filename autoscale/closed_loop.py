@@ -21,17 +21,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from autoscale.controller import ControllerSettings, HpaController, ScaleTarget, SyncResult
-from autoscale.errors import SpecError
-from autoscale.metrics_source import ScrapedMetrics, StaticMetrics
-from autoscale.pods import Pod, PodPhase, PodSample
-from autoscale.signals import ServerMetrics, Signal, SignalContext, per_pod_milli
-from autoscale.spec import HpaSpec, SourceType
-from sim.policies import policy
-from sim.pool import PoolControl, ServerSpec, run
-from sim.profile import profile
-from sim.request import Request
-from sim.results import quantile
+from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget, SyncResult
+from headroom.autoscale.errors import SpecError
+from headroom.autoscale.metrics_source import ScrapedMetrics, StaticMetrics
+from headroom.autoscale.pods import Pod, PodPhase, PodSample
+from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, per_pod_milli
+from headroom.autoscale.spec import HpaSpec, SourceType
+from headroom.sim.policies import policy
+from headroom.sim.pool import PoolControl, ServerSpec, run
+from headroom.sim.profile import profile
+from headroom.sim.request import Request
+from headroom.sim.results import quantile
 
 KNOWN_METRICS = tuple(s.value for s in Signal)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autoscale import normalize, replica_calc
-from autoscale.errors import MetricUnavailable
-from autoscale.metrics_source import MetricsSource
-from autoscale.pods import Pod, ReadinessTiming
-from autoscale.replica_calc import Proposal, Tolerances
-from autoscale.spec import HpaSpec, MetricSpec, SourceType, TargetType
-from contract.settings import setting
+from headroom.autoscale import normalize, replica_calc
+from headroom.autoscale.errors import MetricUnavailable
+from headroom.autoscale.metrics_source import MetricsSource
+from headroom.autoscale.pods import Pod, ReadinessTiming
+from headroom.autoscale.replica_calc import Proposal, Tolerances
+from headroom.autoscale.spec import HpaSpec, MetricSpec, SourceType, TargetType
+from headroom.contract.settings import setting
 
 
 @dataclass(frozen=True)

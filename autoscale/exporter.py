@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from autoscale.signals import ServerMetrics, SignalContext, pool_signals, server_signals
+from headroom.autoscale.signals import ServerMetrics, SignalContext, pool_signals, server_signals
 
 
 class SignalExporter:

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from autoscale.errors import ManifestError, SpecError
-from autoscale.quantity import format_milli, to_fraction, to_milli
-from autoscale.spec import (
+from headroom.autoscale.errors import ManifestError, SpecError
+from headroom.autoscale.quantity import format_milli, to_fraction, to_milli
+from headroom.autoscale.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     Behavior,

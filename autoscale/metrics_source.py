@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscale.errors import MetricUnavailable
-from autoscale.pods import PodSample
-from autoscale.spec import MetricSpec, SourceType
+from headroom.autoscale.errors import MetricUnavailable
+from headroom.autoscale.pods import PodSample
+from headroom.autoscale.spec import MetricSpec, SourceType
 
 
 class MetricsSource(Protocol):

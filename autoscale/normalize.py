@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autoscale.spec import PolicyType, ScalingRules, SelectPolicy
+from headroom.autoscale.spec import PolicyType, ScalingRules, SelectPolicy
 
 LEGACY_SCALE_UP_FACTOR = 2.0
 LEGACY_SCALE_UP_MINIMUM = 4.0

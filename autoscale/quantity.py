@@ -14,7 +14,7 @@ import math
 import re
 from fractions import Fraction
 
-from autoscale.errors import SpecError
+from headroom.autoscale.errors import SpecError
 
 _SUFFIXES: dict[str, Fraction] = {
     "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),

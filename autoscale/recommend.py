@@ -24,10 +24,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from autoscale.closed_loop import LoopResult, LoopSettings, run_closed_loop
-from autoscale.quantity import to_milli
-from autoscale.signals import QueueDrainTtft, Signal, SignalContext
-from autoscale.spec import (
+from headroom.autoscale.closed_loop import LoopResult, LoopSettings, run_closed_loop
+from headroom.autoscale.quantity import to_milli
+from headroom.autoscale.signals import QueueDrainTtft, Signal, SignalContext
+from headroom.autoscale.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     Behavior,
@@ -40,12 +40,12 @@ from autoscale.spec import (
     SourceType,
     TargetType,
 )
-from autoscale.traps import Trap, find_traps
-from sim.pool import run, uniform_pool
-from sim.policies import policy
-from sim.profile import profile
-from sim.request import Request
-from sim.results import quantile
+from headroom.autoscale.traps import Trap, find_traps
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.policies import policy
+from headroom.sim.profile import profile
+from headroom.sim.request import Request
+from headroom.sim.results import quantile
 
 SEARCHED_SIGNALS = (Signal.QUEUE_SIZE, Signal.SLOTS_USED, Signal.KV_CACHE_USAGE, Signal.TTFT_SLO_RATIO)
 

@@ -24,8 +24,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscale.errors import MetricUnavailable
-from autoscale.pods import Pod, PodSample, ReadinessTiming, count_running_and_ready, group_pods
+from headroom.autoscale.errors import MetricUnavailable
+from headroom.autoscale.pods import Pod, PodSample, ReadinessTiming, count_running_and_ready, group_pods
 
 INT32_MAX = 2**31 - 1
 DEFAULT_TOLERANCE = 0.1

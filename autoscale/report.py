@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from autoscale.closed_loop import LoopResult
+from headroom.autoscale.closed_loop import LoopResult
 
 
 def write_timeline_csv(result: LoopResult, path: str | Path) -> None:

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from autoscale.errors import SpecError
+from headroom.autoscale.errors import SpecError
 
 MAX_STABILIZATION_WINDOW_SECONDS = 3600
 MAX_POLICY_PERIOD_SECONDS = 1800

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscale.spec import HpaSpec, SourceType, TargetType
+from headroom.autoscale.spec import HpaSpec, SourceType, TargetType
 
 COUNT_METRICS = ("num_requests_waiting", "prefill_backlog", "queue", "num_requests_running")
 MEMORY_METRICS = ("kv_cache_usage", "memory")

@@ -8,13 +8,13 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cli.main import CommandError
-from contract.settings import SettingsError, describe, from_env
-from contract.topics import KafkaSettings
+from headroom.cli.main import CommandError
+from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.contract.topics import KafkaSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from streams.settings import PipelineSettings
+    from headroom.streams.settings import PipelineSettings
 
     group = subparsers.add_parser("backtest", help="replay telemetry history: model versions, drift, policies")
     commands = group.add_subparsers(dest="backtest_command", required=True, metavar="ACTION")
@@ -60,7 +60,7 @@ def _time_ms(text: str) -> int:
 
 def pipeline_settings(overrides: list[tuple[str, str]]):
     """Pipeline settings from the environment, with ``NAME=VALUE`` overrides parsed as the environment's are."""
-    from streams.settings import PipelineSettings
+    from headroom.streams.settings import PipelineSettings
 
     env_of = {name: env for name, env, _, _ in describe(PipelineSettings)}
     environ = dict(os.environ)
@@ -77,9 +77,9 @@ def pipeline_settings(overrides: list[tuple[str, str]]):
 def run_backtest_command(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from backtest.replay import Range
-    from backtest.run import Source, run_backtest
-    from backtest.settings import BacktestSettings
+    from headroom.backtest.replay import Range
+    from headroom.backtest.run import Source, run_backtest
+    from headroom.backtest.settings import BacktestSettings
 
     if args.start is not None and args.start_offset is not None:
         raise CommandError("--from and --start-offset both choose the start; give one")

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from trainer.drift import RELATIVE_ERROR_FLOOR_MS  # noqa: E402
+from headroom.trainer.drift import RELATIVE_ERROR_FLOOR_MS  # noqa: E402
 
 ROLLING = 200  # records per point of the rolling error
 

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from sim.results import quantile
-from router.roles import LatencyPredictor
-from router.sim_policy import engine_pick
-from sim.policies import POLICIES, policy
-from sim.pool import run, uniform_pool
-from sim.request import Request
+from headroom.sim.results import quantile
+from headroom.router.roles import LatencyPredictor
+from headroom.router.sim_policy import engine_pick
+from headroom.sim.policies import POLICIES, policy
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.request import Request
 
 PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
 KNOWN_POLICIES = (*POLICIES, PREDICTED)

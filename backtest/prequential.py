@@ -23,17 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from contract.features import RAW_COLUMNS, feature_matrix
-from contract.model_update import ModelUpdate
-from contract.telemetry import TelemetryRecord
-from contract.telemetry_frame import COLUMNS
-from streams.ingest import Ingestor, build_ingestor
-from streams.retrain import Retrainer
-from streams.settings import PipelineSettings
-from trainer.evaluation import score
-from trainer.fit import predict
-from trainer.live import LiveModels
-from trainer.rounds import RoundOutcome
+from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.contract.model_update import ModelUpdate
+from headroom.contract.telemetry import TelemetryRecord
+from headroom.contract.telemetry_frame import COLUMNS
+from headroom.streams.ingest import Ingestor, build_ingestor
+from headroom.streams.retrain import Retrainer
+from headroom.streams.settings import PipelineSettings
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import predict
+from headroom.trainer.live import LiveModels
+from headroom.trainer.rounds import RoundOutcome
 
 TARGET_COLUMNS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 

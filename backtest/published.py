@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from backtest.replay import consumer, messages
-from contract.model_update import InvalidUpdate, ModelUpdate, decode_update
-from contract.topics import MODEL_MESSAGE_MAX_BYTES
+from headroom.backtest.replay import consumer, messages
+from headroom.contract.model_update import InvalidUpdate, ModelUpdate, decode_update
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
 
 _PREDICTED = {"ttft": "predicted_ttft_ms", "tpot": "predicted_tpot_ms", "e2e": "predicted_e2e_ms"}
 _ACTUAL = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import polars as pl
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from contract.telemetry_frame import SCHEMA, records_frame
+from headroom.contract.telemetry_frame import SCHEMA, records_frame
 
 BATCH = 20_000
 FIRST_BATCH = 2_500  # batches double from this size up to BATCH

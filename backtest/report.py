@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from backtest import plots
+from headroom.backtest import plots
 
 if TYPE_CHECKING:
-    from backtest.run import Backtest, Source
-    from streams.settings import PipelineSettings
+    from headroom.backtest.run import Backtest, Source
+    from headroom.streams.settings import PipelineSettings
 
 MAX_ROWS = 40  # rows of a long table shown in the Markdown (the parquet file has them all)
 PREFIX_NOTE = ("Telemetry records carry no prompt prefix hashes, so the replayed requests share no cached "

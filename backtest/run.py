@@ -14,17 +14,17 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from backtest import policies, published
-from backtest.prequential import Prequential, evaluate
-from backtest.replay import Range, read_telemetry
-from backtest.report import write_report
-from backtest.settings import BacktestSettings
-from contract.model_update import ModelUpdate, encode_update
-from contract.topics import KafkaSettings
-from predictor.runtime import ModelRuntime
-from router.predictors import EmbeddedPredictor
-from router.roles import LatencyPredictor
-from streams.settings import PipelineSettings
+from headroom.backtest import policies, published
+from headroom.backtest.prequential import Prequential, evaluate
+from headroom.backtest.replay import Range, read_telemetry
+from headroom.backtest.report import write_report
+from headroom.backtest.settings import BacktestSettings
+from headroom.contract.model_update import ModelUpdate, encode_update
+from headroom.contract.topics import KafkaSettings
+from headroom.predictor.runtime import ModelRuntime
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.roles import LatencyPredictor
+from headroom.streams.settings import PipelineSettings
 
 
 @dataclass(frozen=True)

@@ -30,20 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from backtest.prequential import prepare  # noqa: E402
-from backtest.replay import WORKERS, Range, read_telemetry  # noqa: E402
-from backtest.run import Source, run_backtest  # noqa: E402
-from backtest.settings import BacktestSettings  # noqa: E402
-from contract.settings import from_env  # noqa: E402
-from contract.telemetry import encode  # noqa: E402
-from contract.topics import KafkaSettings, TopicSpec  # noqa: E402
-from localkafka import admin, broker  # noqa: E402
-from localkafka.settings import BrokerSettings  # noqa: E402
-from sim.policies import policy  # noqa: E402
-from sim.pool import run, uniform_pool  # noqa: E402
-from sim.synthetic import generate, poisson_arrivals  # noqa: E402
-from sim.view import Pick  # noqa: E402
-from streams.settings import PipelineSettings  # noqa: E402
+from headroom.backtest.prequential import prepare  # noqa: E402
+from headroom.backtest.replay import WORKERS, Range, read_telemetry  # noqa: E402
+from headroom.backtest.run import Source, run_backtest  # noqa: E402
+from headroom.backtest.settings import BacktestSettings  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
+from headroom.localkafka import admin, broker  # noqa: E402
+from headroom.localkafka.settings import BrokerSettings  # noqa: E402
+from headroom.sim.policies import policy  # noqa: E402
+from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.sim.synthetic import generate, poisson_arrivals  # noqa: E402
+from headroom.sim.view import Pick  # noqa: E402
+from headroom.streams.settings import PipelineSettings  # noqa: E402
 
 
 def simulated(records: int, rate: float, servers: int):

@@ -24,23 +24,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from contract.features import records_matrix, target_value  # noqa: E402
-from contract.settings import from_env  # noqa: E402
-from contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
-from contract.telemetry import encode  # noqa: E402
-from sim.bench import capacity_rps  # noqa: E402
-from sim.policies import policy  # noqa: E402
-from sim.pool import run, uniform_pool  # noqa: E402
-from sim.traces import load_azure, load_mooncake  # noqa: E402
-from streams.ingest import Ingestor  # noqa: E402
-from streams.settings import PipelineSettings  # noqa: E402
-from streams.windows import Windows  # noqa: E402
-from trainer.drift import ErrorDriftDetector  # noqa: E402
-from trainer.evaluation import score  # noqa: E402
-from trainer.fit import predict  # noqa: E402
-from trainer.live import LiveModels, live_model  # noqa: E402
-from trainer.policy import RetrainPolicy  # noqa: E402
-from trainer.rounds import RoundSpec, train_round  # noqa: E402
+from headroom.contract.features import records_matrix, target_value  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
+from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.policies import policy  # noqa: E402
+from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402
+from headroom.streams.ingest import Ingestor  # noqa: E402
+from headroom.streams.settings import PipelineSettings  # noqa: E402
+from headroom.streams.windows import Windows  # noqa: E402
+from headroom.trainer.drift import ErrorDriftDetector  # noqa: E402
+from headroom.trainer.evaluation import score  # noqa: E402
+from headroom.trainer.fit import predict  # noqa: E402
+from headroom.trainer.live import LiveModels, live_model  # noqa: E402
+from headroom.trainer.policy import RetrainPolicy  # noqa: E402
+from headroom.trainer.rounds import RoundSpec, train_round  # noqa: E402
 
 LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
 

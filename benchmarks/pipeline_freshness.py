@@ -26,17 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import Producer  # noqa: E402
 
-from contract.features import records_matrix  # noqa: E402
-from contract.telemetry import encode  # noqa: E402
+from headroom.contract.features import records_matrix  # noqa: E402
+from headroom.contract.telemetry import encode  # noqa: E402
 from pipeline_ingest import fresh_kafka  # noqa: E402
-from sim.bench import capacity_rps  # noqa: E402
-from sim.policies import policy  # noqa: E402
-from sim.pool import run, slow_down, uniform_pool  # noqa: E402
-from sim.traces import load_azure  # noqa: E402
+from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.policies import policy  # noqa: E402
+from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
+from headroom.sim.traces import load_azure  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
-from trainer.evaluation import score  # noqa: E402
-from trainer.fit import load_booster, predict  # noqa: E402
-from trainer.publish import read_latest, tail  # noqa: E402
+from headroom.trainer.evaluation import score  # noqa: E402
+from headroom.trainer.fit import load_booster, predict  # noqa: E402
+from headroom.trainer.publish import read_latest, tail  # noqa: E402
 
 
 def with_predictions(records, boosters):

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import Producer  # noqa: E402
 
-from contract.settings import from_env  # noqa: E402
-from contract.telemetry import encode  # noqa: E402
-from contract.topics import KafkaSettings  # noqa: E402
-from localkafka.admin import ensure_topics  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.topics import KafkaSettings  # noqa: E402
+from headroom.localkafka.admin import ensure_topics  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
 from tests.trainer.synthetic import oracle, synthetic_records  # noqa: E402
 

@@ -34,18 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import xgboost  # noqa: E402
 
-from contract.features import FEATURE_SCHEMA, records_matrix, target_value  # noqa: E402
-from contract.model_update import encode_update, make_update  # noqa: E402
-from predictor.runtime import ModelRuntime  # noqa: E402
-from router.predictors import EmbeddedPredictor  # noqa: E402
-from router.sim_policy import engine_pick  # noqa: E402
-from sim.bench import capacity_rps  # noqa: E402
-from sim.results import quantile  # noqa: E402
-from sim.oracle import oracle_pick  # noqa: E402
-from sim.policies import policy  # noqa: E402
-from sim.pool import run, uniform_pool  # noqa: E402
-from sim.traces import load_azure, load_mooncake  # noqa: E402
-from trainer.params import TrainParams  # noqa: E402
+from headroom.contract.features import FEATURE_SCHEMA, records_matrix, target_value  # noqa: E402
+from headroom.contract.model_update import encode_update, make_update  # noqa: E402
+from headroom.predictor.runtime import ModelRuntime  # noqa: E402
+from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
+from headroom.router.sim_policy import engine_pick  # noqa: E402
+from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.results import quantile  # noqa: E402
+from headroom.sim.oracle import oracle_pick  # noqa: E402
+from headroom.sim.policies import policy  # noqa: E402
+from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402
+from headroom.trainer.params import TrainParams  # noqa: E402
 
 SERVERS = 16
 LOADS = (1.0, 2.0, 3.0, 4.0)

@@ -9,15 +9,15 @@ import sys
 
 # One line per subcommand group: (module with register(subparsers)).
 COMMANDS = (
-    "localkafka.cli",
-    "predictor.cli",
-    "demo.cli",
-    "streams.cli",
-    "trainer.cli",
-    "autoscale.cli",
-    "router.cli",
-    "sim.cli",
-    "backtest.cli",
+    "headroom.localkafka.cli",
+    "headroom.predictor.cli",
+    "headroom.demo.cli",
+    "headroom.streams.cli",
+    "headroom.trainer.cli",
+    "headroom.autoscale.cli",
+    "headroom.router.cli",
+    "headroom.sim.cli",
+    "headroom.backtest.cli",
 )
 
 

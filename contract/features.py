@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contract.telemetry import TelemetryRecord
+from headroom.contract.telemetry import TelemetryRecord
 
 # Raw inputs, as named in the telemetry record.
 RAW_COLUMNS = ("kv_cache_usage", "num_waiting", "num_running", "prompt_tokens", "prefix_match",

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from contract.features import TARGETS
+from headroom.contract.features import TARGETS
 
 MAGIC = b"HRMU"
 FORMAT_VERSION = 1

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 import msgspec
 import polars as pl
 
-from contract.features import TARGETS
-from contract.telemetry import (FIELD_DEFAULTS, FIELD_KINDS, MAX_ID_CHARS, MAX_INTEGER, MAX_RECORD_BYTES,
+from headroom.contract.features import TARGETS
+from headroom.contract.telemetry import (FIELD_DEFAULTS, FIELD_KINDS, MAX_ID_CHARS, MAX_INTEGER, MAX_RECORD_BYTES,
                                 REQUIRED_FIELDS, SCHEMA_VERSION, TTFT_SLACK_MS, WIRE_TYPE, InvalidRecord,
                                 TelemetryRecord, decode)
 

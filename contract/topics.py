@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.settings import setting
+from headroom.contract.settings import setting
 
 MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 

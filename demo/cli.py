@@ -10,11 +10,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from cli.main import CommandError
-from contract.settings import from_env
-from demo.processes import ComponentFailed
-from demo.settings import DemoSettings
-from localkafka.errors import BrokerError
+from headroom.cli.main import CommandError
+from headroom.contract.settings import from_env
+from headroom.demo.processes import ComponentFailed
+from headroom.demo.settings import DemoSettings
+from headroom.localkafka.errors import BrokerError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from demo.run import run as run_demo, write_report
-    from demo.view import live_panel, summary_tables
+    from headroom.demo.run import run as run_demo, write_report
+    from headroom.demo.view import live_panel, summary_tables
 
     settings = from_env(DemoSettings)
     overrides = {"duration_s": args.duration, "rate": args.rate, "report_dir": args.report_dir, "seed": args.seed}

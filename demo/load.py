@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from router.headers import OPT_IN, PRIORITY, SLO_TPOT, SLO_TTFT
-from sim.request import Request
+from headroom.router.headers import OPT_IN, PRIORITY, SLO_TPOT, SLO_TTFT
+from headroom.sim.request import Request
 
 
 @dataclass(frozen=True)

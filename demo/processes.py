@@ -45,7 +45,7 @@ class Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{name}.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=out,
+            process = subprocess.Popen([sys.executable, "-m", "headroom.cli.main", *args], stdout=out,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env={**os.environ, **self.env}, start_new_session=True)
         component = Component(name, process, log)

@@ -18,18 +18,18 @@ from pathlib import Path
 
 import yaml
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from demo import load
-from demo.processes import Supervisor
-from demo.scrape import Samples, by_label, scrape, total
-from demo.settings import DemoSettings
-from demo.stats import summarize
-from localkafka import broker
-from localkafka.admin import end_offsets
-from localkafka.cli import start as start_broker
-from localkafka.settings import BrokerSettings
-from sim.traces import load_azure
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.demo import load
+from headroom.demo.processes import Supervisor
+from headroom.demo.scrape import Samples, by_label, scrape, total
+from headroom.demo.settings import DemoSettings
+from headroom.demo.stats import summarize
+from headroom.localkafka import broker
+from headroom.localkafka.admin import end_offsets
+from headroom.localkafka.cli import start as start_broker
+from headroom.localkafka.settings import BrokerSettings
+from headroom.sim.traces import load_azure
 
 
 WARMUP_SHARE = 0.4  # the first 40% of the run may take the heuristic while models are first trained

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.settings import setting
+from headroom.contract.settings import setting
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from demo.load import Outcome
+from headroom.demo.load import Outcome
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import math
 from rich.console import Group
 from rich.table import Table
 
-from demo.run import Report, Tick, heuristic_decisions
-from demo.scrape import by_label, total
-from demo.stats import Summary, summarize
+from headroom.demo.run import Report, Tick, heuristic_decisions
+from headroom.demo.scrape import by_label, total
+from headroom.demo.stats import Summary, summarize
 
 WINDOW_S = 10.0
 

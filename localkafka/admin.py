@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from confluent_kafka.error import KafkaError
 
-from contract.topics import KafkaSettings, TopicSpec, declared_topics
+from headroom.contract.topics import KafkaSettings, TopicSpec, declared_topics
 
 
 def admin_client(bootstrap: str) -> AdminClient:

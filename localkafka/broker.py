@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from localkafka import admin, jars
-from localkafka.errors import BrokerFailed, PortTaken
-from localkafka.settings import BrokerSettings
+from headroom.localkafka import admin, jars
+from headroom.localkafka.errors import BrokerFailed, PortTaken
+from headroom.localkafka.settings import BrokerSettings
 
 STOP_TIMEOUT_S = 30.0
 _children: dict[int, subprocess.Popen] = {}  # brokers this process started, reaped by down()

@@ -10,13 +10,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from cli.main import CommandError
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from localkafka import admin, broker
-from localkafka.errors import BrokerError
-from localkafka.selftest import round_trip, synthetic_records
-from localkafka.settings import BrokerSettings
+from headroom.cli.main import CommandError
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.localkafka import admin, broker
+from headroom.localkafka.errors import BrokerError
+from headroom.localkafka.selftest import round_trip, synthetic_records
+from headroom.localkafka.settings import BrokerSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

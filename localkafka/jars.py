@@ -8,8 +8,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from localkafka.errors import BrokerError, PrerequisiteMissing
-from localkafka.settings import BrokerSettings
+from headroom.localkafka.errors import BrokerError, PrerequisiteMissing
+from headroom.localkafka.settings import BrokerSettings
 
 MIN_JAVA = 17
 

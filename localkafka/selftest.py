@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from contract.telemetry import TelemetryRecord, decode, encode
-from contract.topics import KafkaSettings
-from localkafka.admin import end_offsets
+from headroom.contract.telemetry import TelemetryRecord, decode, encode
+from headroom.contract.topics import KafkaSettings
+from headroom.localkafka.admin import end_offsets
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.features import FEATURE_NAMES, FEATURE_SCHEMA, feature_matrix
-from contract.model_update import encode_update, make_update
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, feature_matrix
+from headroom.contract.model_update import encode_update, make_update
 
 REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
                     "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1}
@@ -78,8 +78,8 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4,
                   threads: int = 1) -> list[dict]:
     """In-process: one ``ModelRuntime.predict`` of all models, and XGBoost ``inplace_predict`` per model."""
-    from predictor.kernels import available_engines
-    from predictor.runtime import ModelRuntime
+    from headroom.predictor.kernels import available_engines
+    from headroom.predictor.runtime import ModelRuntime
 
     messages = reference_messages()[:models]
     results = []
@@ -121,9 +121,9 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
     """One in-process server; a separate process drives it closed-loop with ``clients`` concurrent callers:
     Python threads calling the stub (``python``) or :class:`~predictor.client.PredictorClient`
     (``coalescing``), or the compiled generator's goroutines (``go``)."""
-    from contract.settings import from_env
-    from predictor.server import PredictorServer
-    from predictor.settings import PredictorSettings
+    from headroom.contract.settings import from_env
+    from headroom.predictor.server import PredictorServer
+    from headroom.predictor.settings import PredictorSettings
 
     if load_generator not in LOAD_GENERATORS:
         raise ValueError(f"load generator {load_generator!r}: expected one of {LOAD_GENERATORS}")
@@ -139,7 +139,7 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
         try:
             for n in candidate_counts:
                 if go_binary is None:
-                    command = [sys.executable, "-m", "predictor.bench",
+                    command = [sys.executable, "-m", "headroom.predictor.bench",
                                "load-coalesced" if load_generator == "coalescing" else "load",
                                server.address, str(n), str(clients), str(seconds)]
                 else:
@@ -167,7 +167,7 @@ PREDICT_METHOD = "/headroom.predictor.v1.PredictionService/Predict"
 
 
 def predict_request(rows: np.ndarray):
-    from predictor.proto import prediction_pb2
+    from headroom.predictor.proto import prediction_pb2
 
     return prediction_pb2.PredictRequest(pool_key="bench", n_features=rows.shape[1],
                                          features_f32le=rows.astype("<f4").tobytes())
@@ -199,12 +199,12 @@ def bench_update(kafka, versions: int = 10) -> dict:
 
     from confluent_kafka import Producer
 
-    from contract.model_update import decode_update, encode_update
-    from contract.settings import from_env
-    from contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
-    from localkafka.admin import ensure_topics
-    from predictor.server import PredictorServer
-    from predictor.settings import PredictorSettings
+    from headroom.contract.model_update import decode_update, encode_update
+    from headroom.contract.settings import from_env
+    from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
+    from headroom.localkafka.admin import ensure_topics
+    from headroom.predictor.server import PredictorServer
+    from headroom.predictor.settings import PredictorSettings
 
     topic = f"bench-model-updates-{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka, [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
@@ -234,7 +234,7 @@ def bench_update(kafka, versions: int = 10) -> dict:
 def load_coalesced(address: str, candidates_per_call: int, clients: int, seconds: float,
                    window_seconds: float = 0.0005) -> dict:
     """Closed loop through :class:`PredictorClient`: concurrent calls are merged into fewer RPCs."""
-    from predictor.client import PredictorClient
+    from headroom.predictor.client import PredictorClient
 
     rows = candidates(candidates_per_call, seed=1)
     with PredictorClient([address], window_seconds=window_seconds, timeout_seconds=5.0) as client:
@@ -252,7 +252,7 @@ def load(address: str, candidates_per_call: int, clients: int, seconds: float) -
     """Closed loop: each of ``clients`` threads sends its next call when the previous answer arrives."""
     import grpc
 
-    from predictor.proto import prediction_pb2_grpc
+    from headroom.predictor.proto import prediction_pb2_grpc
 
     request = predict_request(candidates(candidates_per_call, seed=1))
     channel = grpc.insecure_channel(address)

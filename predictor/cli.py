@@ -6,9 +6,9 @@ import argparse
 import json
 import logging
 
-from contract.settings import SettingsError, describe, from_env
-from contract.topics import KafkaSettings
-from predictor.settings import PredictorSettings
+from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.predictor.settings import PredictorSettings
 
 
 def register(subparsers) -> None:
@@ -45,8 +45,8 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from cli.main import CommandError
-    from predictor.server import serve
+    from headroom.cli.main import CommandError
+    from headroom.predictor.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in (("port", args.port), ("metrics_port", args.metrics_port)) if v is not None}
@@ -62,7 +62,7 @@ def run_serve(args) -> int:
 
 
 def run_bench(args) -> int:
-    from predictor import bench
+    from headroom.predictor import bench
 
     if args.what in ("runtime", "all"):
         for row in bench.bench_runtime(tuple(args.candidates or (1, 10, 100, 1000)), args.iterations, args.models,

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from contract.features import FEATURE_NAMES
-from predictor.proto import prediction_pb2, prediction_pb2_grpc
-from predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
+from headroom.contract.features import FEATURE_NAMES
+from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
 
 
 

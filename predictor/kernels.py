@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.features import FEATURE_NAMES
-from predictor.forest import Forest
+from headroom.contract.features import FEATURE_NAMES
+from headroom.predictor.forest import Forest
 
 try:
     import numba

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.features import feature_matrix
+from headroom.contract.features import feature_matrix
 
 _SEED = 20260101
 _ROWS = 64

@@ -24,13 +24,13 @@ from enum import Enum
 
 import numpy as np
 
-from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from contract.model_update import (InvalidUpdate, ModelUpdate, booster_transform, decode_update, model_key,
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from headroom.contract.model_update import (InvalidUpdate, ModelUpdate, booster_transform, decode_update, model_key,
                                    to_milliseconds)
-from predictor.errors import InvalidBatch, NotReady, UnknownPool
-from predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
-from predictor.kernels import ForestStack, available_engines, default_engine, evaluate
-from predictor.probe import PROBE_ROWS
+from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
+from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
+from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate
+from headroom.predictor.probe import PROBE_ROWS
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from contract.topics import KafkaSettings
-from predictor import kernels
-from predictor.metrics import PredictorMetrics
-from predictor.proto import prediction_pb2, prediction_pb2_grpc
-from predictor.runtime import ModelRuntime
-from predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
-from predictor.settings import PredictorSettings
-from predictor.tailer import ModelUpdateTailer
+from headroom.contract.topics import KafkaSettings
+from headroom.predictor import kernels
+from headroom.predictor.metrics import PredictorMetrics
+from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.runtime import ModelRuntime
+from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
+from headroom.predictor.settings import PredictorSettings
+from headroom.predictor.tailer import ModelUpdateTailer
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import time
 import grpc
 import numpy as np
 
-from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
-from predictor.metrics import PredictorMetrics
-from predictor.proto import prediction_pb2, prediction_pb2_grpc
-from predictor.runtime import ModelRuntime, Prediction
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from headroom.predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
+from headroom.predictor.metrics import PredictorMetrics
+from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.runtime import ModelRuntime, Prediction
 
 STATUS_OF = {
     NotReady: grpc.StatusCode.UNAVAILABLE,

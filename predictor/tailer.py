@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
-from predictor.runtime import ApplyResult, ModelRuntime
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
+from headroom.predictor.runtime import ApplyResult, ModelRuntime
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from autoscale.exporter import SignalExporter
-from autoscale.signals import SignalContext
-from router.errors import PredictionUnavailable
-from router.plugins.predicted_latency_producer import candidate_features
-from router.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
-from router.state.pool import PoolState
+from headroom.autoscale.exporter import SignalExporter
+from headroom.autoscale.signals import SignalContext
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.plugins.predicted_latency_producer import candidate_features
+from headroom.router.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.state.pool import PoolState
 
 GIB = 2**30
 

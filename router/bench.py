@@ -18,21 +18,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import encode_update, make_update
-from predictor.bench import EFFECTIVE_PROMPT, candidates
-from router.engine import Engine
-from router.metering import Completion
-from router.metrics import RouterMetrics
-from router.pipeline import load_pipeline
-from router.predictors import EmbeddedPredictor
-from router.plugins.predicted_latency_producer import candidate_features
-from router.roles import Candidate, Request
-from router.service import RouterService
-from router.state.pool import PoolState
-from router.state.server_metrics import ServerMetrics
-from router.state.servers import ServerSpec
-from router.telemetry_sink import MemoryTelemetry
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import encode_update, make_update
+from headroom.predictor.bench import EFFECTIVE_PROMPT, candidates
+from headroom.router.engine import Engine
+from headroom.router.metering import Completion
+from headroom.router.metrics import RouterMetrics
+from headroom.router.pipeline import load_pipeline
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.plugins.predicted_latency_producer import candidate_features
+from headroom.router.roles import Candidate, Request
+from headroom.router.service import RouterService
+from headroom.router.state.pool import PoolState
+from headroom.router.state.server_metrics import ServerMetrics
+from headroom.router.state.servers import ServerSpec
+from headroom.router.telemetry_sink import MemoryTelemetry
 
 
 SCRAPE_INTERVAL_S = 0.05  # the reference's scrape interval
@@ -74,7 +74,7 @@ def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
 def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
                      slo: bool = False, seed: int = 0) -> BenchResult:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from predictor.runtime import ModelRuntime
+    from headroom.predictor.runtime import ModelRuntime
     runtime = ModelRuntime()
     for version, target in enumerate(("ttft", "tpot"), start=1):
         result = runtime.apply(_model_update(target, trees, depth, version))

@@ -23,8 +23,8 @@ from typing import overload
 
 import numpy as np
 
-from router.roles import Candidate, Prediction, Scored, ServerSnapshot
-from router.server_table import ServerTable
+from headroom.router.roles import Candidate, Prediction, Scored, ServerSnapshot
+from headroom.router.server_table import ServerTable
 
 NO_VERSIONS: Mapping[str, int] = MappingProxyType({})
 

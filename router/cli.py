@@ -7,7 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from cli.main import CommandError
+from headroom.cli.main import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,11 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from contract.settings import from_env
-    from contract.topics import KafkaSettings
-    from router.config import load_config
-    from router.errors import ConfigError
-    from router.server import RouterServer
+    from headroom.contract.settings import from_env
+    from headroom.contract.topics import KafkaSettings
+    from headroom.router.config import load_config
+    from headroom.router.errors import ConfigError
+    from headroom.router.server import RouterServer
     try:
         config = load_config(args.config)
     except ConfigError as err:
@@ -41,7 +41,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from router.bench import decision_latency, print_report
+    from headroom.router.bench import decision_latency, print_report
     if args.candidates < 1 or args.decisions < 1:
         raise CommandError("--candidates and --decisions must be positive")
     print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo))

@@ -20,12 +20,12 @@ from typing import Any
 
 import yaml
 
-from contract.settings import from_env
-from router.errors import ConfigError
-from router.params import camel
-from router.pipeline import Pipeline, load_pipeline
-from router.settings import RouterSettings
-from router.state.servers import ServerSpec, parse_servers
+from headroom.contract.settings import from_env
+from headroom.router.errors import ConfigError
+from headroom.router.params import camel
+from headroom.router.pipeline import Pipeline, load_pipeline
+from headroom.router.settings import RouterSettings
+from headroom.router.state.servers import ServerSpec, parse_servers
 
 _KEYS = {"settings", "servers", "serversFile", "scheduling"}
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from router.candidate_set import CandidateSet, ScoredSet
-from router.errors import NoCandidates
-from router.pipeline import Pipeline, Profile
-from router.roles import Candidate, Context, Request, Scored, ServerSnapshot
+from headroom.router.candidate_set import CandidateSet, ScoredSet
+from headroom.router.errors import NoCandidates
+from headroom.router.pipeline import Pipeline, Profile
+from headroom.router.roles import Candidate, Context, Request, Scored, ServerSnapshot
 
 
 @dataclass(frozen=True)

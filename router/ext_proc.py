@@ -26,11 +26,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from router.errors import AdmissionRejected, NoCandidates, RequestError
-from router.headers import parse_headers
-from router.metering import StreamMeter, meter_json
-from router.prompt import PromptInfo, read_body
-from router.service import Dispatch, RouterService
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
+from headroom.router.headers import parse_headers
+from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.prompt import PromptInfo, read_body
+from headroom.router.service import Dispatch, RouterService
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from router.errors import RequestError
+from headroom.router.errors import RequestError
 
 OPT_IN = "x-prediction-based-scheduling"
 OPT_OUT = "x-prediction-based-scheduling-off"

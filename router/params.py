@@ -12,7 +12,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from router.errors import ConfigError
+from headroom.router.errors import ConfigError
 
 P = TypeVar("P")
 

@@ -14,14 +14,14 @@ from collections import OrderedDict
 
 import grpc
 
-from contract.telemetry import NO_TOKEN_AGE_MS
-from router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
-from router.headers import parse_headers
-from router.metering import Completion
-from router.prompt import PromptInfo, read_body
-from router.proto import router_pb2, router_pb2_grpc
-from router.roles import ServerSnapshot
-from router.service import Dispatch, RouterService
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
+from headroom.router.headers import parse_headers
+from headroom.router.metering import Completion
+from headroom.router.prompt import PromptInfo, read_body
+from headroom.router.proto import router_pb2, router_pb2_grpc
+from headroom.router.roles import ServerSnapshot
+from headroom.router.service import Dispatch, RouterService
 
 STATUS_OF: dict[type[RouterError], grpc.StatusCode] = {
     RequestError: grpc.StatusCode.INVALID_ARGUMENT,

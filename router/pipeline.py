@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router.errors import ConfigError
-from router.registry import REGISTRY
-from router.roles import Admitter, Filter, Picker, Producer, Scorer, role_of
+from headroom.router.errors import ConfigError
+from headroom.router.registry import REGISTRY
+from headroom.router.roles import Admitter, Filter, Picker, Producer, Scorer, role_of
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.features import TARGETS
-from predictor.errors import InvalidBatch, NotReady, UnknownPool
-from predictor.runtime import ModelRuntime
-from router.errors import PredictionUnavailable
-from router.roles import PredictionBatch
+from headroom.contract.features import TARGETS
+from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
+from headroom.predictor.runtime import ModelRuntime
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.roles import PredictionBatch
 
 
 class EmbeddedPredictor:

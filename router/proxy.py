@@ -17,11 +17,11 @@ import uuid
 import aiohttp
 from aiohttp import web
 
-from router.errors import AdmissionRejected, NoCandidates, RequestError
-from router.headers import parse_headers
-from router.metering import StreamMeter, meter_json
-from router.prompt import read_body
-from router.service import Dispatch, RouterService
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
+from headroom.router.headers import parse_headers
+from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.prompt import read_body
+from headroom.router.service import Dispatch, RouterService
 
 log = logging.getLogger(__name__)
 

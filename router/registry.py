@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from router.plugins import (kv_cache_free_scorer, latency_scorer, latency_slo_admitter,
+from headroom.router.plugins import (kv_cache_free_scorer, latency_scorer, latency_slo_admitter,
                             predicted_latency_producer, prefix_cache_affinity_filter, prefix_match_scorer,
                             queue_scorer, slo_headroom_tier_filter, weighted_random_picker)
 

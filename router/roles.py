@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
 

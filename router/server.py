@@ -19,23 +19,23 @@ import grpc
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from contract.topics import KafkaSettings
-from router.autoscale_signals import RouterSignals
-from router.config import RouterConfig
-from router.engine import Engine
-from router.ext_proc import ExtProcServicer
-from router.metrics import RouterMetrics
-from router.pick_api import PickServicer
-from router.proto import router_pb2_grpc
-from router.proxy import Proxy
-from router.roles import LatencyPredictor
-from router.service import RouterService
-from router.state.inflight import Inflight
-from router.state.pool import PoolState
-from router.state.prefix_index import PrefixIndex
-from router.state.scraper import MetricsScraper
-from router.state.servers import ServerFile
-from router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
+from headroom.contract.topics import KafkaSettings
+from headroom.router.autoscale_signals import RouterSignals
+from headroom.router.config import RouterConfig
+from headroom.router.engine import Engine
+from headroom.router.ext_proc import ExtProcServicer
+from headroom.router.metrics import RouterMetrics
+from headroom.router.pick_api import PickServicer
+from headroom.router.proto import router_pb2_grpc
+from headroom.router.proxy import Proxy
+from headroom.router.roles import LatencyPredictor
+from headroom.router.service import RouterService
+from headroom.router.state.inflight import Inflight
+from headroom.router.state.pool import PoolState
+from headroom.router.state.prefix_index import PrefixIndex
+from headroom.router.state.scraper import MetricsScraper
+from headroom.router.state.servers import ServerFile
+from headroom.router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +73,16 @@ class RouterServer:
         self._stop = asyncio.Event()
 
     def _embedded_predictor(self) -> LatencyPredictor:
-        from predictor.runtime import ModelRuntime
-        from predictor.tailer import ModelUpdateTailer
-        from router.predictors import EmbeddedPredictor
+        from headroom.predictor.runtime import ModelRuntime
+        from headroom.predictor.tailer import ModelUpdateTailer
+        from headroom.router.predictors import EmbeddedPredictor
         runtime = ModelRuntime()
         self._tailer = ModelUpdateTailer(runtime, self.kafka)
         return EmbeddedPredictor(runtime)
 
     def _remote_predictor(self) -> LatencyPredictor:
-        from predictor.client import PredictorClient
-        from router.predictors import RemotePredictor
+        from headroom.predictor.client import PredictorClient
+        from headroom.router.predictors import RemotePredictor
         addresses = [a.strip() for a in self.config.settings.predictor_addresses.split(",") if a.strip()]
         self._client = PredictorClient(addresses, timeout_seconds=self.config.settings.predictor_timeout_s)
         return RemotePredictor(self._client)

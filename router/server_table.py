@@ -16,7 +16,7 @@ from typing import overload
 
 import numpy as np
 
-from router.roles import COLD_KV_USAGE, ServerSnapshot
+from headroom.router.roles import COLD_KV_USAGE, ServerSnapshot
 
 
 @dataclass(frozen=True, slots=True, eq=False)

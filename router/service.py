@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
-from router.engine import Decision, Engine
-from router.errors import AdmissionRejected
-from router.headers import SchedulingHeaders
-from router.metering import Completion
-from router.metrics import RouterMetrics
-from router.prompt import PromptInfo
-from router.roles import Context, LatencyPredictor, Request, ServerSnapshot
-from router.state.pool import PoolState
-from router.telemetry_sink import TelemetrySink
+from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
+from headroom.router.engine import Decision, Engine
+from headroom.router.errors import AdmissionRejected
+from headroom.router.headers import SchedulingHeaders
+from headroom.router.metering import Completion
+from headroom.router.metrics import RouterMetrics
+from headroom.router.prompt import PromptInfo
+from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.state.pool import PoolState
+from headroom.router.telemetry_sink import TelemetrySink
 
 log = logging.getLogger(__name__)
 

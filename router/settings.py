@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.settings import setting
+from headroom.contract.settings import setting
 
 
 @dataclass(frozen=True)

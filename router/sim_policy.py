@@ -13,11 +13,11 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from router.engine import Engine
-from router.pipeline import DEFAULT_PIPELINE, load_pipeline
-from router.roles import Context, LatencyPredictor, Request, ServerSnapshot
-from sim.request import Request as SimRequest
-from sim.view import Pick, PickFunction, PoolView
+from headroom.router.engine import Engine
+from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.sim.request import Request as SimRequest
+from headroom.sim.view import Pick, PickFunction, PoolView
 
 
 def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None = None, seed: int = 0,

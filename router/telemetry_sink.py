@@ -15,8 +15,8 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from contract.telemetry import TelemetryRecord, encode
-from contract.topics import KafkaSettings
+from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.contract.topics import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -57,16 +57,16 @@ Command line: ``headroom sim bench | run | serve`` (:mod:`sim.cli`).
 (20, 27.1)
 """
 
-from sim.engine import ServerEngine
-from sim.oracle import oracle_pick, oracle_ttfts, true_ttft_ms
-from sim.policies import POLICIES, policy
-from sim.pool import PoolControl, ServerSpec, SimulationError, run, slow_down, uniform_pool
-from sim.results import RunResult
-from sim.prefixes import SharedPrefixes
-from sim.profile import PROFILES, ServerProfile, profile
-from sim.records import Dropped, Outcome, ServerSnapshot
-from sim.request import Request
-from sim.view import Candidate, Pick, PoolView
+from headroom.sim.engine import ServerEngine
+from headroom.sim.oracle import oracle_pick, oracle_ttfts, true_ttft_ms
+from headroom.sim.policies import POLICIES, policy
+from headroom.sim.pool import PoolControl, ServerSpec, SimulationError, run, slow_down, uniform_pool
+from headroom.sim.results import RunResult
+from headroom.sim.prefixes import SharedPrefixes
+from headroom.sim.profile import PROFILES, ServerProfile, profile
+from headroom.sim.records import Dropped, Outcome, ServerSnapshot
+from headroom.sim.request import Request
+from headroom.sim.view import Candidate, Pick, PoolView
 
 __all__ = [
     "Candidate", "Dropped", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES", "Request",

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from sim.policies import POLICIES, policy
-from sim.pool import run, uniform_pool
-from sim.results import RunResult, quantile
-from sim.request import Request
+from headroom.sim.policies import POLICIES, policy
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.results import RunResult, quantile
+from headroom.sim.request import Request
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import signal
 import time
 from pathlib import Path
 
-from cli.main import CommandError
-from contract.telemetry import encode
-from sim.settings import SimSettings, settings_from
+from headroom.cli.main import CommandError
+from headroom.contract.telemetry import encode
+from headroom.sim.settings import SimSettings, settings_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,9 +60,9 @@ def _settings(args: argparse.Namespace) -> SimSettings:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from sim.bench import bench_policies
-    from sim.report import print_policy_table
-    from sim.traces import load_azure, load_mooncake
+    from headroom.sim.bench import bench_policies
+    from headroom.sim.report import print_policy_table
+    from headroom.sim.traces import load_azure, load_mooncake
 
     settings = _settings(args)
     loaders = {"azure": lambda rate: load_azure(rate=rate, seed=settings.seed, limit=args.limit),
@@ -84,11 +84,11 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.bench import capacity_rps, summarize
-    from sim.policies import policy
-    from sim.pool import run, uniform_pool
-    from sim.report import print_policy_table
-    from sim.traces import load_azure, load_mooncake
+    from headroom.sim.bench import capacity_rps, summarize
+    from headroom.sim.policies import policy
+    from headroom.sim.pool import run, uniform_pool
+    from headroom.sim.report import print_policy_table
+    from headroom.sim.traces import load_azure, load_mooncake
 
     settings = _settings(args)
     load = {"azure": load_azure, "mooncake": load_mooncake}[args.trace]
@@ -112,8 +112,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sim.live import serve_pool
-    from sim.profile import profile
+    from headroom.sim.live import serve_pool
+    from headroom.sim.profile import profile
 
     settings = _settings(args)
     try:

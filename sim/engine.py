@@ -25,11 +25,11 @@ import math
 import random
 from collections import deque
 
-from sim.kvcache import BlockCache
-from sim.profile import BLOCK_TOKENS, ServerProfile
-from sim.records import Dropped, Outcome, ServerSnapshot
-from sim.request import Request
-from sim.sequence import SeqState
+from headroom.sim.kvcache import BlockCache
+from headroom.sim.profile import BLOCK_TOKENS, ServerProfile
+from headroom.sim.records import Dropped, Outcome, ServerSnapshot
+from headroom.sim.request import Request
+from headroom.sim.sequence import SeqState
 
 _IDLE, _SEGMENT, _STEP = 0, 1, 2
 _new_tuple = tuple.__new__  # builds a named tuple without its keyword-handling constructor

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from sim.records import ServerSnapshot
+from headroom.sim.records import ServerSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -27,12 +27,12 @@ from typing import Any
 
 from aiohttp import web
 
-from sim.engine import ServerEngine
-from sim.exposition import CONTENT_TYPE, metrics_registry, render
-from sim.profile import ServerProfile
-from sim.request import Request
-from sim.sequence import SeqState
-from contract.prompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
+from headroom.sim.engine import ServerEngine
+from headroom.sim.exposition import CONTENT_TYPE, metrics_registry, render
+from headroom.sim.profile import ServerProfile
+from headroom.sim.request import Request
+from headroom.sim.sequence import SeqState
+from headroom.contract.prompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
 
 DEFAULT_MAX_TOKENS = 16
 FILLER = " tok"

@@ -11,8 +11,8 @@ over 16 servers makes ~300 decisions per CPU second, fine for benchmarks, not fo
 
 from __future__ import annotations
 
-from sim.engine import ServerEngine
-from sim.request import Request
+from headroom.sim.engine import ServerEngine
+from headroom.sim.request import Request
 
 MAX_FORWARD_WAKES = 1_000_000
 

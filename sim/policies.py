@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from sim.request import Request
-from sim.view import PickFunction, PoolView
+from headroom.sim.request import Request
+from headroom.sim.view import PickFunction, PoolView
 
 
 def round_robin(seed: int = 0) -> PickFunction:

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contract.telemetry import TelemetryRecord
-from sim.engine import ServerEngine
-from sim.profile import ServerProfile, profile
-from sim.records import Dropped, Outcome, ServerSnapshot
-from sim.results import RunResult, telemetry_record
-from sim.request import Request
-from sim.view import PickFunction, PoolView
+from headroom.contract.telemetry import TelemetryRecord
+from headroom.sim.engine import ServerEngine
+from headroom.sim.profile import ServerProfile, profile
+from headroom.sim.records import Dropped, Outcome, ServerSnapshot
+from headroom.sim.results import RunResult, telemetry_record
+from headroom.sim.request import Request
+from headroom.sim.view import PickFunction, PoolView
 
 
 class SimulationError(RuntimeError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sim.request import Request
+from headroom.sim.request import Request
 
 
 class Outcome(NamedTuple):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from sim.bench import PolicyRow
-from sim.settings import SimSettings
+from headroom.sim.bench import PolicyRow
+from headroom.sim.settings import SimSettings
 
 
 def policy_table(rows: Sequence[PolicyRow], settings: SimSettings) -> Table:

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from contract.telemetry import TelemetryRecord
-from sim.records import Dropped, Outcome, ServerSnapshot
-from sim.view import Pick
+from headroom.contract.telemetry import TelemetryRecord
+from headroom.sim.records import Dropped, Outcome, ServerSnapshot
+from headroom.sim.view import Pick
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.request import Request
+from headroom.sim.request import Request
 
 
 class SeqState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-from contract.settings import from_env, setting
+from headroom.contract.settings import from_env, setting
 
 
 @dataclass(frozen=True)

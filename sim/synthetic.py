@@ -15,9 +15,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sim.prefixes import SharedPrefixes
-from sim.profile import BLOCK_TOKENS
-from sim.request import Request
+from headroom.sim.prefixes import SharedPrefixes
+from headroom.sim.profile import BLOCK_TOKENS
+from headroom.sim.request import Request
 
 
 @dataclass(frozen=True)

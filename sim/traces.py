@@ -23,9 +23,9 @@ import random
 from datetime import datetime
 from pathlib import Path
 
-from sim.prefixes import SharedPrefixes
-from sim.profile import BLOCK_TOKENS
-from sim.request import Request
+from headroom.sim.prefixes import SharedPrefixes
+from headroom.sim.profile import BLOCK_TOKENS
+from headroom.sim.request import Request
 
 TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AZURE_CONV = TRACES_DIR / "azure" / "AzureLLMInferenceTrace_conv_2023.csv"

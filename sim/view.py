@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from contract.telemetry import NO_TOKEN_AGE_MS
-from sim.records import ServerSnapshot
-from sim.request import Request
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.sim.records import ServerSnapshot
+from headroom.sim.request import Request
 
 if TYPE_CHECKING:
-    from sim.engine import ServerEngine
+    from headroom.sim.engine import ServerEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import faust
 
-from contract.topics import KafkaSettings
-from streams import metrics
-from streams.consume import IngestLoop
-from streams.ingest import Ingestor, build_ingestor
-from streams.reader import Delivery, TelemetryReader
-from streams.retrain import Publisher, Retrainer
-from streams.settings import PipelineSettings
-from streams.windows import WindowKey
-from trainer.live import LiveModels
+from headroom.contract.topics import KafkaSettings
+from headroom.streams import metrics
+from headroom.streams.consume import IngestLoop
+from headroom.streams.ingest import Ingestor, build_ingestor
+from headroom.streams.reader import Delivery, TelemetryReader
+from headroom.streams.retrain import Publisher, Retrainer
+from headroom.streams.settings import PipelineSettings
+from headroom.streams.windows import WindowKey
+from headroom.trainer.live import LiveModels
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 import logging
 
-from cli.main import CommandError
-from contract.settings import SettingsError, describe, from_env
-from contract.topics import KafkaSettings
-from streams.settings import PipelineSettings
+from headroom.cli.main import CommandError
+from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.streams.settings import PipelineSettings
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     from confluent_kafka import KafkaException
     from prometheus_client import start_http_server
 
-    from localkafka.admin import ensure_topics, partition_count
-    from streams.app import create_pipeline
-    from trainer.live import LiveModels
-    from trainer.publish import ModelPublisher, read_latest
+    from headroom.localkafka.admin import ensure_topics, partition_count
+    from headroom.streams.app import create_pipeline
+    from headroom.trainer.live import LiveModels
+    from headroom.trainer.publish import ModelPublisher, read_latest
 
     try:
         ensure_topics(kafka)

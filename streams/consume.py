@@ -17,10 +17,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from streams import metrics
-from streams.ingest import Ingestor
-from streams.reader import Delivery, TelemetryReader
-from streams.windows import WindowKey
+from headroom.streams import metrics
+from headroom.streams.ingest import Ingestor
+from headroom.streams.reader import Delivery, TelemetryReader
+from headroom.streams.windows import WindowKey
 
 log = logging.getLogger(__name__)
 

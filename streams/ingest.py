@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from contract.features import RAW_COLUMNS, TARGETS, predicted_value, target_value
-from contract.telemetry import InvalidRecord, TelemetryRecord, decode
-from streams.settings import PipelineSettings
-from streams.strata import stratum_key
-from streams.window import Row
-from streams.windows import WindowKey, Windows, encode_row, row_key
-from trainer.drift import ErrorDriftDetector, relative_error
-from trainer.policy import RetrainPolicy
+from headroom.contract.features import RAW_COLUMNS, TARGETS, predicted_value, target_value
+from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
+from headroom.streams.settings import PipelineSettings
+from headroom.streams.strata import stratum_key
+from headroom.streams.window import Row
+from headroom.streams.windows import WindowKey, Windows, encode_row, row_key
+from headroom.trainer.drift import ErrorDriftDetector, relative_error
+from headroom.trainer.policy import RetrainPolicy
 
 SWEEP_EVERY = 1000  # records between sweeps of aged-out rows across all strata
 _ERROR_LABELS = {target: f"{target} relative error" for target in TARGETS}

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
-from contract.model_update import ModelUpdate
-from streams import metrics
-from streams.ingest import Ingestor
-from streams.settings import PipelineSettings
-from streams.window import Row, snapshot
-from streams.windows import WindowKey
-from trainer.live import LiveModels, live_model
-from trainer.rounds import RoundOutcome, train_round
+from headroom.contract.model_update import ModelUpdate
+from headroom.streams import metrics
+from headroom.streams.ingest import Ingestor
+from headroom.streams.settings import PipelineSettings
+from headroom.streams.window import Row, snapshot
+from headroom.streams.windows import WindowKey
+from headroom.trainer.live import LiveModels, live_model
+from headroom.trainer.rounds import RoundOutcome, train_round
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.settings import setting
-from streams.window import WindowLimits
-from trainer.params import TrainParams
-from trainer.policy import RetrainRule
-from trainer.rounds import RoundSpec
+from headroom.contract.settings import setting
+from headroom.streams.window import WindowLimits
+from headroom.trainer.params import TrainParams
+from headroom.trainer.policy import RetrainRule
+from headroom.trainer.rounds import RoundSpec
 
 
 @dataclass(frozen=True)

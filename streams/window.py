@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trainer.samples import Samples
+from headroom.trainer.samples import Samples
 
 
 @dataclass(frozen=True)

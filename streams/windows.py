@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
-from contract.features import RAW_COLUMNS
-from streams.window import Row, WindowLimits, admits, evictions, expired, snapshot
-from trainer.samples import Samples
+from headroom.contract.features import RAW_COLUMNS
+from headroom.streams.window import Row, WindowLimits, admits, evictions, expired, snapshot
+from headroom.trainer.samples import Samples
 
 WindowKey = tuple[str, str]  # (pool key, target)
 

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings, TopicSpec
-from localkafka import admin, broker
-from localkafka.settings import BrokerSettings
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings, TopicSpec
+from headroom.localkafka import admin, broker
+from headroom.localkafka.settings import BrokerSettings
 
 
 def free_port() -> int:

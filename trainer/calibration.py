@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import xgboost as xgb
 
-from contract.features import FEATURE_NAMES
-from trainer.fit import fit, training_target
-from trainer.params import TrainParams
-from trainer.samples import Samples
+from headroom.contract.features import FEATURE_NAMES
+from headroom.trainer.fit import fit, training_target
+from headroom.trainer.params import TrainParams
+from headroom.trainer.samples import Samples
 
 MIN_CALIBRATION_ROWS = 20  # fewer newest rows than this: no calibration (shift 0)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from cli.main import CommandError
-from contract.model_update import ModelUpdate
-from contract.settings import SettingsError, from_env
-from contract.topics import KafkaSettings
+from headroom.cli.main import CommandError
+from headroom.contract.model_update import ModelUpdate
+from headroom.contract.settings import SettingsError, from_env
+from headroom.contract.topics import KafkaSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from trainer.publish import read_latest
+    from headroom.trainer.publish import read_latest
 
     kafka = _kafka()
     try:
@@ -78,7 +78,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_tail(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from trainer.publish import tail
+    from headroom.trainer.publish import tail
 
     kafka = _kafka()
     seen = 0

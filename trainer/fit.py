@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import xgboost as xgb
 
-from contract.features import FEATURE_NAMES
-from contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, to_milliseconds
-from trainer.evaluation import MAPE_FLOOR_MS
-from trainer.params import TrainParams
-from trainer.samples import Samples
+from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, to_milliseconds
+from headroom.trainer.evaluation import MAPE_FLOOR_MS
+from headroom.trainer.params import TrainParams
+from headroom.trainer.samples import Samples
 
 LOG_FLOOR_MS = MAPE_FLOOR_MS  # a log target counts observations below this as this much, as MAPE does
 

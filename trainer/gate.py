@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainer.evaluation import HoldoutMetrics
+from headroom.trainer.evaluation import HoldoutMetrics
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.samples import Samples
+from headroom.trainer.samples import Samples
 
 
 SPARSE = "\x00sparse"  # the pooled stratum of thinly populated strata

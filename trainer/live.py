@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import xgboost as xgb
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import ModelUpdate, booster_transform, model_key
-from trainer.fit import load_booster
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import ModelUpdate, booster_transform, model_key
+from headroom.trainer.fit import load_booster
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contract.model_update import OBJECTIVES, OUTPUT_TRANSFORMS
+from headroom.contract.model_update import OBJECTIVES, OUTPUT_TRANSFORMS
 
 CENTRAL_LOSSES = {"squared": "reg:squarederror", "absolute": "reg:absoluteerror"}
 

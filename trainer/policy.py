@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.drift import ErrorDriftDetector
+from headroom.trainer.drift import ErrorDriftDetector
 
 
 @dataclass(frozen=True)

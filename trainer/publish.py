@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 
-from contract.model_update import InvalidUpdate, ModelUpdate, decode_update, encode_update
-from contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
+from headroom.contract.model_update import InvalidUpdate, ModelUpdate, decode_update, encode_update
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
 
 
 class PublishError(RuntimeError):

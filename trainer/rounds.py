@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import ModelUpdate, make_update, model_key
-from trainer.calibration import fit_calibrated_quantile
-from trainer.evaluation import HoldoutMetrics, score
-from trainer.fit import fit, model_bytes, predict
-from trainer.gate import GateDecision, decide
-from trainer.holdout import split
-from trainer.live import LiveModels
-from trainer.params import TrainParams
-from trainer.samples import Samples
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import ModelUpdate, make_update, model_key
+from headroom.trainer.calibration import fit_calibrated_quantile
+from headroom.trainer.evaluation import HoldoutMetrics, score
+from headroom.trainer.fit import fit, model_bytes, predict
+from headroom.trainer.gate import GateDecision, decide
+from headroom.trainer.holdout import split
+from headroom.trainer.live import LiveModels
+from headroom.trainer.params import TrainParams
+from headroom.trainer.samples import Samples
 
 MIN_GATE_ROWS = 20  # fewest holdout rows newer than the live version's window for the gate to judge on them
 

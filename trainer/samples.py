@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.features import RAW_COLUMNS, feature_matrix
+from headroom.contract.features import RAW_COLUMNS, feature_matrix
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from predictor.proto import prediction_pb2 as predictor_dot_proto_dot_prediction__pb2
+from headroom.predictor.proto import prediction_pb2 as headroom_dot_predictor_dot_proto_dot_prediction__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in predictor/proto/prediction_pb2_grpc.py depends on'
+        + ' but the generated code in headroom/predictor/proto/prediction_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class PredictionServiceStub:
         """
         self.Predict = channel.unary_unary(
                 '/headroom.predictor.v1.PredictionService/Predict',
-                request_serializer=predictor_dot_proto_dot_prediction__pb2.PredictRequest.SerializeToString,
-                response_deserializer=predictor_dot_proto_dot_prediction__pb2.PredictResponse.FromString,
+                request_serializer=headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictRequest.SerializeToString,
+                response_deserializer=headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictResponse.FromString,
                 _registered_method=True)
 
 
@@ -57,8 +57,8 @@ def add_PredictionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Predict': grpc.unary_unary_rpc_method_handler(
                     servicer.Predict,
-                    request_deserializer=predictor_dot_proto_dot_prediction__pb2.PredictRequest.FromString,
-                    response_serializer=predictor_dot_proto_dot_prediction__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictRequest.FromString,
+                    response_serializer=headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,8 +86,8 @@ class PredictionService:
             request,
             target,
             '/headroom.predictor.v1.PredictionService/Predict',
-            predictor_dot_proto_dot_prediction__pb2.PredictRequest.SerializeToString,
-            predictor_dot_proto_dot_prediction__pb2.PredictResponse.FromString,
+            headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictRequest.SerializeToString,
+            headroom_dot_predictor_dot_proto_dot_prediction__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,

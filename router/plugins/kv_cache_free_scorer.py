@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from router.candidate_set import CandidateSet
-from router.params import build_params
-from router.roles import Candidate, Request
+from headroom.router.candidate_set import CandidateSet
+from headroom.router.params import build_params
+from headroom.router.roles import Candidate, Request
 
 TYPE = "kv-cache-free-scorer"
 

@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from router.candidate_set import CandidateSet
-from router.params import build_params, check_range
-from router.roles import Candidate, Request
+from headroom.router.candidate_set import CandidateSet
+from headroom.router.params import build_params, check_range
+from headroom.router.roles import Candidate, Request
 
 TYPE = "latency-scorer"
 POSITIVE_FLOOR = 0.01  # least score of a candidate predicted to meet its SLO

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from router.candidate_set import CandidateSet
-from router.params import build_params
-from router.roles import Candidate, Request
+from headroom.router.candidate_set import CandidateSet
+from headroom.router.params import build_params
+from headroom.router.roles import Candidate, Request
 
 TYPE = "latency-slo-admitter"
 

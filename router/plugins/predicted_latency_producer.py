@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from contract.features import RAW_COLUMNS, feature_matrix
-from router.candidate_set import NO_VERSIONS, CandidateSet
-from router.errors import PredictionUnavailable
-from router.params import build_params, check_range
-from router.roles import Candidate, Context, Request
-from router.server_table import ServerTable
+from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.router.candidate_set import NO_VERSIONS, CandidateSet
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.params import build_params, check_range
+from headroom.router.roles import Candidate, Context, Request
+from headroom.router.server_table import ServerTable
 
 TYPE = "predicted-latency-producer"
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from router.candidate_set import CandidateSet
-from router.params import build_params, check_range
-from router.roles import Candidate, Context, Request
+from headroom.router.candidate_set import CandidateSet
+from headroom.router.params import build_params, check_range
+from headroom.router.roles import Candidate, Context, Request
 
 TYPE = "prefix-cache-affinity-filter"
 

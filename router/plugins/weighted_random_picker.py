@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from router.candidate_set import score_column
-from router.params import build_params, check_range
-from router.roles import Context, Scored
+from headroom.router.candidate_set import score_column
+from headroom.router.params import build_params, check_range
+from headroom.router.roles import Context, Scored
 
 TYPE = "weighted-random-picker"
 

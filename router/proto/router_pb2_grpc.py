@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from router.proto import router_pb2 as router_dot_proto_dot_router__pb2
+from headroom.router.proto import router_pb2 as headroom_dot_router_dot_proto_dot_router__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in router/proto/router_pb2_grpc.py depends on'
+        + ' but the generated code in headroom/router/proto/router_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class RouterStub:
         """
         self.Pick = channel.unary_unary(
                 '/headroom.router.v1.Router/Pick',
-                request_serializer=router_dot_proto_dot_router__pb2.PickRequest.SerializeToString,
-                response_deserializer=router_dot_proto_dot_router__pb2.PickResponse.FromString,
+                request_serializer=headroom_dot_router_dot_proto_dot_router__pb2.PickRequest.SerializeToString,
+                response_deserializer=headroom_dot_router_dot_proto_dot_router__pb2.PickResponse.FromString,
                 _registered_method=True)
         self.Report = channel.unary_unary(
                 '/headroom.router.v1.Router/Report',
-                request_serializer=router_dot_proto_dot_router__pb2.ReportRequest.SerializeToString,
-                response_deserializer=router_dot_proto_dot_router__pb2.ReportResponse.FromString,
+                request_serializer=headroom_dot_router_dot_proto_dot_router__pb2.ReportRequest.SerializeToString,
+                response_deserializer=headroom_dot_router_dot_proto_dot_router__pb2.ReportResponse.FromString,
                 _registered_method=True)
 
 
@@ -69,13 +69,13 @@ def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Pick': grpc.unary_unary_rpc_method_handler(
                     servicer.Pick,
-                    request_deserializer=router_dot_proto_dot_router__pb2.PickRequest.FromString,
-                    response_serializer=router_dot_proto_dot_router__pb2.PickResponse.SerializeToString,
+                    request_deserializer=headroom_dot_router_dot_proto_dot_router__pb2.PickRequest.FromString,
+                    response_serializer=headroom_dot_router_dot_proto_dot_router__pb2.PickResponse.SerializeToString,
             ),
             'Report': grpc.unary_unary_rpc_method_handler(
                     servicer.Report,
-                    request_deserializer=router_dot_proto_dot_router__pb2.ReportRequest.FromString,
-                    response_serializer=router_dot_proto_dot_router__pb2.ReportResponse.SerializeToString,
+                    request_deserializer=headroom_dot_router_dot_proto_dot_router__pb2.ReportRequest.FromString,
+                    response_serializer=headroom_dot_router_dot_proto_dot_router__pb2.ReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -103,8 +103,8 @@ class Router:
             request,
             target,
             '/headroom.router.v1.Router/Pick',
-            router_dot_proto_dot_router__pb2.PickRequest.SerializeToString,
-            router_dot_proto_dot_router__pb2.PickResponse.FromString,
+            headroom_dot_router_dot_proto_dot_router__pb2.PickRequest.SerializeToString,
+            headroom_dot_router_dot_proto_dot_router__pb2.PickResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -130,8 +130,8 @@ class Router:
             request,
             target,
             '/headroom.router.v1.Router/Report',
-            router_dot_proto_dot_router__pb2.ReportRequest.SerializeToString,
-            router_dot_proto_dot_router__pb2.ReportResponse.FromString,
+            headroom_dot_router_dot_proto_dot_router__pb2.ReportRequest.SerializeToString,
+            headroom_dot_router_dot_proto_dot_router__pb2.ReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from contract.telemetry import NO_TOKEN_AGE_MS
-from router.roles import Request
-from router.server_table import ServerTable
-from router.state.inflight import Inflight
-from router.state.prefix_index import PrefixIndex
-from router.state.server_metrics import ServerMetrics
-from router.state.servers import ServerSpec
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.router.roles import Request
+from headroom.router.server_table import ServerTable
+from headroom.router.state.inflight import Inflight
+from headroom.router.state.prefix_index import PrefixIndex
+from headroom.router.state.server_metrics import ServerMetrics
+from headroom.router.state.servers import ServerSpec
 
 
 STEP_GAP_S = 0.001  # tokens closer than this together came out of the same batch step

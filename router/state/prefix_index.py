@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from contract.prompt import BLOCK_TOKENS
+from headroom.contract.prompt import BLOCK_TOKENS
 
 
 class PrefixIndex:

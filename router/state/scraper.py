@@ -11,9 +11,9 @@ import time
 
 import aiohttp
 
-from router.state.pool import PoolState
-from router.state.server_metrics import MetricsFormatError, parse_metrics
-from router.state.servers import ServerSpec
+from headroom.router.state.pool import PoolState
+from headroom.router.state.server_metrics import MetricsFormatError, parse_metrics
+from headroom.router.state.servers import ServerSpec
 
 
 class MetricsScraper:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from router.errors import ConfigError
+from headroom.router.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

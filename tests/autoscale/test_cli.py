@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from headroom.cli.main import main
 
 AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure" / "AzureLLMInferenceTrace_conv_2023.csv"
 HPA = """\

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.closed_loop import LoopSettings, _Loop, run_closed_loop
-from autoscale.errors import SpecError
-from autoscale.pods import group_pods
-from autoscale.spec import (
+from headroom.autoscale.closed_loop import LoopSettings, _Loop, run_closed_loop
+from headroom.autoscale.errors import SpecError
+from headroom.autoscale.pods import group_pods
+from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
     MetricSpec,
@@ -18,8 +18,8 @@ from autoscale.spec import (
     SourceType,
     TargetType,
 )
-from sim.records import ServerSnapshot
-from sim.request import Request
+from headroom.sim.records import ServerSnapshot
+from headroom.sim.request import Request
 
 QUEUE = MetricSpec(SourceType.PODS, "vllm:num_requests_waiting", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
 SETTINGS = LoopSettings(load_delay_s=30.0)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.controller import ControllerSettings, HpaController, ScaleTarget, sync_times
-from autoscale.metrics_source import StaticMetrics
-from autoscale.pods import Pod, PodSample
-from autoscale.spec import (
+from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget, sync_times
+from headroom.autoscale.metrics_source import StaticMetrics
+from headroom.autoscale.pods import Pod, PodSample
+from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
     MetricSpec,

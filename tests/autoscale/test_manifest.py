@@ -6,9 +6,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscale.errors import ManifestError
-from autoscale.manifest import emit_manifest, parse_manifest
-from autoscale.spec import (
+from headroom.autoscale.errors import ManifestError
+from headroom.autoscale.manifest import emit_manifest, parse_manifest
+from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
     MetricSpec,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.errors import MetricUnavailable
-from autoscale.metrics_source import ScrapedMetrics, StaticMetrics
-from autoscale.pods import PodSample
-from autoscale.spec import MetricSpec, MetricTarget, SourceType, TargetType
+from headroom.autoscale.errors import MetricUnavailable
+from headroom.autoscale.metrics_source import ScrapedMetrics, StaticMetrics
+from headroom.autoscale.pods import PodSample
+from headroom.autoscale.spec import MetricSpec, MetricTarget, SourceType, TargetType
 
 QUEUE = MetricSpec(SourceType.PODS, "q", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
 

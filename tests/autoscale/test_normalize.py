@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoscale.normalize import (
+from headroom.autoscale.normalize import (
     Recommendation,
     ScaleEvent,
     behavior_limits,
@@ -16,7 +16,7 @@ from autoscale.normalize import (
     stabilize_legacy,
     stabilize_with_behavior,
 )
-from autoscale.spec import (
+from headroom.autoscale.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     PolicyType,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.errors import SpecError
-from autoscale.quantity import format_milli, to_milli
+from headroom.autoscale.errors import SpecError
+from headroom.autoscale.quantity import format_milli, to_milli
 
 
 @pytest.mark.parametrize("text, milli", [

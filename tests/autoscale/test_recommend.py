@@ -6,11 +6,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscale.closed_loop import LoopSettings
-from autoscale.manifest import emit_manifest
-from autoscale.recommend import Candidate, Evaluation, Slo, _bisect, make_spec, recommend
-from autoscale.signals import Signal
-from sim.request import Request
+from headroom.autoscale.closed_loop import LoopSettings
+from headroom.autoscale.manifest import emit_manifest
+from headroom.autoscale.recommend import Candidate, Evaluation, Slo, _bisect, make_spec, recommend
+from headroom.autoscale.signals import Signal
+from headroom.sim.request import Request
 
 
 def burst_trace() -> list[Request]:

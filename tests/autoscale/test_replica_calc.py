@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoscale.errors import MetricUnavailable
-from autoscale.pods import Pod, PodPhase, PodSample, ReadinessTiming
-from autoscale.replica_calc import (
+from headroom.autoscale.errors import MetricUnavailable
+from headroom.autoscale.pods import Pod, PodPhase, PodSample, ReadinessTiming
+from headroom.autoscale.replica_calc import (
     Tolerances,
     external_average_value_replicas,
     external_value_replicas,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from autoscale.exporter import SignalExporter
-from autoscale.signals import (
+from headroom.autoscale.exporter import SignalExporter
+from headroom.autoscale.signals import (
     QueueDrainTtft,
     Signal,
     SignalContext,
@@ -14,7 +14,7 @@ from autoscale.signals import (
     pool_signals,
     server_signals,
 )
-from sim.records import ServerSnapshot
+from headroom.sim.records import ServerSnapshot
 
 GIB = 2**30
 

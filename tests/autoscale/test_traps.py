@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.spec import (
+from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
     MetricSpec,
@@ -12,7 +12,7 @@ from autoscale.spec import (
     SourceType,
     TargetType,
 )
-from autoscale.traps import find_traps
+from headroom.autoscale.traps import find_traps
 
 
 def pods(name: str, target_milli: int) -> MetricSpec:

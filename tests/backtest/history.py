@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from contract.settings import from_env
-from contract.telemetry import TelemetryRecord, encode
-from contract.telemetry_frame import records_frame
-from sim.policies import policy
-from sim.pool import run, slow_down, uniform_pool
-from sim.synthetic import generate, poisson_arrivals
-from sim.view import Pick
-from streams.settings import PipelineSettings
+from headroom.contract.settings import from_env
+from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.contract.telemetry_frame import records_frame
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, slow_down, uniform_pool
+from headroom.sim.synthetic import generate, poisson_arrivals
+from headroom.sim.view import Pick
+from headroom.streams.settings import PipelineSettings
 
 VERSIONS = {"ttft": 3, "tpot": 3, "e2e": 2}
 

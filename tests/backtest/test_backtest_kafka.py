@@ -12,14 +12,14 @@ import polars as pl
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from backtest.replay import Range
-from backtest.run import Source, run_backtest
-from backtest.settings import BacktestSettings
-from contract.telemetry import encode
-from streams.ingest import build_ingestor
-from streams.retrain import Retrainer
-from trainer.live import LiveModels
-from trainer.publish import ModelPublisher, read_all
+from headroom.backtest.replay import Range
+from headroom.backtest.run import Source, run_backtest
+from headroom.backtest.settings import BacktestSettings
+from headroom.contract.telemetry import encode
+from headroom.streams.ingest import build_ingestor
+from headroom.streams.retrain import Retrainer
+from headroom.trainer.live import LiveModels
+from headroom.trainer.publish import ModelPublisher, read_all
 from tests.backtest.history import VERSIONS, quick_settings, simulated_records
 
 pytestmark = pytest.mark.kafka
@@ -118,7 +118,7 @@ def test_an_empty_range_still_gives_a_report(kafka, fresh_topic, tmp_path):
 
 
 def test_the_command_line_passes_kafka_options_and_pipeline_settings(kafka, fresh_topic, tmp_path, capsys):
-    from cli.main import main
+    from headroom.cli.main import main
 
     records = simulated_records(seconds=20.0)
     topic, models = fresh_topic("bt-cli"), fresh_topic("bt-cli-models")

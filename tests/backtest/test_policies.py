@@ -5,7 +5,7 @@ import math
 import polars as pl
 import pytest
 
-from backtest.policies import compare, met, requests_from
+from headroom.backtest.policies import compare, met, requests_from
 from tests.backtest.history import frame_of, simulated_records
 
 

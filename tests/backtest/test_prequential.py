@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from backtest.prequential import arrival_order, evaluate
+from headroom.backtest.prequential import arrival_order, evaluate
 from tests.backtest.history import frame_of, quick_settings, simulated_records
 
 

@@ -2,9 +2,9 @@
 
 import polars as pl
 
-from backtest.published import live_error, served, updates_frame
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import make_update
+from headroom.backtest.published import live_error, served, updates_frame
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import make_update
 from tests.backtest.history import VERSIONS, frame_of, simulated_records
 
 

@@ -6,9 +6,9 @@ import polars as pl
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from backtest.replay import Range, consumer, read_telemetry
-from contract.telemetry import encode
-from localkafka.admin import admin_client
+from headroom.backtest.replay import Range, consumer, read_telemetry
+from headroom.contract.telemetry import encode
+from headroom.localkafka.admin import admin_client
 from tests.contract.records import valid_record
 
 pytestmark = pytest.mark.kafka

@@ -1,6 +1,6 @@
 """A valid telemetry record to start test cases from."""
 
-from contract.telemetry import TelemetryRecord
+from headroom.contract.telemetry import TelemetryRecord
 
 
 def valid_record(**changes) -> TelemetryRecord:

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import (MAGIC, InvalidUpdate, decode_update, encode_update, make_update, model_key,
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import (MAGIC, InvalidUpdate, decode_update, encode_update, make_update, model_key,
                                    to_milliseconds)
 
 

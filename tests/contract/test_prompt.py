@@ -1,4 +1,4 @@
-from contract.prompt import BLOCK_TOKENS, chat_text, count_tokens, text_block_hashes, token_block_hashes
+from headroom.contract.prompt import BLOCK_TOKENS, chat_text, count_tokens, text_block_hashes, token_block_hashes
 
 
 def test_text_is_four_bytes_a_token_rounded_up():

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from contract.settings import SettingsError, describe, from_env
-from contract.topics import KafkaSettings, declared_topics
+from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.contract.topics import KafkaSettings, declared_topics
 
 
 def test_environment_overrides_defaults_and_overrides_win():

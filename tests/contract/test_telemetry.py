@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.telemetry import MAX_RECORD_BYTES, InvalidRecord, TelemetryRecord, decode, encode
+from headroom.contract.telemetry import MAX_RECORD_BYTES, InvalidRecord, TelemetryRecord, decode, encode
 from tests.contract.records import valid_record
 
 
@@ -107,7 +107,7 @@ def test_random_bytes_are_rejected_with_a_reason(data: bytes):
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_fast_path_agrees_with_the_field_by_field_validator(data):
-    from contract.telemetry import _decode_field_by_field
+    from headroom.contract.telemetry import _decode_field_by_field
 
     body = wire()
     for name in data.draw(st.lists(st.sampled_from(sorted(body) + ["extra"]), max_size=3)):

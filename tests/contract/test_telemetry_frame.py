@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract import telemetry_frame
-from contract.telemetry import MAX_INTEGER, InvalidRecord, decode, encode
-from contract.telemetry_frame import COLUMNS, records_frame
+from headroom.contract import telemetry_frame
+from headroom.contract.telemetry import MAX_INTEGER, InvalidRecord, decode, encode
+from headroom.contract.telemetry_frame import COLUMNS, records_frame
 from tests.contract.records import valid_record
 from tests.contract.test_telemetry import JSON_VALUES
 

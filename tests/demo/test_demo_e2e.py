@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from contract.settings import from_env
-from localkafka import broker
-from localkafka.settings import BrokerSettings
+from headroom.contract.settings import from_env
+from headroom.localkafka import broker
+from headroom.localkafka.settings import BrokerSettings
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.kafka
@@ -21,7 +21,7 @@ def test_short_demo_learns_routes_and_detects_drift(tmp_path):
     kafka_port, controller_port = free_port(), free_port()
     env = {**os.environ, "HEADROOM_KAFKA_PORT": str(kafka_port), "HEADROOM_KAFKA_CONTROLLER_PORT": str(controller_port),
            "HEADROOM_DEMO_STATE_DIR": str(tmp_path / "state"), "HEADROOM_DEMO_BASE_PORT": str(random.randrange(21000, 29000, 20))}
-    done = subprocess.run([sys.executable, "-m", "cli.main", "demo", "--duration", "60", "--report-dir",
+    done = subprocess.run([sys.executable, "-m", "headroom.cli.main", "demo", "--duration", "60", "--report-dir",
                            str(tmp_path / "report")], env=env, capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     report = json.loads((tmp_path / "report" / "demo.json").read_text())

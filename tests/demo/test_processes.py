@@ -4,7 +4,7 @@ import urllib.request
 
 import pytest
 
-from demo.processes import ComponentFailed, Supervisor
+from headroom.demo.processes import ComponentFailed, Supervisor
 from tests.conftest import free_port
 
 

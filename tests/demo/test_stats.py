@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from demo.load import Outcome
-from demo.stats import summarize
+from headroom.demo.load import Outcome
+from headroom.demo.stats import summarize
 
 
 def outcome(i, **fields):

@@ -7,17 +7,17 @@ import sys
 
 import pytest
 
-from contract.settings import from_env
-from localkafka import broker
-from localkafka.errors import PortTaken
-from localkafka.settings import BrokerSettings
+from headroom.contract.settings import from_env
+from headroom.localkafka import broker
+from headroom.localkafka.errors import PortTaken
+from headroom.localkafka.settings import BrokerSettings
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.kafka
 
 
 def headroom(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "headroom.cli.main", *args], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=180)
 
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from localkafka.selftest import round_trip, synthetic_records
+from headroom.localkafka.selftest import round_trip, synthetic_records
 
 pytestmark = pytest.mark.kafka
 COUNT = 20_000

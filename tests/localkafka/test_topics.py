@@ -1,7 +1,7 @@
 import pytest
 
-from contract.topics import MODEL_MESSAGE_MAX_BYTES
-from localkafka.admin import ensure_topics, partition_count, topic_configs
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
+from headroom.localkafka.admin import ensure_topics, partition_count, topic_configs
 
 pytestmark = pytest.mark.kafka
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from contract.settings import from_env
-from predictor.server import PredictorServer
-from predictor.settings import PredictorSettings
+from headroom.contract.settings import from_env
+from headroom.predictor.server import PredictorServer
+from headroom.predictor.settings import PredictorSettings
 
 
 def local_settings(**overrides) -> PredictorSettings:

@@ -10,9 +10,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np
 import xgboost
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import encode_update, make_update
-from predictor.bench import EFFECTIVE_PROMPT, candidates
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import encode_update, make_update
+from headroom.predictor.bench import EFFECTIVE_PROMPT, candidates
 
 
 candidate_rows = candidates

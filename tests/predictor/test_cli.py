@@ -10,8 +10,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from contract.model_update import model_key
-from predictor.server import SERVICE_NAME
+from headroom.contract.model_update import model_key
+from headroom.predictor.server import SERVICE_NAME
 
 from tests.conftest import free_port
 from tests.predictor.models import message, train

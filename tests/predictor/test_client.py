@@ -4,8 +4,8 @@ import threading
 import numpy as np
 import pytest
 
-from predictor.client import PredictorClient
-from predictor.runtime import ModelRuntime
+from headroom.predictor.client import PredictorClient
+from headroom.predictor.runtime import ModelRuntime
 
 from tests.conftest import free_port
 from tests.predictor.models import candidate_rows, message, train

@@ -6,8 +6,8 @@ import xgboost
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json, load_booster
-from predictor.kernels import ForestStack, available_engines, evaluate
+from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json, load_booster
+from headroom.predictor.kernels import ForestStack, available_engines, evaluate
 
 from tests.predictor.models import candidate_rows, train
 

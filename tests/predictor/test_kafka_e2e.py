@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
-from contract.model_update import model_key
-from contract.topics import MODEL_MESSAGE_MAX_BYTES
-from predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.contract.model_update import model_key
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
+from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 
 from tests.predictor.models import candidate_rows, message, train
 

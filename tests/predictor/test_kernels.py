@@ -4,9 +4,9 @@ infinities, missing values, batch sizes around the interleaving block, wide rows
 import numpy as np
 import pytest
 
-from predictor.forest import Forest, forest_from_booster
-from predictor.kernels import CHUNK_ROWS, MIN_ROWS_PER_THREAD, ForestStack, available_engines, evaluate, order_keys
-from predictor.runtime import ModelRuntime
+from headroom.predictor.forest import Forest, forest_from_booster
+from headroom.predictor.kernels import CHUNK_ROWS, MIN_ROWS_PER_THREAD, ForestStack, available_engines, evaluate, order_keys
+from headroom.predictor.runtime import ModelRuntime
 
 from tests.predictor.models import candidate_rows, train
 

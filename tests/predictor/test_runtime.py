@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import xgboost
 
-from contract.features import FEATURE_NAMES
-from predictor.errors import InvalidBatch, NotReady, UnknownPool
-from predictor.runtime import ModelRuntime, Outcome
+from headroom.contract.features import FEATURE_NAMES
+from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
+from headroom.predictor.runtime import ModelRuntime, Outcome
 
 from tests.predictor.models import candidate_rows, message, train
 

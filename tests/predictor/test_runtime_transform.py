@@ -5,9 +5,9 @@ import time
 import numpy as np
 import xgboost
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import TRANSFORM_ATTRIBUTE, encode_update, make_update
-from predictor.runtime import ModelRuntime, Outcome
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, encode_update, make_update
+from headroom.predictor.runtime import ModelRuntime, Outcome
 from tests.predictor.models import candidate_rows, latency_ms, train
 
 ROWS = candidate_rows(50, seed=3)

@@ -6,10 +6,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from predictor.proto import prediction_pb2, prediction_pb2_grpc
-from predictor.runtime import ModelRuntime
-from predictor.server import SERVICE_NAME
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.runtime import ModelRuntime
+from headroom.predictor.server import SERVICE_NAME
 
 from tests.predictor.models import candidate_rows, message, train
 

@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from router.errors import PredictionUnavailable
-from router.roles import Candidate, Context, Prediction, PredictionBatch, Request, ServerSnapshot
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.roles import Candidate, Context, Prediction, PredictionBatch, Request, ServerSnapshot
 
 
 def server(name: str, **state) -> ServerSnapshot:
@@ -61,7 +61,7 @@ class TablePredictor:
 
 def router_config(addresses, *, scheduling=None, **settings):
     """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing."""
-    from router.config import load_config
+    from headroom.router.config import load_config
     base = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": False, "predictor": "none",
             "scrapeIntervalS": 0.02, "seed": 1}
     base.update(settings)

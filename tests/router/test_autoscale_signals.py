@@ -5,12 +5,12 @@ import asyncio
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from router.errors import PredictionUnavailable
-from router.server import RouterServer
-from sim.live import LiveServer
-from sim.profile import profile
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.server import RouterServer
+from headroom.sim.live import LiveServer
+from headroom.sim.profile import profile
 from tests.router.routercases import TablePredictor, router_config, wait_for
 
 

@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from predictor.runtime import ModelRuntime
-from router.engine import Engine
-from router.errors import PredictionUnavailable
-from router.pipeline import load_pipeline
-from router.predictors import EmbeddedPredictor
-from router.roles import Context
+from headroom.predictor.runtime import ModelRuntime
+from headroom.router.engine import Engine
+from headroom.router.errors import PredictionUnavailable
+from headroom.router.pipeline import load_pipeline
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.roles import Context
 from tests.predictor.models import candidate_rows, message, train
 from tests.router.routercases import req, server
 

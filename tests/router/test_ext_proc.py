@@ -8,10 +8,10 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from router.ext_proc import DESTINATION_HEADER
-from router.server import RouterServer
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.router.ext_proc import DESTINATION_HEADER
+from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 

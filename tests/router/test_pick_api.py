@@ -6,10 +6,10 @@ import json
 import grpc
 import pytest
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from router.proto import router_pb2, router_pb2_grpc
-from router.server import RouterServer
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.router.proto import router_pb2, router_pb2_grpc
+from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config
 
 

@@ -3,8 +3,8 @@ import copy
 import pytest
 import yaml
 
-from router.errors import ConfigError
-from router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.errors import ConfigError
+from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
 
 
 def test_default_pipeline():

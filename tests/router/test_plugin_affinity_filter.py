@@ -1,6 +1,6 @@
 import pytest
 
-from router.plugins.prefix_cache_affinity_filter import build
+from headroom.router.plugins.prefix_cache_affinity_filter import build
 from tests.router.routercases import cand, ctx, req
 
 

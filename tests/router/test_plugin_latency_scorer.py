@@ -1,6 +1,6 @@
 import pytest
 
-from router.plugins.latency_scorer import POSITIVE_FLOOR, build
+from headroom.router.plugins.latency_scorer import POSITIVE_FLOOR, build
 from tests.router.routercases import cand, req
 
 SLO = {"slo_ttft": 1000.0}
@@ -48,6 +48,6 @@ def test_unpredicted_scores_zero():
 
 
 def test_rejects_bad_strategy():
-    from router.errors import ConfigError
+    from headroom.router.errors import ConfigError
     with pytest.raises(ConfigError, match="headroomSelectionStrategy.*'least', 'most'.*'middle'"):
         build("latency", {"headroomSelectionStrategy": "middle"})

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from contract.features import FEATURE_NAMES
-from router.plugins.predicted_latency_producer import build
-from router.roles import Candidate, PredictionBatch
+from headroom.contract.features import FEATURE_NAMES
+from headroom.router.plugins.predicted_latency_producer import build
+from headroom.router.roles import Candidate, PredictionBatch
 from tests.router.routercases import TablePredictor, ctx, req, server
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from router.plugins.slo_headroom_tier_filter import build
+from headroom.router.plugins.slo_headroom_tier_filter import build
 from tests.router.routercases import cand, ctx, req
 
 SLO = {"slo_ttft": 500.0}

@@ -5,12 +5,12 @@ import socket
 
 import aiohttp
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from predictor.runtime import ModelRuntime
-from predictor.server import PredictorServer
-from predictor.settings import PredictorSettings
-from router.server import RouterServer
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.predictor.runtime import ModelRuntime
+from headroom.predictor.server import PredictorServer
+from headroom.predictor.settings import PredictorSettings
+from headroom.router.server import RouterServer
 from tests.predictor.models import message, train
 from tests.router.routercases import router_config, wait_for
 from tests.router.upstream import Upstream, upstreams

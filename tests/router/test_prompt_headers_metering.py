@@ -1,9 +1,9 @@
 import pytest
 
-from router.errors import RequestError
-from router.headers import parse_headers
-from router.metering import StreamMeter, meter_json
-from router.prompt import read_body
+from headroom.router.errors import RequestError
+from headroom.router.headers import parse_headers
+from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.prompt import read_body
 
 
 @pytest.mark.parametrize("body, chat, tokens, blocks", [

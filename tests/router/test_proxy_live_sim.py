@@ -4,11 +4,11 @@ import asyncio
 
 import aiohttp
 
-from contract.settings import from_env
-from contract.topics import KafkaSettings
-from router.server import RouterServer
-from sim.live import LiveServer
-from sim.profile import profile
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
+from headroom.router.server import RouterServer
+from headroom.sim.live import LiveServer
+from headroom.sim.profile import profile
 from tests.router.routercases import TablePredictor, router_config, wait_for
 
 

@@ -5,10 +5,10 @@ import importlib
 
 import pytest
 
-from router.errors import ConfigError
-from router.params import camel
-from router.registry import REGISTRY
-from router.roles import Scored, role_of
+from headroom.router.errors import ConfigError
+from headroom.router.params import camel
+from headroom.router.registry import REGISTRY
+from headroom.router.roles import Scored, role_of
 from tests.router.routercases import TablePredictor, cand, ctx, req
 
 CANDIDATES = (cand("a", 120, slo_ttft=500.0, prefix_match=0.9, kv_cache_usage=0.3, num_waiting=2),

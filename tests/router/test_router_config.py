@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from router.config import load_config
-from router.errors import ConfigError
+from headroom.router.config import load_config
+from headroom.router.errors import ConfigError
 
 HEADROOM = str(Path(sys.executable).parent / "headroom")
 EXAMPLE = Path(__file__).resolve().parents[2] / "router" / "router.example.yaml"

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from router.roles import ServerSnapshot
-from router.server_table import ServerTable
+from headroom.router.roles import ServerSnapshot
+from headroom.router.server_table import ServerTable
 from tests.router.routercases import server
 
 SNAPS = (server("a", kv_cache_usage=0.5, num_waiting=2, num_running=3, prefix_match=0.25, inflight_requests=1,

@@ -1,9 +1,9 @@
 import pytest
 
-from router.errors import ConfigError
-from router.sim_policy import engine_pick
-from sim.pool import run, uniform_pool
-from sim.synthetic import generate, poisson_arrivals
+from headroom.router.errors import ConfigError
+from headroom.router.sim_policy import engine_pick
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.synthetic import generate, poisson_arrivals
 from tests.router.routercases import TablePredictor
 
 

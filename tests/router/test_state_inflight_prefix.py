@@ -1,8 +1,8 @@
 import random
 
-from router.state.inflight import Inflight
-from contract.prompt import token_block_hashes as block_hashes
-from router.state.prefix_index import PrefixIndex
+from headroom.router.state.inflight import Inflight
+from headroom.contract.prompt import token_block_hashes as block_hashes
+from headroom.router.state.prefix_index import PrefixIndex
 
 
 def test_inflight_counts_and_never_negative():

@@ -3,17 +3,17 @@ import math
 
 from aiohttp import web
 
-from contract.telemetry import NO_TOKEN_AGE_MS
-from router.state.pool import PoolState
-from contract.prompt import token_block_hashes as block_hashes
-from router.state.scraper import MetricsScraper
-from router.state.server_metrics import ServerMetrics
-from router.state.servers import ServerFile, ServerSpec, parse_servers
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.router.state.pool import PoolState
+from headroom.contract.prompt import token_block_hashes as block_hashes
+from headroom.router.state.scraper import MetricsScraper
+from headroom.router.state.server_metrics import ServerMetrics
+from headroom.router.state.servers import ServerFile, ServerSpec, parse_servers
 from tests.router.routercases import req
 
 import pytest
 
-from router.errors import ConfigError
+from headroom.router.errors import ConfigError
 
 
 def test_snapshot_combines_metrics_inflight_and_prefix():

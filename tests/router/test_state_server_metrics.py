@@ -1,6 +1,6 @@
 import pytest
 
-from router.state.server_metrics import MetricsFormatError, ServerMetrics, parse_metrics
+from headroom.router.state.server_metrics import MetricsFormatError, ServerMetrics, parse_metrics
 
 VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
 # TYPE vllm:num_requests_waiting gauge

@@ -9,12 +9,12 @@ import aiohttp
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from contract.settings import from_env
-from contract.telemetry import decode
-from contract.topics import KafkaSettings, TopicSpec
-from localkafka import admin, broker
-from localkafka.settings import BrokerSettings
-from router.server import RouterServer
+from headroom.contract.settings import from_env
+from headroom.contract.telemetry import decode
+from headroom.contract.topics import KafkaSettings, TopicSpec
+from headroom.localkafka import admin, broker
+from headroom.localkafka.settings import BrokerSettings
+from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import doctest
 
-import sim
+from headroom import sim
 
 
 def test_package_docstring_example_runs() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import ServerEngine
-from sim.profile import A100, H100, ServerProfile
-from sim.request import Request
+from headroom.sim.engine import ServerEngine
+from headroom.sim.profile import A100, H100, ServerProfile
+from headroom.sim.request import Request
 
 
 def _run(profile: ServerProfile, requests: list[Request], until: float = 120.0) -> ServerEngine:

@@ -4,9 +4,9 @@ import argparse
 
 import pytest
 
-from cli.main import CommandError
-from contract.telemetry import decode
-from sim.cli import register
+from headroom.cli.main import CommandError
+from headroom.contract.telemetry import decode
+from headroom.sim.cli import register
 
 
 def _invoke(*argv: str) -> int:

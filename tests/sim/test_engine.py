@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import ServerEngine
-from sim.profile import H100
-from sim.request import Request
+from headroom.sim.engine import ServerEngine
+from headroom.sim.profile import H100
+from headroom.sim.request import Request
 
 
 def drain(engine: ServerEngine, until: float = 600.0) -> None:

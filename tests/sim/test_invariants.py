@@ -7,12 +7,12 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.telemetry import decode, encode
-from sim.engine import ServerEngine
-from sim.policies import policy
-from sim.pool import run, uniform_pool
-from sim.profile import H100
-from sim.request import Request
+from headroom.contract.telemetry import decode, encode
+from headroom.sim.engine import ServerEngine
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.profile import H100
+from headroom.sim.request import Request
 
 request_specs = st.lists(
     st.tuples(st.floats(0.0, 0.3), st.integers(1, 700), st.integers(1, 150), st.integers(0, 3), st.booleans()),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.kvcache import BlockCache
+from headroom.sim.kvcache import BlockCache
 
 
 def test_released_hashed_blocks_stay_cached_and_hit() -> None:

@@ -9,8 +9,8 @@ import time
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.live import serve_pool
-from sim.profile import H100
+from headroom.sim.live import serve_pool
+from headroom.sim.profile import H100
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.prefixes import SharedPrefixes
-from sim.synthetic import Lengths, bursty_arrivals, generate, poisson_arrivals, scale_rate, shift_prompts
-from sim.traces import TraceError, load_azure, load_mooncake
+from headroom.sim.prefixes import SharedPrefixes
+from headroom.sim.synthetic import Lengths, bursty_arrivals, generate, poisson_arrivals, scale_rate, shift_prompts
+from headroom.sim.traces import TraceError, load_azure, load_mooncake
 
 
 def test_azure_loads_every_row_and_rescales_to_the_target_rate() -> None:

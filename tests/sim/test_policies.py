@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import ServerEngine
-from sim.policies import POLICIES, policy
-from sim.profile import H100
-from sim.records import ServerSnapshot
-from sim.request import Request
-from sim.view import PoolView
+from headroom.sim.engine import ServerEngine
+from headroom.sim.policies import POLICIES, policy
+from headroom.sim.profile import H100
+from headroom.sim.records import ServerSnapshot
+from headroom.sim.request import Request
+from headroom.sim.view import PoolView
 
 
 def _view(waiting: list[int], kv: list[float], inflight: list[int],

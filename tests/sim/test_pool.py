@@ -2,15 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from contract.telemetry import decode, encode
-from sim.oracle import oracle_pick, true_ttft_ms
-from sim.policies import policy
-from sim.pool import PoolControl, SimulationError, run, slow_down, uniform_pool
-from sim.profile import H100
-from sim.request import Request
-from sim.synthetic import Lengths, generate, poisson_arrivals
-from sim.traces import load_mooncake
-from sim.view import Pick, PoolView
+from headroom.contract.telemetry import decode, encode
+from headroom.sim.oracle import oracle_pick, true_ttft_ms
+from headroom.sim.policies import policy
+from headroom.sim.pool import PoolControl, SimulationError, run, slow_down, uniform_pool
+from headroom.sim.profile import H100
+from headroom.sim.request import Request
+from headroom.sim.synthetic import Lengths, generate, poisson_arrivals
+from headroom.sim.traces import load_mooncake
+from headroom.sim.view import Pick, PoolView
 
 
 def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[Request]:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from sim.results import quantile
+from headroom.sim.results import quantile
 
 
 @pytest.mark.parametrize("values, q, expected", [

@@ -1,6 +1,6 @@
 import pytest
 
-from cli.main import main
+from headroom.cli.main import main
 
 
 @pytest.mark.parametrize(("env", "value", "message"), [
@@ -15,7 +15,7 @@ def test_worker_start_rejects_bad_training_settings_before_touching_kafka(monkey
 
 
 def test_settings_with_a_calibration_share_of_one_are_refused():
-    from streams.settings import PipelineSettings
+    from headroom.streams.settings import PipelineSettings
 
     with pytest.raises(ValueError, match=r"calibration fraction must be within \[0, 1\), got 1.0"):
         PipelineSettings(calibration_fraction=1.0)

@@ -6,14 +6,14 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from contract.telemetry import encode
-from contract.topics import TopicSpec
-from localkafka.admin import ensure_topics
-from streams.app import REASON_HEADER, SOURCE_HEADER, create_pipeline
-from streams.reader import Delivery
-from streams.settings import PipelineSettings
+from headroom.contract.telemetry import encode
+from headroom.contract.topics import TopicSpec
+from headroom.localkafka.admin import ensure_topics
+from headroom.streams.app import REASON_HEADER, SOURCE_HEADER, create_pipeline
+from headroom.streams.reader import Delivery
+from headroom.streams.settings import PipelineSettings
 from tests.contract.records import valid_record
-from trainer.live import LiveModels
+from headroom.trainer.live import LiveModels
 
 pytestmark = pytest.mark.kafka
 

@@ -5,13 +5,13 @@ import json
 
 import msgspec
 
-from contract.telemetry import encode
-from streams.consume import IngestLoop
-from streams.ingest import build_ingestor
-from streams.reader import Delivery, TelemetryReader
-from streams.settings import PipelineSettings
-from streams.window import Row
-from streams.windows import Windows, encode_row, stratum_value
+from headroom.contract.telemetry import encode
+from headroom.streams.consume import IngestLoop
+from headroom.streams.ingest import build_ingestor
+from headroom.streams.reader import Delivery, TelemetryReader
+from headroom.streams.settings import PipelineSettings
+from headroom.streams.window import Row
+from headroom.streams.windows import Windows, encode_row, stratum_value
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import synthetic_records
 

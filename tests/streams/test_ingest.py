@@ -2,14 +2,14 @@ import json
 
 import pytest
 
-from contract.telemetry import encode
-from streams.ingest import Ingestor
-from streams.window import WindowLimits
-from streams.windows import Windows, hwm_key
+from headroom.contract.telemetry import encode
+from headroom.streams.ingest import Ingestor
+from headroom.streams.window import WindowLimits
+from headroom.streams.windows import Windows, hwm_key
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import oracle, synthetic_records
-from trainer.drift import ErrorDriftDetector
-from trainer.policy import RetrainPolicy, RetrainRule
+from headroom.trainer.drift import ErrorDriftDetector
+from headroom.trainer.policy import RetrainPolicy, RetrainRule
 
 
 def ingestor(limits: WindowLimits = WindowLimits()) -> Ingestor:

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix, target_value
-from contract.model_update import make_update
-from contract.telemetry import TelemetryRecord, encode
-from streams.app import REASON_HEADER, WINDOWS_TABLE
-from streams.strata import stratum_key
+from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix, target_value
+from headroom.contract.model_update import make_update
+from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.streams.app import REASON_HEADER, WINDOWS_TABLE
+from headroom.streams.strata import stratum_key
 from tests.streams.worker_process import WorkerProcess
 from tests.trainer.synthetic import samples_of, synthetic_records
-from trainer.evaluation import score
-from trainer.fit import fit, load_booster, model_bytes, predict
-from trainer.params import TrainParams
-from trainer.publish import ModelPublisher, read_all, read_latest
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import fit, load_booster, model_bytes, predict
+from headroom.trainer.params import TrainParams
+from headroom.trainer.publish import ModelPublisher, read_all, read_latest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

@@ -1,7 +1,7 @@
 import pytest
 
-from contract.features import FEATURE_NAMES, RAW_COLUMNS
-from streams.window import Row, WindowLimits, admits, evictions, live, snapshot
+from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS
+from headroom.streams.window import Row, WindowLimits, admits, evictions, live, snapshot
 
 
 def rows_at(*times: float) -> list[Row]:

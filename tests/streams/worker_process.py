@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.topics import KafkaSettings
+from headroom.contract.topics import KafkaSettings
 from tests.conftest import free_port
 
 WORKER = [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())", "worker", "start"]

@@ -11,10 +11,10 @@ import random
 from dataclasses import replace
 from collections.abc import Callable
 
-from contract.features import RAW_COLUMNS, target_value
-from contract.telemetry import TelemetryRecord
-from streams.strata import stratum_key
-from trainer.samples import Samples
+from headroom.contract.features import RAW_COLUMNS, target_value
+from headroom.contract.telemetry import TelemetryRecord
+from headroom.streams.strata import stratum_key
+from headroom.trainer.samples import Samples
 
 Predictor = Callable[[TelemetryRecord], dict[str, float]]  # record -> {"predicted_ttft_ms": ..., ...}
 

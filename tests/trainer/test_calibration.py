@@ -3,14 +3,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import encode_update, make_update
-from predictor.runtime import ModelRuntime, Outcome
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import encode_update, make_update
+from headroom.predictor.runtime import ModelRuntime, Outcome
 from tests.trainer.synthetic import samples_of, synthetic_records
-from trainer.calibration import conformal_shift, fit_calibrated_quantile, newest_split, shifted
-from trainer.evaluation import score
-from trainer.fit import fit, load_booster, model_bytes, predict
-from trainer.params import TrainParams
+from headroom.trainer.calibration import conformal_shift, fit_calibrated_quantile, newest_split, shifted
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import fit, load_booster, model_bytes, predict
+from headroom.trainer.params import TrainParams
 
 P90 = TrainParams(objective="quantile", quantile=0.9, n_trees=60)
 

@@ -1,8 +1,8 @@
 import pytest
 
-from contract.features import predicted_value, target_value
+from headroom.contract.features import predicted_value, target_value
 from tests.trainer.synthetic import oracle, synthetic_records
-from trainer.drift import ErrorDriftDetector, relative_error
+from headroom.trainer.drift import ErrorDriftDetector, relative_error
 
 SHIFT_AT = 3000
 MAX_DELAY = 200  # samples after the shift within which the detector must fire

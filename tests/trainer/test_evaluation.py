@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.evaluation import score
+from headroom.trainer.evaluation import score
 
 
 @pytest.mark.parametrize(("actual", "predicted", "mae", "mape", "pinball", "coverage"), [

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import xgboost
 
-from contract.features import FEATURE_NAMES
-from contract.model_update import booster_transform
+from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.model_update import booster_transform
 from tests.trainer.synthetic import samples_of, synthetic_records
-from trainer.evaluation import score
-from trainer.fit import fit, load_booster, model_bytes, predict, training_target
-from trainer.params import TrainParams
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import fit, load_booster, model_bytes, predict, training_target
+from headroom.trainer.params import TrainParams
 
 FAST = TrainParams(n_trees=60)
 

@@ -1,7 +1,7 @@
 import pytest
 
-from trainer.evaluation import HoldoutMetrics
-from trainer.gate import decide
+from headroom.trainer.evaluation import HoldoutMetrics
+from headroom.trainer.gate import decide
 
 
 def metrics(mae: float, pinball: float = 1.0, rows: int = 50) -> HoldoutMetrics:

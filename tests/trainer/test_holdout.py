@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tests.trainer.synthetic import samples_of, synthetic_records
-from trainer.holdout import holdout_mask, split
+from headroom.trainer.holdout import holdout_mask, split
 
 
 @pytest.mark.parametrize(("sizes", "fraction", "held_per_stratum"), [

@@ -1,7 +1,7 @@
 import pytest
 
-from trainer.drift import ErrorDriftDetector
-from trainer.policy import RetrainPolicy, RetrainRule
+from headroom.trainer.drift import ErrorDriftDetector
+from headroom.trainer.policy import RetrainPolicy, RetrainRule
 
 RULE = RetrainRule(interval_s=10.0, min_samples=100, drift_cooldown_s=2.0)
 

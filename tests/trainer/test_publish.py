@@ -3,10 +3,10 @@ import threading
 import pytest
 from confluent_kafka import Producer
 
-from cli.main import main
-from contract.features import FEATURE_SCHEMA
-from contract.model_update import make_update
-from trainer.publish import ModelPublisher, read_latest, tail
+from headroom.cli.main import main
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.model_update import make_update
+from headroom.trainer.publish import ModelPublisher, read_latest, tail
 
 pytestmark = pytest.mark.kafka
 
