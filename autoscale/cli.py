@@ -30,7 +30,7 @@ from headroom.autoscale.pods import Pod, PodSample
 from headroom.autoscale.quantity import to_milli
 from headroom.autoscale.spec import HpaSpec, ScaleTargetRef, SourceType
 from headroom.autoscale.traps import find_traps
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.settings import from_env
 
 

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+from headroom.errors import HeadroomError
 
-class AutoscaleError(Exception):
+
+class AutoscaleError(HeadroomError):
     """Base of every autoscale error."""
 
 

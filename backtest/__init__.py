@@ -6,5 +6,6 @@
 - :mod:`backtest.published` — the versions on ``model-updates`` joined with the records that used them.
 - :mod:`backtest.policies` — the recorded arrivals through the offline simulator under several policies.
 - :mod:`backtest.plots`, :mod:`backtest.report` — PNG plots, parquet tables and the Markdown report.
-- :mod:`backtest.settings`, :mod:`backtest.run`, :mod:`backtest.cli` — settings, the stages in order, the command.
+- :mod:`backtest.settings`, :mod:`backtest.run`, :mod:`backtest.result`, :mod:`backtest.cli` — settings, the stages
+  in order, what they found, the command.
 """

@@ -8,7 +8,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.settings import SettingsError, describe, from_env
 from headroom.contract.topics import KafkaSettings
 
@@ -77,8 +77,8 @@ def pipeline_settings(overrides: list[tuple[str, str]]):
 def run_backtest_command(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from headroom.backtest.replay import Range
-    from headroom.backtest.run import Source, run_backtest
+    from headroom.backtest.replay import Range, Source
+    from headroom.backtest.run import run_backtest
     from headroom.backtest.settings import BacktestSettings
 
     if args.start is not None and args.start_offset is not None:

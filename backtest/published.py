@@ -7,11 +7,14 @@ record's pool key and target) this gives each version's error in service next to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import polars as pl
 
-from headroom.backtest.replay import consumer, messages
-from headroom.contract.model_update import InvalidUpdate, ModelUpdate, decode_update
-from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
+from headroom.contract.model_update import ModelUpdate
+from headroom.contract.topics import KafkaSettings
+from headroom.model_topic import read_all
 
 _PREDICTED = {"ttft": "predicted_ttft_ms", "tpot": "predicted_tpot_ms", "e2e": "predicted_e2e_ms"}
 _ACTUAL = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
@@ -20,22 +23,12 @@ UPDATE_SCHEMA = {"offset": pl.Int64, "pool_key": pl.String, "target": pl.String,
                  "holdout_mape": pl.Float64, "train_rows": pl.Float64, "drift_reason": pl.String}
 
 
-def read_updates(bootstrap: str, topic: str, extra: dict[str, str] | None = None
+def read_updates(kafka: KafkaSettings, options: Mapping[str, Any] | None = None
                  ) -> tuple[list[ModelUpdate], list[tuple[int, str]]]:
-    """Every valid update on ``topic`` in offset order, and ``(offset, reason)`` of the invalid ones."""
-    client = consumer(bootstrap, {"fetch.max.bytes": 2 * MODEL_MESSAGE_MAX_BYTES,
-                                  "max.partition.fetch.bytes": MODEL_MESSAGE_MAX_BYTES, **(extra or {})})
-    updates, rejected = [], []
-    try:
-        for batch in messages(client, topic):
-            for message in batch:
-                try:
-                    updates.append((message.offset(), decode_update(message.value())))
-                except InvalidUpdate as err:
-                    rejected.append((message.offset(), str(err)))
-    finally:
-        client.close()
-    return [u for _, u in sorted(updates, key=lambda item: item[0])], rejected
+    """Every valid update on the model topic in offset order, and ``(offset, reason)`` of the invalid ones."""
+    messages = sorted(read_all(kafka, options=options), key=lambda item: item.offset)
+    return ([item.update for item in messages if item.update is not None],
+            [(item.offset, item.error or "") for item in messages if item.update is None])
 
 
 def updates_frame(updates: list[ModelUpdate]) -> pl.DataFrame:

@@ -16,16 +16,18 @@ import gc
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from headroom import kafka_clients
 from headroom.contract.telemetry_frame import SCHEMA, records_frame
+from headroom.contract.topics import KafkaSettings
 
 BATCH = 20_000
 FIRST_BATCH = 2_500  # batches double from this size up to BATCH
@@ -46,6 +48,15 @@ class Range:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where history is read from: the broker, its topics, the range, extra librdkafka settings."""
+
+    kafka: KafkaSettings
+    span: Range = Range()
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Replay:
     records: pl.DataFrame  # contract.telemetry_frame.COLUMNS + partition, offset, kafka_ts_ms
     rejected: list[tuple[int, int, str]]  # (partition, offset, reason), in partition and offset order
@@ -53,36 +64,27 @@ class Replay:
     seconds: float
 
 
-def consumer(bootstrap: str, extra: dict[str, str] | None = None) -> Consumer:
+def consumer(kafka: KafkaSettings, extra: Mapping[str, Any] | None = None) -> Consumer:
     """A consumer that never commits: its group id is its own and auto-commit is off."""
     # Moderate fetches start the flow of records sooner; a short queue backoff keeps a full prefetch
     # queue from pausing the fetcher for a second (librdkafka's default) each time it fills.
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"headroom-replay-{uuid.uuid4().hex}",
-                     "enable.auto.commit": False, "enable.partition.eof": False,
-                     "fetch.max.bytes": 16 * 1024 * 1024, "max.partition.fetch.bytes": 4 * 1024 * 1024,
-                     "fetch.queue.backoff.ms": 10, **(extra or {})})
+    return kafka_clients.consumer(kafka, "headroom-replay", {
+        "enable.partition.eof": False, "fetch.max.bytes": 16 * 1024 * 1024,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024, "fetch.queue.backoff.ms": 10, **(extra or {})})
 
 
-def messages(client: Consumer, topic: str, span: Range = Range(),
-             timeout_s: float = 10.0) -> Iterator[list]:
-    """Batches of messages of ``topic`` within ``span``, until every partition reached its end."""
-    starts, ends = _bounds(client, topic, span, timeout_s)
-    for batch in _batches(client, topic, {p: (starts[p], ends[p]) for p in ends}, timeout_s, threading.Event()):
-        yield batch.messages
-
-
-def read_telemetry(bootstrap: str, topic: str, span: Range = Range(), extra: dict[str, str] | None = None,
+def read_telemetry(kafka: KafkaSettings, topic: str, span: Range = Range(), extra: Mapping[str, Any] | None = None,
                    progress: Callable[[int], None] | None = None, workers: int = WORKERS,
                    timeout_s: float = 10.0) -> Replay:
     """Replay ``topic`` into a DataFrame of valid records (and the reasons of the invalid ones)."""
     began = time.monotonic()
-    client = consumer(bootstrap, extra)
+    client = consumer(kafka, extra)
     try:
         starts, ends = _bounds(client, topic, span, timeout_s)
     finally:
         client.close()
     with _cyclic_gc_paused():
-        parts = _read_shares(bootstrap, topic, starts, ends, extra, progress, workers, timeout_s)
+        parts = _read_shares(kafka, topic, starts, ends, extra, progress, workers, timeout_s)
     frames = [frame for part in parts for frame in part.frames]
     records = pl.concat(frames) if frames else pl.DataFrame(schema={**SCHEMA, **POSITION_COLUMNS})
     rejected = sorted(reject for part in parts for reject in part.rejected)
@@ -90,8 +92,8 @@ def read_telemetry(bootstrap: str, topic: str, span: Range = Range(), extra: dic
                   time.monotonic() - began)
 
 
-def _read_shares(bootstrap: str, topic: str, starts: dict[int, int], ends: dict[int, int],
-                 extra: dict[str, str] | None, progress: Callable[[int], None] | None, workers: int,
+def _read_shares(kafka: KafkaSettings, topic: str, starts: dict[int, int], ends: dict[int, int],
+                 extra: Mapping[str, Any] | None, progress: Callable[[int], None] | None, workers: int,
                  timeout_s: float) -> list[_Share]:
     """The partitions dealt out to up to ``workers`` consumers, each read in its own thread."""
     pending = [p for p in sorted(ends) if starts[p] < ends[p]]
@@ -107,7 +109,7 @@ def _read_shares(bootstrap: str, topic: str, starts: dict[int, int], ends: dict[
 
     stop = threading.Event()
     with ThreadPoolExecutor(max(count, 1), thread_name_prefix="replay") as pool:
-        futures = [pool.submit(_read_share, bootstrap, config, topic, {p: (starts[p], ends[p]) for p in share},
+        futures = [pool.submit(_read_share, kafka, config, topic, {p: (starts[p], ends[p]) for p in share},
                                timeout_s, stop, report) for share in shares]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -147,10 +149,10 @@ class _Share:
     read: int
 
 
-def _read_share(bootstrap: str, config: dict[str, str], topic: str, bounds: dict[int, tuple[int, int]],
+def _read_share(kafka: KafkaSettings, config: dict[str, Any], topic: str, bounds: dict[int, tuple[int, int]],
                 timeout_s: float, stop: threading.Event, report: Callable[[int], None]) -> _Share:
     """One worker: its partitions from start to end, as frames of valid records and the rejects."""
-    client = consumer(bootstrap, config)
+    client = consumer(kafka, config)
     frames, rejected, read = [], [], 0
     try:
         for batch in _batches(client, topic, bounds, timeout_s, stop):
@@ -219,7 +221,7 @@ def _bounds(client: Consumer, topic: str, span: Range, timeout_s: float) -> tupl
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         raise ValueError(f"topic {topic!r} does not exist on the broker")
     partitions = sorted(metadata.topics[topic].partitions)
-    watermarks = {p: client.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in partitions}
+    watermarks = kafka_clients.watermarks(client, topic, partitions, timeout_s)
     starts = {p: low for p, (low, _) in watermarks.items()}
     ends = {p: high for p, (_, high) in watermarks.items()}
     if span.start_offset is not None:

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from headroom.backtest import plots
+from headroom.backtest.replay import Source
+from headroom.backtest.result import Backtest
 
 if TYPE_CHECKING:
-    from headroom.backtest.run import Backtest, Source
     from headroom.streams.settings import PipelineSettings
 
 MAX_ROWS = 40  # rows of a long table shown in the Markdown (the parquet file has them all)

@@ -7,46 +7,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from headroom.backtest import policies, published
-from headroom.backtest.prequential import Prequential, evaluate
-from headroom.backtest.replay import Range, read_telemetry
+from headroom.backtest.prequential import evaluate
+from headroom.backtest.replay import Source, read_telemetry
 from headroom.backtest.report import write_report
+from headroom.backtest.result import Backtest
 from headroom.backtest.settings import BacktestSettings
 from headroom.contract.model_update import ModelUpdate, encode_update
-from headroom.contract.topics import KafkaSettings
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.predictors import EmbeddedPredictor
 from headroom.router.roles import LatencyPredictor
 from headroom.streams.settings import PipelineSettings
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where history is read from: the broker, its topics, the range, extra librdkafka settings."""
-
-    kafka: KafkaSettings
-    span: Range = Range()
-    extra: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Backtest:
-    records: pl.DataFrame
-    rejected: int
-    prequential: Prequential
-    updates: pl.DataFrame
-    live_error: pl.DataFrame
-    policy_summary: pl.DataFrame
-    policy_outcomes: pl.DataFrame
-    files: list[Path]
-    seconds: dict[str, float]  # per stage: read, prepare, replay, training, scoring, published, policies, report
 
 
 def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestSettings,
@@ -58,7 +34,7 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
     seconds: dict[str, float] = {}
     with _progress(console) as progress:
         reading = progress.add_task(f"reading {source.kafka.telemetry_topic}", total=None)
-        replay = read_telemetry(source.kafka.bootstrap_servers, source.kafka.telemetry_topic, source.span,
+        replay = read_telemetry(source.kafka, source.kafka.telemetry_topic, source.span,
                                 source.extra, progress=lambda n: progress.advance(reading, n))
         progress.update(reading, total=replay.read, completed=replay.read)
         seconds["read"] = replay.seconds
@@ -70,7 +46,7 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
                     "training": outcome.training_seconds, "scoring": outcome.scoring_seconds}
 
         started = time.perf_counter()
-        updates, _ = published.read_updates(source.kafka.bootstrap_servers, source.kafka.model_topic, source.extra)
+        updates, _ = published.read_updates(source.kafka, source.extra)
         updates_table = published.updates_frame(updates)
         live = published.live_error(records, updates_table)
         seconds["published"] = time.perf_counter() - started

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import socket
 import sys
 import tempfile
@@ -24,15 +23,18 @@ import time
 import uuid
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import Producer  # noqa: E402
+from headroom.process import configure  # noqa: E402
+
+configure()
+
 from rich.console import Console  # noqa: E402
 
+from headroom import kafka_clients  # noqa: E402
 from headroom.backtest.prequential import prepare  # noqa: E402
-from headroom.backtest.replay import WORKERS, Range, read_telemetry  # noqa: E402
-from headroom.backtest.run import Source, run_backtest  # noqa: E402
+from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # noqa: E402
+from headroom.backtest.run import run_backtest  # noqa: E402
 from headroom.backtest.settings import BacktestSettings  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
@@ -60,8 +62,8 @@ def simulated(records: int, rate: float, servers: int):
 
 def fill(kafka: KafkaSettings, records) -> None:
     admin.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
-                         "queue.buffering.max.messages": 1_000_000})
+    producer = kafka_clients.producer(kafka, {"linger.ms": 20, "enable.idempotence": True,
+                                                       "queue.buffering.max.messages": 1_000_000})
     for record in records:
         producer.produce(kafka.telemetry_topic, key=record.request_id.encode(), value=encode(record),
                          timestamp=int(record.completion_ts * 1000))
@@ -104,7 +106,7 @@ def main() -> int:
             reads, cpu = [], []
             for _ in range(args.read_repeats):
                 began, began_cpu = time.perf_counter(), time.process_time()
-                replay = read_telemetry(kafka.bootstrap_servers, kafka.telemetry_topic, workers=args.workers)
+                replay = read_telemetry(kafka, kafka.telemetry_topic, workers=args.workers)
                 prepare(replay.records)
                 reads.append(time.perf_counter() - began)
                 cpu.append(time.process_time() - began_cpu)

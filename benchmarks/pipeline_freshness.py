@@ -24,9 +24,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import Producer  # noqa: E402
+from headroom.process import configure  # noqa: E402
 
+configure()
+
+
+from headroom import kafka_clients  # noqa: E402
 from headroom.contract.features import records_matrix  # noqa: E402
+from headroom.contract.model_update import load_booster  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from pipeline_ingest import fresh_kafka  # noqa: E402
 from headroom.sim.bench import capacity_rps  # noqa: E402
@@ -35,8 +40,8 @@ from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
 from headroom.sim.traces import load_azure  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
 from headroom.trainer.evaluation import score  # noqa: E402
-from headroom.trainer.fit import load_booster, predict  # noqa: E402
-from headroom.trainer.publish import read_latest, tail  # noqa: E402
+from headroom.trainer.fit import predict  # noqa: E402
+from headroom.model_topic import read_latest, tail  # noqa: E402
 
 
 def with_predictions(records, boosters):
@@ -71,7 +76,7 @@ def main() -> None:
     before = [r for r in records if r.dispatch_ts < change]
     after = [r for r in records if r.dispatch_ts >= change]
     kafka = fresh_kafka(args.bootstrap, 4)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 5})
+    producer = kafka_clients.producer(kafka, {"linger.ms": 5})
 
     def publish(batch):
         for r in batch:

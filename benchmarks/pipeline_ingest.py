@@ -20,8 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import Producer  # noqa: E402
+from headroom.process import configure  # noqa: E402
 
+configure()
+
+
+from headroom import kafka_clients  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
@@ -40,7 +44,7 @@ def fresh_kafka(bootstrap: str, partitions: int) -> KafkaSettings:
 
 
 def produce(kafka: KafkaSettings, records) -> None:
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
+    producer = kafka_clients.producer(kafka, {"linger.ms": 20})
     for record in records:
         producer.produce(kafka.telemetry_topic, key=record.pool_key.encode(), value=encode(record))
         producer.poll(0)

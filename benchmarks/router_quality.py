@@ -22,14 +22,16 @@ such requests per second. With ``--seeds N`` every run is repeated with seeds 0â
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headroom.process import configure  # noqa: E402
+
+configure()
 
 import numpy as np  # noqa: E402
 import xgboost  # noqa: E402

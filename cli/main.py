@@ -7,6 +7,9 @@ import argparse
 import importlib
 import sys
 
+from headroom.errors import CommandError
+from headroom.process import configure
+
 # One line per subcommand group: (module with register(subparsers)).
 COMMANDS = (
     "headroom.localkafka.cli",
@@ -21,10 +24,6 @@ COMMANDS = (
 )
 
 
-class CommandError(Exception):
-    """A command failed in a way the user can act on; printed without a traceback."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headroom", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -34,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure()  # before any subcommand loads XGBoost or numba
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

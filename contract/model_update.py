@@ -14,6 +14,9 @@ version of each model.
 consumer exponentiates. Quantiles survive a monotone transform exactly, and ``exp`` is always positive.
 The trainer also stores the transform in the model bytes (booster attribute :data:`TRANSFORM_ATTRIBUTE`)
 so a booster loaded on its own predicts in milliseconds too; consumers check that the two agree.
+
+Every consumer takes a decoded update's model through :func:`load_update`, the one place that decides
+whether a model may be used at all (:class:`RejectedUpdate` says why not).
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ import hashlib
 import json
 import struct
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from headroom.contract.features import TARGETS
+from headroom.contract.features import FEATURE_SCHEMA, TARGETS
+from headroom.errors import HeadroomError
+
+if TYPE_CHECKING:
+    import xgboost
 
 MAGIC = b"HRMU"
 FORMAT_VERSION = 1
@@ -37,8 +44,17 @@ TRANSFORM_ATTRIBUTE = "headroom_output_transform"  # booster attribute holding t
 _HEADER_LEN = struct.Struct(">I")
 
 
-class InvalidUpdate(ValueError):
+class InvalidUpdate(HeadroomError, ValueError):
     """A model-update message that must not be applied; the message says why."""
+
+
+class RejectedUpdate(InvalidUpdate):
+    """A well-formed update whose model must not be used; ``reason`` is its category: ``schema``, ``model``
+    or ``transform``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
 
 
 @dataclass(frozen=True)
@@ -144,3 +160,31 @@ def _check(update: ModelUpdate) -> None:
     if digest != update.sha256:
         raise InvalidUpdate(f"checksum mismatch: model bytes hash to {digest[:12]}…, header says "
                             f"{str(update.sha256)[:12]}…")
+
+
+def load_update(update: ModelUpdate) -> xgboost.Booster:
+    """The booster of a decoded ``update``, once it passed every check a consumer makes before using it:
+    the serving feature schema, a model XGBoost loads, and an output transform the booster agrees with.
+    Raises :class:`RejectedUpdate`."""
+    if update.feature_schema != FEATURE_SCHEMA:
+        raise RejectedUpdate("schema", f"feature schema {update.feature_schema!r} does not match the "
+                                       f"serving schema {FEATURE_SCHEMA!r}")
+    booster = load_booster(update.model)
+    trained_with = booster_transform(booster)
+    if trained_with != update.output_transform:
+        raise RejectedUpdate("transform", f"message says output transform {update.output_transform!r} but the "
+                                          f"model was trained with {trained_with!r}")
+    return booster
+
+
+def load_booster(model: bytes) -> xgboost.Booster:
+    """An XGBoost booster from model bytes (UBJ or JSON), predicting on one thread."""
+    import xgboost  # only the readers of models need it
+
+    booster = xgboost.Booster(params={"nthread": 1})
+    try:
+        booster.load_model(bytearray(model))
+    except xgboost.core.XGBoostError as err:
+        raise RejectedUpdate("model", f"XGBoost cannot load the model bytes: {str(err).splitlines()[0]}") from err
+    booster.set_param({"nthread": 1})
+    return booster

@@ -20,10 +20,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from headroom.errors import HeadroomError
+
 T = TypeVar("T")
 
 
-class SettingsError(ValueError):
+class SettingsError(HeadroomError, ValueError):
     """An environment variable holds a value its setting cannot take."""
 
 

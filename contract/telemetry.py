@@ -23,6 +23,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from headroom.errors import HeadroomError
+
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 * 1024
 MAX_ID_CHARS = 256
@@ -31,7 +33,7 @@ TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
 NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
 
-class InvalidRecord(ValueError):
+class InvalidRecord(HeadroomError, ValueError):
     """A telemetry record that must not be trained on; ``reason`` is the precise cause."""
 
     def __init__(self, reason: str):

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.settings import from_env
 from headroom.demo.processes import ComponentFailed
 from headroom.demo.settings import DemoSettings

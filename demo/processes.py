@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headroom.errors import HeadroomError
+
 GRACE_S = 15.0
 
 
-class ComponentFailed(RuntimeError):
+class ComponentFailed(HeadroomError, RuntimeError):
     """A component exited or did not become ready; the message carries its log tail."""
 
 

@@ -87,7 +87,7 @@ def run(settings: DemoSettings, on_tick: Callable[[Tick], None] | None = None) -
     start_broker(broker_settings)
     kafka = from_env(KafkaSettings, bootstrap_servers=broker_settings.bootstrap)
     supervisor = Supervisor(settings.state_dir / "logs", env={
-        "HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "OMP_WAIT_POLICY": "PASSIVE",
+        "HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers,
         "HEADROOM_STATE_DIR": str(settings.state_dir),
         "HEADROOM_PIPELINE_DATA_DIR": str(settings.state_dir / "pipeline"),
         # A short run: first models from fewer samples; periodic retraining is slower than the default, so it
@@ -105,7 +105,7 @@ def run(settings: DemoSettings, on_tick: Callable[[Tick], None] | None = None) -
         config = _router_config(settings, ports, servers)
         supervisor.start("router", ["router", "serve", "--config", str(config)],
                          ready=_answers(f"http://127.0.0.1:{ports.router_http}/metrics"))
-        start_offsets = end_offsets(kafka.bootstrap_servers, kafka.telemetry_topic)
+        start_offsets = end_offsets(kafka, kafka.telemetry_topic)
         outcomes, change_at, timeline = _drive(settings, ports, servers, supervisor, on_tick)
         supervisor.check()
         router_metrics = scrape(f"http://127.0.0.1:{ports.router_http}/metrics")
@@ -240,7 +240,7 @@ def _wait_for_telemetry(kafka: KafkaSettings, start: dict[int, int], expected: i
     deadline = time.monotonic() + timeout_s
     count = 0
     while time.monotonic() < deadline:
-        ends = end_offsets(kafka.bootstrap_servers, kafka.telemetry_topic)
+        ends = end_offsets(kafka, kafka.telemetry_topic)
         count = sum(end - start.get(p, 0) for p, end in ends.items())
         if count >= expected:
             break

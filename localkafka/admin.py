@@ -1,19 +1,16 @@
-"""Creating and describing the declared topics with confluent-kafka's admin client."""
+"""Creating and describing the declared topics with confluent-kafka's admin client (:mod:`headroom.kafka_clients`)."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from confluent_kafka.error import KafkaError
 
 from headroom.contract.topics import KafkaSettings, TopicSpec, declared_topics
-
-
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
+from headroom.kafka_clients import admin, consumer, watermarks
 
 
 def answers(bootstrap: str, timeout: float = 2.0) -> bool:
@@ -24,7 +21,7 @@ def answers(bootstrap: str, timeout: float = 2.0) -> bool:
     except OSError:
         return False
     try:
-        admin_client(bootstrap).list_topics(timeout=timeout)
+        admin(KafkaSettings(bootstrap_servers=bootstrap)).list_topics(timeout=timeout)
         return True
     except KafkaException:
         return False
@@ -34,12 +31,12 @@ def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec] | None = N
                   timeout: float = 30.0) -> list[str]:
     """Create the declared topics that do not exist yet; returns the names it created."""
     specs = list(declared_topics(settings) if specs is None else specs)
-    admin = admin_client(settings.bootstrap_servers)
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    client = admin(settings)
+    existing = set(client.list_topics(timeout=timeout).topics)
     missing = [s for s in specs if s.name not in existing]
     if not missing:
         return []
-    futures = admin.create_topics(
+    futures = client.create_topics(
         [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing],
         operation_timeout=timeout, request_timeout=timeout)
     created = []
@@ -53,25 +50,24 @@ def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec] | None = N
     return created
 
 
-def topic_configs(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[str, str]:
+def topic_configs(kafka: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[str, str]:
     """The effective configuration of ``topic``."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    client = admin_client(bootstrap)  # must outlive the future
+    client = admin(kafka)  # must outlive the future
     entries = client.describe_configs([resource], request_timeout=timeout)[resource].result()
     return {name: entry.value for name, entry in entries.items()}
 
 
-def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
-    metadata = admin_client(bootstrap).list_topics(topic, timeout=timeout)
+def partition_count(kafka: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+    metadata = admin(kafka).list_topics(topic, timeout=timeout)
     return len(metadata.topics[topic].partitions)
 
 
-def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+def end_offsets(kafka: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The end offset of every partition of ``topic`` (where the next record will go)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "headroom-end-offsets",
-                         "enable.auto.commit": False})
+    client = consumer(kafka, "headroom-end-offsets")
     try:
-        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
+        partitions = sorted(client.list_topics(topic, timeout=timeout).topics[topic].partitions)
+        return {p: high for p, (_, high) in watermarks(client, topic, partitions, timeout).items()}
     finally:
-        consumer.close()
+        client.close()

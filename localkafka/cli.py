@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka import admin, broker

@@ -6,8 +6,10 @@
      └── BrokerFailed          the broker did not come up (carries the log tail)
 """
 
+from headroom.errors import HeadroomError
 
-class BrokerError(RuntimeError):
+
+class BrokerError(HeadroomError, RuntimeError):
     """The local Kafka broker could not be managed."""
 
 

@@ -11,8 +11,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from headroom import kafka_clients
 from headroom.contract.telemetry import TelemetryRecord, decode, encode
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka.admin import end_offsets
@@ -61,9 +62,8 @@ def synthetic_records(count: int, servers: int, seed: int) -> list[TelemetryReco
 
 def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_s: float = 60.0) -> Summary:
     """Produce ``records`` to the telemetry topic and read exactly those back."""
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
-    start_offsets = end_offsets(settings.bootstrap_servers, settings.telemetry_topic)
+    producer = kafka_clients.producer(settings, {"enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    start_offsets = end_offsets(settings, settings.telemetry_topic)
     began = time.monotonic()
     for record in records:
         producer.produce(settings.telemetry_topic, key=record.server_id, value=encode(record))
@@ -72,8 +72,7 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
         raise RuntimeError("telemetry was not fully delivered to Kafka in time")
     produced_s = time.monotonic() - began
 
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"demo-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
+    consumer = kafka_clients.consumer(settings, "demo")
     consumer.assign([TopicPartition(settings.telemetry_topic, p, o) for p, o in start_offsets.items()])
     wanted = {r.request_id for r in records}
     seen: dict[str, TelemetryRecord] = {}

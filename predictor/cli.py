@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from headroom.cli.main import CommandError
+    from headroom.errors import CommandError
     from headroom.predictor.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -11,8 +11,10 @@ counted and logged, while the previous version keeps serving.
 
 from __future__ import annotations
 
+from headroom.errors import HeadroomError
 
-class PredictorError(Exception):
+
+class PredictorError(HeadroomError):
     """Base of the errors a prediction can raise."""
 
 

@@ -15,16 +15,17 @@ and an identity-link regression objective; anything else raises :class:`Unsuppor
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from headroom.errors import HeadroomError
 
 IDENTITY_OBJECTIVES = ("reg:squarederror", "reg:quantileerror", "reg:absoluteerror", "reg:pseudohubererror")
 MAX_DEPTH = 12  # a complete tree of this depth has 4096 leaves
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(HeadroomError, ValueError):
     """A model this evaluator cannot reproduce faithfully; the message says which part."""
 
 
@@ -45,20 +46,6 @@ class Forest:
     @property
     def n_trees(self) -> int:
         return int(self.leaves.shape[0])
-
-
-def load_booster(model: bytes):
-    """An ``xgboost.Booster`` from model bytes (UBJ or JSON), limited to one thread."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import xgboost
-
-    booster = xgboost.Booster(params={"nthread": 1})
-    try:
-        booster.load_model(bytearray(model))
-    except xgboost.core.XGBoostError as err:
-        raise UnsupportedModel(f"XGBoost cannot load the model bytes: {str(err).splitlines()[0]}") from err
-    booster.set_param({"nthread": 1})
-    return booster
 
 
 def forest_from_booster(booster) -> Forest:

@@ -1,8 +1,9 @@
 """The model runtime: the live model version per (pool key, target, objective), and batched prediction.
 
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
-check: checksum (:func:`contract.model_update.decode_update`), feature schema, that XGBoost loads it and
-its trees are supported, that its objective and output transform match the message, and a probe
+check: checksum (:func:`contract.model_update.decode_update`), the checks every consumer makes
+(:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform),
+that its trees are supported and its objective matches the message, and a probe
 prediction that must be finite, non-negative (in milliseconds, after the output transform) and equal to
 XGBoost's own. A failing update is rejected, counted by reason and logged, and the previous version keeps
 serving; a version not newer than the live one is ignored, so replaying the topic is harmless.
@@ -24,11 +25,11 @@ from enum import Enum
 
 import numpy as np
 
-from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
-from headroom.contract.model_update import (InvalidUpdate, ModelUpdate, booster_transform, decode_update, model_key,
-                                   to_milliseconds)
+from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.model_update import (InvalidUpdate, ModelUpdate, RejectedUpdate, decode_update, load_update,
+                                            model_key, to_milliseconds)
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster, load_booster
+from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster
 from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate
 from headroom.predictor.probe import PROBE_ROWS
 
@@ -185,22 +186,17 @@ class ModelRuntime:
         return ApplyResult(Outcome.APPLIED, model.key, model.version)
 
     def _verify(self, update: ModelUpdate) -> LiveModel:
-        if update.feature_schema != FEATURE_SCHEMA:
-            raise _Rejected("schema", f"feature schema {update.feature_schema!r} does not match the "
-                                      f"serving schema {FEATURE_SCHEMA!r}")
         try:
-            booster = load_booster(update.model)
+            booster = load_update(update)
             forest = forest_from_booster(booster)
+        except RejectedUpdate as err:
+            raise _Rejected(err.reason, err.detail) from err
         except UnsupportedModel as err:
             raise _Rejected("model", str(err)) from err
         if forest.n_features != len(FEATURE_NAMES):
             raise _Rejected("schema", f"model has {forest.n_features} features, the schema has "
                                       f"{len(FEATURE_NAMES)}")
         _check_objective(update, forest)
-        trained_with = booster_transform(booster)
-        if trained_with != update.output_transform:
-            raise _Rejected("transform", f"message says output transform {update.output_transform!r} but the model "
-                                         f"was trained with {trained_with!r}")
         raw_probe = evaluate(ForestStack.of([forest]), PROBE_ROWS, self.engine)[0]
         probe = to_milliseconds(raw_probe.astype(np.float64), update.output_transform)
         if not np.isfinite(probe).all():

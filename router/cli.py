@@ -7,7 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

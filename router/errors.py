@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+from headroom.errors import HeadroomError
 
-class RouterError(Exception):
+
+class RouterError(HeadroomError):
     """Base of every error the router raises on purpose."""
 
 

@@ -13,10 +13,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from headroom.contract.telemetry import TelemetryRecord, encode
 from headroom.contract.topics import KafkaSettings
+from headroom.kafka_clients import producer
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,7 @@ class KafkaTelemetry:
                  client_id: str = "headroom-router"):
         self.topic = kafka.telemetry_topic
         self.counts = TelemetryCounts()
-        self._producer = Producer({
-            "bootstrap.servers": kafka.bootstrap_servers,
+        self._producer = producer(kafka, {
             "client.id": client_id,
             "enable.idempotence": True,
             "linger.ms": 5,

@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.telemetry import encode
 from headroom.sim.settings import SimSettings, settings_from
 

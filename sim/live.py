@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.exposition import CONTENT_TYPE, metrics_registry, render
 from headroom.sim.profile import ServerProfile
@@ -38,7 +39,7 @@ DEFAULT_MAX_TOKENS = 16
 FILLER = " tok"
 
 
-class BadRequest(ValueError):
+class BadRequest(HeadroomError, ValueError):
     """A request body the simulated server rejects with HTTP 400."""
 
 

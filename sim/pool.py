@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headroom.contract.telemetry import TelemetryRecord
+from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
@@ -30,7 +31,7 @@ from headroom.sim.request import Request
 from headroom.sim.view import PickFunction, PoolView
 
 
-class SimulationError(RuntimeError):
+class SimulationError(HeadroomError, RuntimeError):
     """A run was asked to do something impossible (bad pick, unknown server, unsorted requests)."""
 
 

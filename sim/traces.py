@@ -23,6 +23,7 @@ import random
 from datetime import datetime
 from pathlib import Path
 
+from headroom.errors import HeadroomError
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import BLOCK_TOKENS
 from headroom.sim.request import Request
@@ -33,7 +34,7 @@ MOONCAKE = TRACES_DIR / "mooncake" / "mooncake_fast25_synthetic_trace.jsonl"
 MOONCAKE_BLOCK_TOKENS = 512
 
 
-class TraceError(ValueError):
+class TraceError(HeadroomError, ValueError):
     """A trace file is missing or malformed; the message names the file and line."""
 
 

@@ -81,8 +81,7 @@ def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         log.info("drift on %s/%s: %s", *window, ingestor.policy(window).drift_reason)
         retrainer.wake()
 
-    reader = TelemetryReader(kafka.bootstrap_servers, kafka.telemetry_topic, f"{settings.app_id}-telemetry",
-                             batch_records=settings.batch_records)
+    reader = TelemetryReader(kafka, f"{settings.app_id}-telemetry", batch_records=settings.batch_records)
     loop = IngestLoop(ingestor, reader, flush_records=settings.flush_records,
                       flush_interval_s=settings.flush_interval_s, write_changelog=write_changelog,
                       send_dead_letter=send_dead_letter, on_drift=on_drift)

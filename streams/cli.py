@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import logging
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.settings import SettingsError, describe, from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.streams.settings import PipelineSettings
@@ -49,11 +49,12 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     from headroom.localkafka.admin import ensure_topics, partition_count
     from headroom.streams.app import create_pipeline
     from headroom.trainer.live import LiveModels
-    from headroom.trainer.publish import ModelPublisher, read_latest
+    from headroom.model_topic import read_latest
+    from headroom.trainer.publish import ModelPublisher
 
     try:
         ensure_topics(kafka)
-        partitions = partition_count(kafka.bootstrap_servers, kafka.telemetry_topic)
+        partitions = partition_count(kafka, kafka.telemetry_topic)
         latest, rejected = read_latest(kafka)
     except (KafkaException, TimeoutError) as err:
         raise CommandError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err

@@ -21,6 +21,9 @@ from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from headroom.contract.topics import KafkaSettings
+from headroom.kafka_clients import group_consumer
+
 log = logging.getLogger(__name__)
 
 
@@ -34,11 +37,10 @@ class Delivery(NamedTuple):
 
 
 class TelemetryReader:
-    def __init__(self, bootstrap_servers: str, topic: str, group_id: str, *, batch_records: int):
-        self.topic = topic
+    def __init__(self, kafka: KafkaSettings, group_id: str, *, batch_records: int):
+        self.topic = kafka.telemetry_topic
         self.batch_records = batch_records
-        self._config = {"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False,
-                        "auto.offset.reset": "earliest", "enable.partition.eof": False}
+        self._kafka, self._group_id = kafka, group_id
         self._consumer: Consumer | None = None  # made on the reader's thread when first given partitions
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-telemetry")
 
@@ -55,7 +57,8 @@ class TelemetryReader:
         if self._consumer is None:
             if not partitions:
                 return
-            self._consumer = Consumer(self._config)
+            self._consumer = group_consumer(self._kafka, self._group_id, {"auto.offset.reset": "earliest",
+                                                                         "enable.partition.eof": False})
         self._consumer.assign(partitions)
 
     async def fetch(self, timeout_s: float) -> list[Delivery]:

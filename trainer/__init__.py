@@ -11,13 +11,5 @@
 - :mod:`trainer.policy` — when a model is due for retraining (periodically and on drift).
 - :mod:`trainer.live` — the live version of each model, loaded from model-update messages.
 - :mod:`trainer.rounds` — one training round: split, fit, evaluate, gate, make the update.
-- :mod:`trainer.publish` — writing, reading back and tailing ``model-updates``.
-
-Training threads wait passively for work (``OMP_WAIT_POLICY=PASSIVE``) unless told otherwise: spinning
-OpenMP workers compete with the event loop on small machines and make training times swing widely. The
-variable is read when the OpenMP runtime loads, so it is set here, before anything imports XGBoost.
+- :mod:`trainer.publish` — writing model versions to ``model-updates`` (:mod:`headroom.model_topic` reads them).
 """
-
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
@@ -50,7 +50,7 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from headroom.trainer.publish import read_latest
+    from headroom.model_topic import read_latest
 
     kafka = _kafka()
     try:
@@ -78,7 +78,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_tail(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from headroom.trainer.publish import tail
+    from headroom.model_topic import tail
 
     kafka = _kafka()
     seen = 0

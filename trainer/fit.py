@@ -47,10 +47,3 @@ def predict(booster: xgb.Booster, features: np.ndarray) -> np.ndarray:
 def model_bytes(booster: xgb.Booster) -> bytes:
     """The booster in XGBoost's own UBJ format (what model-update messages carry)."""
     return bytes(booster.save_raw(raw_format="ubj"))
-
-
-def load_booster(raw: bytes) -> xgb.Booster:
-    """A booster from XGBoost JSON or UBJ bytes."""
-    booster = xgb.Booster()
-    booster.load_model(bytearray(raw))
-    return booster

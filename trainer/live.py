@@ -1,8 +1,8 @@
 """The live version of each model: the latest published update per model key, with its booster loaded.
 
-A version whose model cannot be loaded, whose feature schema differs from this trainer's, or whose
-booster disagrees with its message about the output transform, still counts for version numbering
-(versions only grow) but not as a model to beat at the promotion gate.
+A version whose model fails :func:`contract.model_update.load_update` (another feature schema, a model
+that does not load, a booster that disagrees with its message about the output transform) still counts
+for version numbering (versions only grow) but not as a model to beat at the promotion gate.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import xgboost as xgb
 
-from headroom.contract.features import FEATURE_SCHEMA
-from headroom.contract.model_update import ModelUpdate, booster_transform, model_key
-from headroom.trainer.fit import load_booster
+from headroom.contract.model_update import ModelUpdate, RejectedUpdate, load_update, model_key
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +32,11 @@ def live_model(update: ModelUpdate, booster: xgb.Booster | None = None) -> LiveM
     """A :class:`LiveModel` for ``update``, loading its booster unless one is given."""
     if booster is not None:
         return LiveModel(update, booster)
-    if update.feature_schema != FEATURE_SCHEMA:
-        log.warning("model %s v%d has feature schema %r, not %r: it only counts for versioning",
-                    update.key, update.version, update.feature_schema, FEATURE_SCHEMA)
-        return LiveModel(update, None)
     try:
-        booster = load_booster(update.model)
-    except xgb.core.XGBoostError as err:
-        log.warning("model %s v%d does not load (%s): it only counts for versioning", update.key,
-                    update.version, err)
-        return LiveModel(update, None)
-    if booster_transform(booster) != update.output_transform:
-        log.warning("model %s v%d says output transform %r but its booster has %r: it only counts for "
-                    "versioning", update.key, update.version, update.output_transform, booster_transform(booster))
+        booster = load_update(update)
+    except RejectedUpdate as err:
+        log.warning("model %s v%d is not usable (%s: %s): it only counts for versioning", update.key,
+                    update.version, err.reason, err.detail)
         return LiveModel(update, None)
     return LiveModel(update, booster)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from headroom.errors import HeadroomError
+
 VLLM_WAITING, JETSTREAM_BACKLOG = "vllm:num_requests_waiting", "jetstream_prefill_backlog_size"
 RUNNING = "vllm:num_requests_running"
 VLLM_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -24,7 +26,7 @@ SUMMED = (VLLM_WAITING, JETSTREAM_BACKLOG, RUNNING, MEMORY)
 PEAK = (*VLLM_USAGE, JETSTREAM_SLOTS)
 
 
-class MetricsFormatError(ValueError):
+class MetricsFormatError(HeadroomError, ValueError):
     """The metrics text is not Prometheus text, or carries no metric the router understands."""
 
 

@@ -12,14 +12,15 @@ import polars as pl
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from headroom.backtest.replay import Range
-from headroom.backtest.run import Source, run_backtest
+from headroom.backtest.replay import Range, Source
+from headroom.backtest.run import run_backtest
 from headroom.backtest.settings import BacktestSettings
 from headroom.contract.telemetry import encode
 from headroom.streams.ingest import build_ingestor
 from headroom.streams.retrain import Retrainer
 from headroom.trainer.live import LiveModels
-from headroom.trainer.publish import ModelPublisher, read_all
+from headroom.model_topic import read_all
+from headroom.trainer.publish import ModelPublisher
 from tests.backtest.history import VERSIONS, quick_settings, simulated_records
 
 pytestmark = pytest.mark.kafka

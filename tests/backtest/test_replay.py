@@ -8,7 +8,8 @@ from confluent_kafka import Producer, TopicPartition
 
 from headroom.backtest.replay import Range, consumer, read_telemetry
 from headroom.contract.telemetry import encode
-from headroom.localkafka.admin import admin_client
+from headroom.contract.topics import KafkaSettings
+from headroom.kafka_clients import admin
 from tests.contract.records import valid_record
 
 pytestmark = pytest.mark.kafka
@@ -22,9 +23,9 @@ def produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int) 
     assert producer.flush(30) == 0
 
 
-def wait_for_stable_end(bootstrap: str, topic: str, end: int) -> bool:
+def wait_for_stable_end(kafka: KafkaSettings, topic: str, end: int) -> bool:
     """Whether partition 0's last stable offset reaches ``end`` within about ten seconds."""
-    client = consumer(bootstrap)
+    client = consumer(kafka)
     try:
         for _ in range(100):
             if client.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] >= end:
@@ -42,7 +43,7 @@ def test_replay_reads_every_valid_record_and_reports_the_rest(kafka, fresh_topic
     values[200] = encode(valid_record(request_id="neg")).replace(b'"tpot_ms":14.8', b'"tpot_ms":-1')
     produce(kafka.bootstrap_servers, topic, values, 1_000_000)
 
-    replay = read_telemetry(kafka.bootstrap_servers, topic)
+    replay = read_telemetry(kafka, topic)
 
     assert replay.read == 30_000
     assert replay.records.height == 29_998
@@ -58,8 +59,8 @@ def test_time_range_selects_by_record_timestamp(kafka, fresh_topic):
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"old{i}")) for i in range(50)], 1_000)
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"new{i}")) for i in range(70)], 5_000)
 
-    recent = read_telemetry(kafka.bootstrap_servers, topic, Range(start_ms=4_000))
-    early = read_telemetry(kafka.bootstrap_servers, topic, Range(end_ms=4_000))
+    recent = read_telemetry(kafka, topic, Range(start_ms=4_000))
+    early = read_telemetry(kafka, topic, Range(end_ms=4_000))
 
     assert sorted(recent.records["request_id"]) == sorted(f"new{i}" for i in range(70))
     assert sorted(early.records["request_id"]) == sorted(f"old{i}" for i in range(50))
@@ -68,8 +69,8 @@ def test_time_range_selects_by_record_timestamp(kafka, fresh_topic):
 def test_replay_commits_no_consumer_offsets(kafka, fresh_topic):
     topic = fresh_topic("replay-nocommit")
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id="only"))], 1_000)
-    read_telemetry(kafka.bootstrap_servers, topic)
-    groups = admin_client(kafka.bootstrap_servers).list_consumer_groups(request_timeout=30).result(timeout=60)
+    read_telemetry(kafka, topic)
+    groups = admin(kafka).list_consumer_groups(request_timeout=30).result(timeout=60)
     assert not [g.group_id for g in groups.valid if g.group_id.startswith("headroom-replay-")]
 
 
@@ -83,9 +84,9 @@ def test_a_partition_ending_in_a_transaction_marker_is_read_to_its_end(kafka, fr
     producer.commit_transaction(30)
     # The commit markers reach the partition after commit_transaction returns, and a replay's end is the
     # last stable offset: wait (bounded) until the committed records are part of the topic's history.
-    assert wait_for_stable_end(kafka.bootstrap_servers, topic, 11)
+    assert wait_for_stable_end(kafka, topic, 11)
 
-    replay = read_telemetry(kafka.bootstrap_servers, topic)
+    replay = read_telemetry(kafka, topic)
 
     assert sorted(replay.records["request_id"]) == sorted(f"t{i}" for i in range(10))
 
@@ -97,7 +98,7 @@ def test_workers_share_the_partitions_and_the_records_come_back_in_partition_and
     produce(kafka.bootstrap_servers, topic, values, 1_000_000)
     counted = []
 
-    replays = [read_telemetry(kafka.bootstrap_servers, topic, workers=workers, progress=counted.append)
+    replays = [read_telemetry(kafka, topic, workers=workers, progress=counted.append)
                for workers in (1, 2, 3, 8)]
 
     first = replays[0]
@@ -114,9 +115,9 @@ def test_a_start_offset_applies_to_every_partition(kafka, fresh_topic):
     topic = fresh_topic("replay-offset", partitions=2)
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id=f"o{i}")) for i in range(40)], 1_000)
 
-    replay = read_telemetry(kafka.bootstrap_servers, topic, Range(start_offset=5))
+    replay = read_telemetry(kafka, topic, Range(start_offset=5))
 
     counts = replay.records.group_by("partition").agg(pl.len(), pl.col("offset").min()).sort("partition")
-    everything = read_telemetry(kafka.bootstrap_servers, topic).records.group_by("partition").len().sort("partition")
+    everything = read_telemetry(kafka, topic).records.group_by("partition").len().sort("partition")
     assert counts["offset"].to_list() == [5, 5]
     assert counts["len"].to_list() == [n - 5 for n in everything["len"].to_list()]

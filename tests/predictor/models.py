@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import xgboost

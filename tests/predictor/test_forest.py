@@ -6,7 +6,8 @@ import xgboost
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json, load_booster
+from headroom.contract.model_update import RejectedUpdate, load_booster
+from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json
 from headroom.predictor.kernels import ForestStack, available_engines, evaluate
 
 from tests.predictor.models import candidate_rows, train
@@ -75,7 +76,7 @@ def test_unsupported_models_are_refused():
     linear = xgboost.train({"booster": "gblinear", "nthread": 1}, xgboost.DMatrix(x, label=y), 2)
     with pytest.raises(UnsupportedModel, match="gblinear"):
         forest_from_booster(linear)
-    with pytest.raises(UnsupportedModel, match="cannot load"):
+    with pytest.raises(RejectedUpdate, match="cannot load"):
         load_booster(b"not a model")
 
 

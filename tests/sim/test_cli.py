@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from headroom.cli.main import CommandError
+from headroom.errors import CommandError
 from headroom.contract.telemetry import decode
 from headroom.sim.cli import register
 

@@ -6,6 +6,7 @@ import json
 import msgspec
 
 from headroom.contract.telemetry import encode
+from headroom.contract.topics import KafkaSettings
 from headroom.streams.consume import IngestLoop
 from headroom.streams.ingest import build_ingestor
 from headroom.streams.reader import Delivery, TelemetryReader
@@ -35,7 +36,7 @@ def flush(loop: IngestLoop, force: bool = False) -> dict[int, int]:
 def loop_for(partitions, **limits):
     """A loop over ``partitions`` whose changelog writes and dead letters are collected in lists."""
     written, letters, clock = [], [], Clock()
-    reader = TelemetryReader("127.0.0.1:1", "telemetry", "unused", batch_records=10)  # never connects here
+    reader = TelemetryReader(KafkaSettings(bootstrap_servers="127.0.0.1:1"), "unused", batch_records=10)  # never connects here
     loop = IngestLoop(build_ingestor(PipelineSettings(min_samples=10**9)), reader,
                       write_changelog=lambda partition, entries: written.append((partition, entries)),
                       send_dead_letter=lambda delivery, reason: stored(letters, (delivery, reason)),

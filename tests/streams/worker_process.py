@@ -16,7 +16,7 @@ from pathlib import Path
 from headroom.contract.topics import KafkaSettings
 from tests.conftest import free_port
 
-WORKER = [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())", "worker", "start"]
+WORKER = [sys.executable, "-c", "import sys; from headroom.cli.main import main; sys.exit(main())", "worker", "start"]
 
 
 @dataclass

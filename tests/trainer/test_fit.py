@@ -5,10 +5,10 @@ import pytest
 import xgboost
 
 from headroom.contract.features import FEATURE_NAMES
-from headroom.contract.model_update import booster_transform
+from headroom.contract.model_update import booster_transform, load_booster
 from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.evaluation import score
-from headroom.trainer.fit import fit, load_booster, model_bytes, predict, training_target
+from headroom.trainer.fit import fit, model_bytes, predict, training_target
 from headroom.trainer.params import TrainParams
 
 FAST = TrainParams(n_trees=60)

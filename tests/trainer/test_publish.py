@@ -6,7 +6,8 @@ from confluent_kafka import Producer
 from headroom.cli.main import main
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import make_update
-from headroom.trainer.publish import ModelPublisher, read_latest, tail
+from headroom.model_topic import read_latest, tail
+from headroom.trainer.publish import ModelPublisher
 
 pytestmark = pytest.mark.kafka
 

@@ -1,0 +1,82 @@
+"""Kafka clients, made in one place: every confluent-kafka consumer, producer and admin client of headroom.
+
+Each is built from :class:`~contract.topics.KafkaSettings` (how to reach the brokers, :func:`client_config`)
+with the options of its role laid over. Consumers made here never join a shared group: each gets a group
+id of its own and is assigned partitions directly, so no reader moves another's offsets.
+
+:func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
+topic or a partition leader that was created just now.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from headroom.contract.topics import KafkaSettings
+
+
+def client_config(kafka: KafkaSettings) -> dict[str, Any]:
+    """What every client needs to reach the brokers."""
+    return {"bootstrap.servers": kafka.bootstrap_servers}
+
+
+def consumer(kafka: KafkaSettings, group_prefix: str, options: Mapping[str, Any] | None = None) -> Consumer:
+    """A consumer in a group of its own (``<group_prefix>-<random>``) that never commits unless ``options`` say."""
+    return Consumer({**client_config(kafka), "group.id": f"{group_prefix}-{uuid.uuid4().hex}",
+                     "enable.auto.commit": False, **(options or {})})
+
+
+def group_consumer(kafka: KafkaSettings, group_id: str, options: Mapping[str, Any] | None = None) -> Consumer:
+    """A consumer that commits its offsets to ``group_id`` (for lag tools) when its owner says so."""
+    return Consumer({**client_config(kafka), "group.id": group_id, "enable.auto.commit": False, **(options or {})})
+
+
+def producer(kafka: KafkaSettings, options: Mapping[str, Any] | None = None) -> Producer:
+    return Producer({**client_config(kafka), **(options or {})})
+
+
+def admin(kafka: KafkaSettings, options: Mapping[str, Any] | None = None) -> AdminClient:
+    return AdminClient({**client_config(kafka), "socket.timeout.ms": 5000, **(options or {})})
+
+
+def partitions(client: Consumer, topic: str, timeout_s: float) -> list[int] | None:
+    """The partitions of ``topic`` in order, or None while the topic is not (yet) in the brokers' metadata."""
+    metadata = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        return None
+    return sorted(metadata.partitions)
+
+
+def wait_for_partitions(client: Consumer, topic: str, timeout_s: float) -> list[int]:
+    """The partitions of ``topic``, waiting up to ``timeout_s`` for a topic created just now to show up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = partitions(client, topic, timeout_s)
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            metadata = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            raise KafkaException(metadata.error if metadata is not None else f"topic {topic!r} is unknown")
+        time.sleep(0.2)
+
+
+def watermarks(client: Consumer, topic: str, partition_ids: list[int], timeout_s: float) -> dict[int, tuple[int, int]]:
+    """Low and high offsets of each partition, waiting up to ``timeout_s`` for the leader of a new partition."""
+    deadline = time.monotonic() + timeout_s
+    out = {}
+    for partition in partition_ids:
+        while True:
+            try:
+                out[partition] = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    return out
