@@ -26,7 +26,7 @@ from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
 from headroom.router.pipeline import load_pipeline
 from headroom.router.predictors import EmbeddedPredictor
-from headroom.router.plugins.predicted_latency_producer import candidate_features
+from headroom.router.candidate_features import candidate_features
 from headroom.router.roles import Candidate, Request
 from headroom.router.service import RouterService
 from headroom.router.state.pool import PoolState

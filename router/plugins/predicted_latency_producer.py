@@ -1,7 +1,7 @@
 """predicted-latency-producer: predicts TTFT and TPOT for every candidate and computes SLO headroom.
 
 Reads each candidate's server snapshot and the request, builds one feature matrix per pool with
-:func:`contract.features.feature_matrix`, and asks ``context.predictor`` once per pool. Headroom is
+:func:`router.candidate_features.table_features`, and asks ``context.predictor`` once per pool. Headroom is
 ``SLO - prediction``: TTFT against the request's TTFT SLO (for a non-streaming request, whose first
 token arrives with its last, the predicted E2E when the predictor gives one); TPOT only for streaming requests, against the
 tightest of the request's TPOT SLO and those already running on that server, times ``sloBufferFactor``.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.router.candidate_features import table_features
 from headroom.router.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.params import build_params, check_range
@@ -72,7 +72,7 @@ class PredictedLatencyProducer:
                 reasons[i] = "predictor-unavailable"
             rows = rows[:0]
         for pool_key, group in _by_pool(table, rows):
-            features = _features(request, table, None if every_row and len(group) == n else group)
+            features = table_features(request, table, None if every_row and len(group) == n else group)
             try:
                 batch = context.predictor.predict(pool_key, features)  # type: ignore[union-attr]
             except PredictionUnavailable as err:
@@ -116,26 +116,6 @@ class PredictedLatencyProducer:
             slo = np.fmin(own, table.tightest_tpot_slo_ms)  # NaN only where neither applies
             tpot_headroom = np.where(predicted, slo * self.params.slo_buffer_factor - tpot, math.nan)
         return ttft_headroom, tpot_headroom
-
-
-REQUEST_COLUMNS = ("prompt_tokens", "max_tokens")  # raw feature columns that come from the request, not the server
-
-
-def candidate_features(request: Request, group: Sequence[Candidate]) -> np.ndarray:
-    """The feature matrix of ``request`` on each candidate's server, one row per candidate."""
-    cands = CandidateSet.of(group)
-    return _features(request, cands.servers, cands.member_rows())
-
-
-def _features(request: Request, table: ServerTable, rows: np.ndarray | None) -> np.ndarray:
-    """Feature rows of ``request`` on the table's ``rows`` (None: every row, in order)."""
-
-    def column(values: np.ndarray) -> np.ndarray:
-        return values if rows is None else values[rows]
-
-    n = len(table) if rows is None else len(rows)
-    return feature_matrix({name: np.full(n, getattr(request, name), dtype=np.float32) if name in REQUEST_COLUMNS
-                           else column(getattr(table, name)) for name in RAW_COLUMNS})
 
 
 def _by_pool(table: ServerTable, rows: np.ndarray) -> list[tuple[str, np.ndarray]]:
