@@ -15,7 +15,7 @@ import polars as pl
 
 from headroom.sim.results import quantile
 from headroom.router.roles import LatencyPredictor
-from headroom.router.sim_policy import engine_pick
+from headroom.backtest.router_policy import engine_pick
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import Request

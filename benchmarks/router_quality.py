@@ -40,7 +40,7 @@ from headroom.contract.features import FEATURE_SCHEMA, records_matrix, target_va
 from headroom.contract.model_update import encode_update, make_update  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
-from headroom.router.sim_policy import engine_pick  # noqa: E402
+from headroom.backtest.router_policy import engine_pick  # noqa: E402
 from headroom.sim.bench import capacity_rps  # noqa: E402
 from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.oracle import oracle_pick  # noqa: E402
