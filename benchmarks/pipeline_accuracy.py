@@ -32,7 +32,7 @@ from headroom.contract.features import records_matrix, target_value  # noqa: E40
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
-from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
 from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402

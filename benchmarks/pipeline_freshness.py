@@ -34,7 +34,7 @@ from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import load_booster  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from pipeline_ingest import fresh_kafka  # noqa: E402
-from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
 from headroom.sim.traces import load_azure  # noqa: E402

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/router_quality.py [--trace azure|mooncake] [--requests 3000]
 
 A pool of 16 simulated H100 servers (Llama-3-8B profile) replays a public trace, time-scaled to several
-utilizations of the pool's capacity (see :mod:`sim.bench`). The latency models are trained first, on a
+utilizations of the pool's capacity (see :mod:`sim.capacity`). The latency models are trained first, on a
 separate slice of the same trace routed at random at every load (so the models see varied states), with
 the reference hyperparameters; the router then schedules the evaluation slice through its real engine
 (:class:`router.engine.Engine`, default pipeline, predictions from the in-process model runtime). The
@@ -41,7 +41,7 @@ from headroom.contract.model_update import encode_update, make_update  # noqa: E
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
 from headroom.backtest.router_policy import engine_pick  # noqa: E402
-from headroom.sim.bench import capacity_rps  # noqa: E402
+from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.oracle import oracle_pick  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402

@@ -21,6 +21,7 @@ COMMANDS = (
     "headroom.router.cli",
     "headroom.sim.cli",
     "headroom.backtest.cli",
+    "headroom.benchmarks.cli",
 )
 
 

@@ -1,4 +1,4 @@
-"""``headroom router ...``: serve the router, or measure its decision latency."""
+"""``headroom router serve``: the router (its decision latency is ``headroom bench router``)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="Run the proxy, Pick API and ext_proc server.")
     serve.add_argument("--config", type=Path, required=True, help="Router config (YAML).")
     serve.set_defaults(run=run_serve)
-    bench = commands.add_parser("bench", help="Measure scheduling decision latency with embedded prediction.")
-    bench.add_argument("--candidates", type=int, default=100)
-    bench.add_argument("--decisions", type=int, default=5000)
-    bench.add_argument("--trees", type=int, default=200, help="Trees per model (the reference uses 200).")
-    bench.add_argument("--depth", type=int, default=6)
-    bench.add_argument("--slo", action="store_true", help="Requests carry SLO headers (streaming, TTFT+TPOT).")
-    bench.set_defaults(run=run_bench)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -37,12 +30,4 @@ def run_serve(args: argparse.Namespace) -> int:
         raise CommandError(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(RouterServer(config, from_env(KafkaSettings)).serve())
-    return 0
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    from headroom.router.bench import decision_latency, print_report
-    if args.candidates < 1 or args.decisions < 1:
-        raise CommandError("--candidates and --decisions must be positive")
-    print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo))
     return 0

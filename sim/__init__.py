@@ -48,7 +48,7 @@ Live
     ``/v1/chat/completions`` (JSON and SSE with ``usage``), ``/metrics`` (vLLM and JetStream names),
     ``/health``; ``time_scale`` speeds the clock up.
 
-Command line: ``headroom sim bench | run | serve`` (:mod:`sim.cli`).
+Command line: ``headroom sim run | serve`` (:mod:`sim.cli`); its benchmark is ``headroom bench sim``.
 
 >>> from sim import Request, run, uniform_pool, policy
 >>> requests = [Request(f"r{i}", 0.1 * i, 1000, 50) for i in range(20)]

@@ -1,8 +1,9 @@
 """``headroom sim ...``: the simulator's commands.
 
-- ``bench`` — simulation speed and the baseline-policy table on the Azure and Mooncake traces.
 - ``run`` — one trace through one policy; prints a summary, optionally writes telemetry as JSON lines.
 - ``serve`` — a pool of live simulated servers on consecutive loopback ports until interrupted.
+
+Simulation speed and the baseline-policy table are ``headroom bench sim``.
 """
 
 from __future__ import annotations
@@ -22,14 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sim", help="Calibrated simulator of an LLM model-server pool.")
     commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
 
-    bench = commands.add_parser("bench", help="Speed and baseline-policy table on the traces.")
-    _pool_args(bench)
-    bench.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
-    bench.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")
-    bench.set_defaults(run=_bench)
-
     one = commands.add_parser("run", help="Run one trace through one policy.")
-    _pool_args(one)
+    pool_args(one)
     one.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
     one.add_argument("--policy", default="least-queue")
     one.add_argument("--telemetry", type=Path, help="Write one telemetry record per line here.")
@@ -44,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.set_defaults(run=_serve)
 
 
-def _pool_args(parser: argparse.ArgumentParser) -> None:
+def pool_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", type=int, help="Servers in the pool.")
     parser.add_argument("--server-type", help="Profile name, e.g. h100 or a100.")
     parser.add_argument("--utilization", type=float, help="Offered load as a fraction of pool capacity.")
@@ -52,45 +47,21 @@ def _pool_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="Use only the first N requests of each trace.")
 
 
-def _settings(args: argparse.Namespace) -> SimSettings:
+def settings_of(args: argparse.Namespace) -> SimSettings:
     try:
         return settings_from(args)
     except ValueError as err:
         raise CommandError(str(err)) from err
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from headroom.sim.bench import bench_policies
-    from headroom.sim.report import print_policy_table
-    from headroom.sim.traces import load_azure, load_mooncake
-
-    settings = _settings(args)
-    loaders = {"azure": lambda rate: load_azure(rate=rate, seed=settings.seed, limit=args.limit),
-               "mooncake": lambda rate: load_mooncake(rate=rate, seed=settings.seed, limit=args.limit)}
-    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [t for t in traces if t not in loaders]
-    if unknown:
-        raise CommandError(f"unknown trace {unknown[0]!r}; choose from {', '.join(loaders)}")
-    rows = []
-    try:
-        for trace in traces:
-            rows += bench_policies(trace, loaders[trace], servers=settings.servers, utilization=settings.utilization,
-                                   policies=policies, seed=settings.seed, server_type=settings.server_type)
-    except ValueError as err:
-        raise CommandError(str(err)) from err
-    print_policy_table(rows, settings)
-    return 0
-
-
 def _run(args: argparse.Namespace) -> int:
-    from headroom.sim.bench import capacity_rps, summarize
+    from headroom.sim.capacity import capacity_rps
     from headroom.sim.policies import policy
     from headroom.sim.pool import run, uniform_pool
-    from headroom.sim.report import print_policy_table
+    from headroom.sim.report import print_policy_table, summarize
     from headroom.sim.traces import load_azure, load_mooncake
 
-    settings = _settings(args)
+    settings = settings_of(args)
     load = {"azure": load_azure, "mooncake": load_mooncake}[args.trace]
     try:
         pick = policy(args.policy, settings.seed)
@@ -115,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     from headroom.sim.live import serve_pool
     from headroom.sim.profile import profile
 
-    settings = _settings(args)
+    settings = settings_of(args)
     try:
         prof = profile(settings.server_type)
     except ValueError as err:

@@ -1,14 +1,47 @@
-"""Rich tables of benchmark rows."""
+"""A simulated run summed up as one row per trace and policy, and Rich tables of such rows."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
-from headroom.sim.bench import PolicyRow
+from headroom.sim.request import Request
+from headroom.sim.results import RunResult, quantile
 from headroom.sim.settings import SimSettings
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    trace: str
+    policy: str
+    requests: int
+    rate: float  # offered, requests/s
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    throughput_rps: float  # completed requests per virtual second
+    output_tps: float  # output tokens per virtual second
+    prefix_hit_rate: float  # cached prompt tokens / prompt tokens
+    preemptions: int
+    sim_rps: float  # simulated requests per wall-clock second
+    sim_cpu_rps: float  # simulated requests per CPU second of this process
+
+
+def summarize(trace: str, name: str, requests: Sequence[Request], result: RunResult, cpu_s: float) -> PolicyRow:
+    outcomes = result.outcomes
+    span = max(o.completion_s for o in outcomes) - min(r.arrival_s for r in requests)
+    prompt = sum(o.request.prompt_tokens for o in outcomes)
+    rate = len(requests) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
+    return PolicyRow(trace, name, len(requests), rate, quantile([o.ttft_ms for o in outcomes], 0.5),
+                     quantile([o.ttft_ms for o in outcomes], 0.99),
+                     quantile([t for o in outcomes if (t := o.tpot_ms) is not None], 0.99),
+                     len(outcomes) / span, sum(o.output_tokens for o in outcomes) / span,
+                     sum(o.cached_prompt_tokens for o in outcomes) / max(prompt, 1),
+                     sum(o.preemptions for o in outcomes), len(requests) / result.wall_s, len(requests) / cpu_s)
+
 
 
 def policy_table(rows: Sequence[PolicyRow], settings: SimSettings) -> Table:

@@ -9,7 +9,7 @@ import xgboost
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
-from headroom.predictor.bench import EFFECTIVE_PROMPT, candidates
+from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 
 
 candidate_rows = candidates

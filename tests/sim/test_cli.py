@@ -27,18 +27,10 @@ def test_run_prints_the_table_and_writes_telemetry(tmp_path, capsys) -> None:
     assert decode(lines[0]).server_id in {"server-0", "server-1"}
 
 
-def test_bench_runs_each_policy(capsys) -> None:
-    assert _invoke("bench", "--traces", "azure", "--limit", "200", "--servers", "2",
-                   "--policies", "round-robin,least-queue") == 0
-    printed = capsys.readouterr().out
-    assert "round-robin" in printed and "least-queue" in printed
-
-
 @pytest.mark.parametrize("argv, message", [
-    (("bench", "--traces", "nope", "--limit", "10"), "unknown trace 'nope'"),
     (("run", "--policy", "nope", "--limit", "10"), "unknown policy 'nope'"),
     (("run", "--servers", "0", "--limit", "10"), "HEADROOM_SIM_SERVERS"),
-], ids=["trace", "policy", "servers"])
+], ids=["policy", "servers"])
 def test_user_errors_are_command_errors(argv, message) -> None:
     with pytest.raises(CommandError, match=message):
         _invoke(*argv)

@@ -1,4 +1,5 @@
-"""Decision-latency benchmark: one scheduling decision over N candidates with embedded prediction.
+"""Decision-latency benchmark (``headroom bench router``): one scheduling decision over N candidates with
+embedded prediction.
 
 Trains TTFT and TPOT XGBoost models of the reference's size (200 trees, depth 6, by default) on
 synthetic rows, applies them to an in-process :class:`predictor.runtime.ModelRuntime`, fills a pool of
@@ -11,7 +12,6 @@ would, so metrics never go stale and the cost of fresh scrapes lands in the deci
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ import numpy as np
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
-from headroom.predictor.bench import EFFECTIVE_PROMPT, candidates
+from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.router.engine import Engine
 from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
@@ -73,7 +73,6 @@ def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
 
 def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
                      slo: bool = False, seed: int = 0) -> BenchResult:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from headroom.predictor.runtime import ModelRuntime
     runtime = ModelRuntime()
     for version, target in enumerate(("ttft", "tpot"), start=1):

@@ -1,0 +1,100 @@
+"""``headroom bench router | predictor | sim``: the benchmarks behind ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from headroom.errors import CommandError
+from headroom.sim.cli import pool_args, settings_of
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="Measure the router, the predictor and the simulator.")
+    commands = parser.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
+
+    router = commands.add_parser("router", help="Scheduling decision latency with embedded prediction.")
+    router.add_argument("--candidates", type=int, default=100)
+    router.add_argument("--decisions", type=int, default=5000)
+    router.add_argument("--trees", type=int, default=200, help="Trees per model (the reference uses 200).")
+    router.add_argument("--depth", type=int, default=6)
+    router.add_argument("--slo", action="store_true", help="Requests carry SLO headers (streaming, TTFT+TPOT).")
+    router.set_defaults(run=_router)
+
+    predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.")
+    predictor.add_argument("what", choices=("runtime", "grpc", "update", "all"),
+                           help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP")
+    predictor.add_argument("--candidates", type=int, nargs="+", help="candidate rows per call")
+    predictor.add_argument("--iterations", type=int, default=2000, help="in-process calls per measurement")
+    predictor.add_argument("--clients", type=int, default=4, help="concurrent closed-loop gRPC clients")
+    predictor.add_argument("--seconds", type=float, default=10.0, help="duration of each gRPC load run")
+    predictor.add_argument("--workers", type=int, default=2, help="server threads serving gRPC calls")
+    predictor.add_argument("--threads", type=int, default=1,
+                           help="threads one large batch's tree evaluation is split over (HEADROOM_PREDICTOR_THREADS)")
+    load = predictor.add_mutually_exclusive_group()
+    load.add_argument("--coalesced", action="store_const", const="coalescing", dest="load_generator",
+                      help="grpc: load through the coalescing PredictorClient instead of plain stub calls")
+    load.add_argument("--go-load", action="store_const", const="go", dest="load_generator",
+                      help="grpc: load from the compiled generator in benchmarks/grpc_load (needs the go toolchain; "
+                           "costs the shared cores less CPU per call)")
+    predictor.add_argument("--models", type=int, default=4, choices=(1, 2, 3, 4),
+                           help="models per pool: TTFT mean, TPOT mean, TTFT p90, TPOT p90")
+    predictor.set_defaults(run=_predictor)
+
+    sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.")
+    pool_args(sim)
+    sim.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
+    sim.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")
+    sim.set_defaults(run=_sim)
+
+
+def _router(args: argparse.Namespace) -> int:
+    from headroom.benchmarks.router import decision_latency, print_report
+
+    if args.candidates < 1 or args.decisions < 1:
+        raise CommandError("--candidates and --decisions must be positive")
+    print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo))
+    return 0
+
+
+def _predictor(args: argparse.Namespace) -> int:
+    from headroom.benchmarks import predictor, predictor_grpc
+    from headroom.contract.settings import from_env
+    from headroom.contract.topics import KafkaSettings
+
+    if args.what in ("runtime", "all"):
+        for row in predictor.bench_runtime(tuple(args.candidates or (1, 10, 100, 1000)), args.iterations,
+                                           args.models, args.threads):
+            print(json.dumps(row))
+    if args.what in ("grpc", "all"):
+        for row in predictor_grpc.bench_grpc(tuple(args.candidates or (100, 1000)), args.clients, args.seconds,
+                                             args.workers, args.models, args.load_generator or "python",
+                                             args.threads):
+            print(json.dumps(row))
+    if args.what in ("update", "all"):
+        print(json.dumps(predictor.bench_update(from_env(KafkaSettings))))
+    return 0
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from headroom.benchmarks.sim import bench_policies
+    from headroom.sim.report import print_policy_table
+    from headroom.sim.traces import load_azure, load_mooncake
+
+    settings = settings_of(args)
+    loaders = {"azure": lambda rate: load_azure(rate=rate, seed=settings.seed, limit=args.limit),
+               "mooncake": lambda rate: load_mooncake(rate=rate, seed=settings.seed, limit=args.limit)}
+    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [t for t in traces if t not in loaders]
+    if unknown:
+        raise CommandError(f"unknown trace {unknown[0]!r}; choose from {', '.join(loaders)}")
+    rows = []
+    try:
+        for trace in traces:
+            rows += bench_policies(trace, loaders[trace], servers=settings.servers, utilization=settings.utilization,
+                                   policies=policies, seed=settings.seed, server_type=settings.server_type)
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+    print_policy_table(rows, settings)
+    return 0

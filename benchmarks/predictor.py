@@ -1,0 +1,141 @@
+"""Benchmarks of the predictor in process: runtime latency (``headroom bench predictor runtime``) and the
+delay from publishing a version to serving it (``... update``); the gRPC server under load is
+:mod:`benchmarks.predictor_grpc`.
+
+Models are trained here with the reference hyperparameters (200 trees, depth 6) on synthetic candidate
+rows: TTFT and TPOT, each a mean and a p90 model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, feature_matrix
+from headroom.contract.model_update import encode_update, make_update
+
+REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
+                    "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1}
+MODELS = (("ttft", "mean"), ("tpot", "mean"), ("ttft", "quantile"), ("tpot", "quantile"))
+
+
+EFFECTIVE_PROMPT = FEATURE_NAMES.index("effective_prompt_tokens")
+
+
+def candidates(n: int, seed: int = 0) -> np.ndarray:
+    """Feature rows of ``n`` plausible candidate servers (synthetic, for benchmarks and tests)."""
+    rng = np.random.default_rng(seed)
+    inflight_tokens = rng.integers(0, 200_000, n)
+    return feature_matrix({
+        "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
+        "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
+        "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
+        "inflight_prompt_tokens": inflight_tokens, "max_tokens": rng.integers(1, 2048, n),
+        "inflight_prefill_tokens": (inflight_tokens * rng.uniform(0, 1, n)).astype(np.int64),
+        "last_token_age_ms": rng.exponential(20, n), "token_interval_ms": rng.uniform(5, 60, n)})
+
+
+def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:
+    """Model-update messages (and their boosters) for the four benchmark models."""
+    import xgboost
+
+    x = candidates(rows, seed)
+    rng = np.random.default_rng(seed + 1)
+    load = 1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]
+    targets = {"ttft": 20 * load + 0.01 * x[:, EFFECTIVE_PROMPT] + rng.exponential(5, rows),
+               "tpot": 8 * load + rng.exponential(2, rows)}
+    out = []
+    for target, objective in MODELS:
+        params = dict(REFERENCE_PARAMS, seed=seed)
+        if objective == "quantile":
+            params.update(objective="reg:quantileerror", quantile_alpha=0.9)
+        booster = xgboost.train(params, xgboost.DMatrix(x, label=targets[target]), trees)
+        update = make_update(model=bytes(booster.save_raw("ubj")), version=1, pool_key="bench", target=target,
+                             objective=objective, quantile=0.9 if objective == "quantile" else None,
+                             feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time())
+        out.append((encode_update(update), booster))
+    return out
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)),
+            "mean_ms": float(ms.mean())}
+
+
+def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4,
+                  threads: int = 1) -> list[dict]:
+    """In-process: one ``ModelRuntime.predict`` of all models, and XGBoost ``inplace_predict`` per model."""
+    from headroom.predictor.kernels import available_engines
+    from headroom.predictor.runtime import ModelRuntime
+
+    messages = reference_messages()[:models]
+    results = []
+    for engine in available_engines():
+        runtime = ModelRuntime(engine=engine, threads=threads)
+        for raw, _ in messages:
+            runtime.apply(raw)
+        for n in candidate_counts:
+            rows = candidates(n, seed=n)
+            runs = iterations if engine == "numba" else max(20, iterations // 50)
+            results.append({"engine": engine, "models": models, "candidates": n, "threads": threads,
+                            **percentiles(_time(lambda: runtime.predict("bench", rows), runs))})
+    for n in candidate_counts:
+        rows = candidates(n, seed=n)
+        boosters = [b for _, b in messages]
+        results.append({"engine": "xgboost inplace_predict", "models": models, "candidates": n,
+                        **percentiles(_time(lambda: [b.inplace_predict(rows) for b in boosters],
+                                            max(50, iterations // 10)))})
+    return results
+
+
+def _time(work, runs: int) -> list[float]:
+    for _ in range(min(50, runs)):
+        work()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def bench_update(kafka, versions: int = 10) -> dict:
+    """Publish→serving delay: a fresh compacted topic, one instance tailing it, ``versions`` new TTFT versions
+    published one after another (reference-size models), each timed until ``predict`` uses it."""
+    import dataclasses
+    import uuid
+
+    from headroom import kafka_clients
+    from headroom.contract.model_update import decode_update
+    from headroom.contract.settings import from_env
+    from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
+    from headroom.localkafka.admin import ensure_topics
+    from headroom.predictor.server import PredictorServer
+    from headroom.predictor.settings import PredictorSettings
+
+    topic = f"bench-model-updates-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
+    kafka = dataclasses.replace(kafka, model_topic=topic)
+    template = decode_update(reference_messages()[0][0])
+    producer = kafka_clients.producer(kafka, {"message.max.bytes": MODEL_MESSAGE_MAX_BYTES})
+    server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1), kafka)
+    server.start()
+    delays = []
+    try:
+        for version in range(1, versions + 1):
+            raw = encode_update(dataclasses.replace(template, version=version, created_at=time.time()))
+            started = time.perf_counter()
+            producer.produce(topic, key=template.key.encode(), value=raw)
+            producer.flush(10)
+            for _ in range(30_000):
+                if server.runtime.version(template.pool_key, template.target, template.objective) == version:
+                    break
+                time.sleep(0.001)
+            delays.append(time.perf_counter() - started)
+    finally:
+        server.stop(grace=1.0)
+    return {"versions": versions, "model_bytes": len(template.model), **percentiles(delays),
+            "max_ms": 1000 * max(delays)}
