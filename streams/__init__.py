@@ -2,7 +2,7 @@
 
 - :mod:`streams.settings` — the worker's typed settings.
 - :mod:`streams.strata` — the stratum of a record (waiting queue × KV utilization × prefix match).
-- :mod:`streams.window` — admission and eviction rules of a stratum, and window snapshots (pure).
+- :mod:`streams.window_rules` — admission and eviction rules of a stratum, and window snapshots (pure).
 - :mod:`streams.windows` — the windows of every (pool key, target), in memory, mirrored to a table.
 - :mod:`streams.ingest` — one telemetry message → window changes, residuals or a dead letter.
 - :mod:`streams.reader` — telemetry read in batches from the partitions the worker owns.

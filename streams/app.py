@@ -40,7 +40,9 @@ WINDOWS_TABLE = "windows"
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class Topology:
+    """The worker's Faust app with its windows table, the consuming loop and the retraining task."""
+
     app: faust.App
     ingestor: Ingestor
     retrainer: Retrainer
@@ -48,8 +50,8 @@ class Pipeline:
     loop: IngestLoop
 
 
-def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels,
-                    publisher: Publisher, *, store: str = "memory://") -> Pipeline:
+def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels,
+                    publisher: Publisher, *, store: str = "memory://") -> Topology:
     """The app with its windows table, consuming loop and retraining task; start it with a Faust worker."""
     app = faust.App(
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
@@ -110,4 +112,4 @@ def create_pipeline(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     async def retrain() -> None:
         await retrainer.run()
 
-    return Pipeline(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop)
+    return Topology(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop)

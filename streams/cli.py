@@ -47,7 +47,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     from prometheus_client import start_http_server
 
     from headroom.localkafka.admin import ensure_topics, partition_count
-    from headroom.streams.app import create_pipeline
+    from headroom.streams.app import create_topology
     from headroom.trainer.live import LiveModels
     from headroom.model_topic import read_latest
     from headroom.trainer.publish import ModelPublisher
@@ -66,14 +66,14 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     print(f"warm start: {len(latest)} live model(s) from {kafka.model_topic!r}"
           + "".join(f"\n  {key} v{version}" for key, version in sorted(live.versions().items()))
           + (f"; skipped {len(rejected)} invalid message(s)" if rejected else ""), flush=True)
-    pipeline = create_pipeline(kafka, settings, live, ModelPublisher(kafka))
+    topology = create_topology(kafka, settings, live, ModelPublisher(kafka))
     if settings.metrics_port:
         try:
             start_http_server(settings.metrics_port, addr="127.0.0.1")
         except OSError as err:
             raise CommandError(f"metrics port {settings.metrics_port}: {err}") from err
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    worker = faust.Worker(pipeline.app, loglevel=settings.log_level, redirect_stdouts=False)
+    worker = faust.Worker(topology.app, loglevel=settings.log_level, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as stop:

@@ -19,7 +19,7 @@ from headroom.contract.features import RAW_COLUMNS, TARGETS, predicted_value, ta
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.strata import stratum_key
-from headroom.streams.window import Row
+from headroom.streams.window_rules import Row
 from headroom.streams.windows import WindowKey, Windows, encode_row, row_key
 from headroom.trainer.drift import ErrorDriftDetector, relative_error
 from headroom.trainer.policy import RetrainPolicy

@@ -19,7 +19,7 @@ from headroom.contract.model_update import ModelUpdate
 from headroom.streams import metrics
 from headroom.streams.ingest import Ingestor
 from headroom.streams.settings import PipelineSettings
-from headroom.streams.window import Row, snapshot
+from headroom.streams.window_rules import Row, snapshot
 from headroom.streams.windows import WindowKey
 from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.rounds import RoundOutcome, train_round

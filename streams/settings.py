@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headroom.contract.settings import setting
-from headroom.streams.window import WindowLimits
+from headroom.streams.window_rules import WindowLimits
 from headroom.trainer.params import TrainParams
 from headroom.trainer.policy import RetrainRule
 from headroom.trainer.rounds import RoundSpec

@@ -1,7 +1,7 @@
 """The windows of every (pool key, target): stratified rows in memory, mirrored to a table in batches.
 
 The table holds one entry per (window, stratum, telemetry partition): the rows of that stratum that came
-from that partition (see :func:`stratum_key` / :func:`stratum_value`), plus one high-water mark per
+from that partition (see :func:`entry_key` / :func:`entry_value`), plus one high-water mark per
 partition: the offset of the last record processed into the window. The consuming loop calls
 :meth:`Windows.flush` for a partition every few thousand records (or second): it returns the entries
 that changed since the last flush and then the partition's high-water mark, which travel through the
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from headroom.contract.features import RAW_COLUMNS
-from headroom.streams.window import Row, WindowLimits, admits, evictions, expired, snapshot
+from headroom.streams.window_rules import Row, WindowLimits, admits, evictions, expired, snapshot
 from headroom.trainer.samples import Samples
 
 WindowKey = tuple[str, str]  # (pool key, target)
@@ -32,7 +32,7 @@ def row_key(partition: int, offset: int, target: str) -> str:
     return f"{partition}:{offset}:{target}"
 
 
-def stratum_key(window: WindowKey, stratum: str, partition: int) -> str:
+def entry_key(window: WindowKey, stratum: str, partition: int) -> str:
     """The table key of one stratum's rows from one telemetry partition."""
     return json.dumps([window[0], window[1], stratum, partition], separators=(",", ":"))
 
@@ -42,7 +42,7 @@ def encode_row(time: float, value: float, seq: int, offset: int, raw: tuple[floa
     return _encode((time, value, seq, offset, *raw))
 
 
-def stratum_value(rows: Iterable[Row]) -> bytes:
+def entry_value(rows: Iterable[Row]) -> bytes:
     """The JSON array of the rows' :func:`encode_row` arrays, as the table stores it (raw bytes)."""
     return b"[" + b",".join(row.encoded or encode_row(row.time, row.value, row.seq, row.offset, row.raw)
                             for row in rows) + b"]"
@@ -137,7 +137,7 @@ class Windows:
         entries: list[tuple[str, bytes | None]] = []
         for window, stratum in self._dirty.pop(partition, ()):
             rows = [row for row in self._windows.get(window, {}).get(stratum, ()) if row.partition == partition]
-            entries.append((stratum_key(window, stratum, partition), stratum_value(rows) if rows else None))
+            entries.append((entry_key(window, stratum, partition), entry_value(rows) if rows else None))
         if partition in self._marked:
             self._marked.discard(partition)
             entries.append((hwm_key(partition), _encode(self.high_water[partition])))

@@ -11,8 +11,8 @@ from headroom.streams.consume import IngestLoop
 from headroom.streams.ingest import build_ingestor
 from headroom.streams.reader import Delivery, TelemetryReader
 from headroom.streams.settings import PipelineSettings
-from headroom.streams.window import Row
-from headroom.streams.windows import Windows, encode_row, stratum_value
+from headroom.streams.window_rules import Row
+from headroom.streams.windows import Windows, encode_row, entry_value
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import synthetic_records
 
@@ -92,7 +92,7 @@ def test_a_stratum_is_stored_as_the_same_json_whether_rows_carry_their_encoding_
     encoded = [Row(*[getattr(r, f) for f in ("time", "value", "raw", "key", "seq", "partition", "offset")],
                    encode_row(r.time, r.value, r.seq, r.offset, r.raw)) for r in rows]
     expected = msgspec.json.encode([(r.time, r.value, r.seq, r.offset, *r.raw) for r in rows])
-    assert stratum_value(rows) == stratum_value(encoded) == expected
+    assert entry_value(rows) == entry_value(encoded) == expected
     assert json.loads(expected) == [[1.5, 20.0, 3, 7, 0.5, 2.0], [2.0, 30.0, 4, 9, 0.25, 1.0]]
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from headroom.contract.telemetry import encode
 from headroom.streams.ingest import Ingestor
-from headroom.streams.window import WindowLimits
+from headroom.streams.window_rules import WindowLimits
 from headroom.streams.windows import Windows, hwm_key
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import oracle, synthetic_records

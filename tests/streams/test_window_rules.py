@@ -1,7 +1,7 @@
 import pytest
 
 from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS
-from headroom.streams.window import Row, WindowLimits, admits, evictions, live, snapshot
+from headroom.streams.window_rules import Row, WindowLimits, admits, evictions, live, snapshot
 
 
 def rows_at(*times: float) -> list[Row]:
