@@ -54,7 +54,7 @@ class ApplyResult:
 
 
 @dataclass(frozen=True)
-class LiveModel:
+class ServingModel:
     """A model version that passed every check, with the metadata it was published with."""
 
     pool_key: str
@@ -78,12 +78,12 @@ class PoolModels:
     """One pool's live models, sorted by (target, objective), with their trees stacked."""
 
     pool_key: str
-    models: tuple[LiveModel, ...]
+    models: tuple[ServingModel, ...]
     stack: ForestStack = field(repr=False)
     logged: tuple[int, ...] = ()  # indices of the models whose raw output is a log of milliseconds
 
     @classmethod
-    def of(cls, pool_key: str, models: list[LiveModel]) -> PoolModels:
+    def of(cls, pool_key: str, models: list[ServingModel]) -> PoolModels:
         ordered = tuple(sorted(models, key=lambda m: (m.target, m.objective)))
         logged = tuple(i for i, m in enumerate(ordered) if m.output_transform == "log")
         return cls(pool_key, ordered, ForestStack.of([m.forest for m in ordered]), logged)
@@ -94,7 +94,7 @@ class Prediction:
     """Predictions in milliseconds for each row, one float32 array per model of the pool."""
 
     pool_key: str
-    models: tuple[LiveModel, ...]
+    models: tuple[ServingModel, ...]
     values: np.ndarray = field(repr=False)  # (len(models), n_rows) float32
 
     def get(self, target: str, objective: str = "mean") -> np.ndarray | None:
@@ -127,7 +127,7 @@ class ModelRuntime:
     def ready(self) -> bool:
         return bool(self._pools)
 
-    def live(self) -> list[LiveModel]:
+    def live(self) -> list[ServingModel]:
         return [model for pool in self._pools.values() for model in pool.models]
 
     def version(self, pool_key: str, target: str, objective: str) -> int | None:
@@ -185,7 +185,7 @@ class ModelRuntime:
         log.info("model %s version %d is live", model.key, model.version)
         return ApplyResult(Outcome.APPLIED, model.key, model.version)
 
-    def _verify(self, update: ModelUpdate) -> LiveModel:
+    def _verify(self, update: ModelUpdate) -> ServingModel:
         try:
             booster = load_update(update)
             forest = forest_from_booster(booster)
@@ -209,7 +209,7 @@ class ModelRuntime:
         if (np.abs(raw_probe - reference) > PROBE_RTOL * scale).any():
             raise _Rejected("probe", "tree evaluation disagrees with XGBoost on the probe rows "
                                      f"(max difference {float(np.abs(raw_probe - reference).max()):.6g})")
-        return LiveModel(pool_key=update.pool_key, target=update.target, objective=update.objective,
+        return ServingModel(pool_key=update.pool_key, target=update.target, objective=update.objective,
                          quantile=update.quantile, version=update.version, created_at=update.created_at,
                          applied_at=self._clock(), holdout_metrics=dict(update.holdout_metrics), forest=forest,
                          output_transform=update.output_transform)
