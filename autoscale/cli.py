@@ -30,8 +30,8 @@ from headroom.autoscale.pods import Pod, PodSample
 from headroom.autoscale.quantity import to_milli
 from headroom.autoscale.spec import HpaSpec, ScaleTargetRef, SourceType
 from headroom.autoscale.traps import find_traps
-from headroom.errors import CommandError
 from headroom.contract.settings import from_env
+from headroom.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,8 +10,8 @@ fields are rejected, and every error names the field path (``spec.metrics[0].pod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 from decimal import Decimal
+from enum import Enum
 from typing import Any, TypeVar
 
 import yaml

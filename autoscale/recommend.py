@@ -41,8 +41,8 @@ from headroom.autoscale.spec import (
     TargetType,
 )
 from headroom.autoscale.traps import Trap, find_traps
-from headroom.sim.pool import run, uniform_pool
 from headroom.sim.policies import policy
+from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import profile
 from headroom.sim.request import Request
 from headroom.sim.results import quantile

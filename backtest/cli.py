@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from headroom.errors import CommandError
 from headroom.contract.settings import SettingsError, describe, from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def _time_ms(text: str) -> int:
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"{text!r} is neither unix milliseconds nor an ISO-8601 time") from err
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 

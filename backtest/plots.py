@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
 
-from headroom.trainer.drift import RELATIVE_ERROR_FLOOR_MS  # noqa: E402
+from headroom.trainer.drift import RELATIVE_ERROR_FLOOR_MS
 
 ROLLING = 200  # records per point of the rolling error
 

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from headroom.sim.results import quantile
-from headroom.router.roles import LatencyPredictor
 from headroom.backtest.router_policy import engine_pick
+from headroom.router.roles import LatencyPredictor
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import Request
+from headroom.sim.results import quantile
 
 PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
 KNOWN_POLICIES = (*POLICIES, PREDICTED)

@@ -24,13 +24,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headroom.process import configure  # noqa: E402
+from headroom.process import configure
 
 configure()
 
 from headroom.contract.features import records_matrix, target_value  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402

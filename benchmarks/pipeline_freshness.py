@@ -24,24 +24,25 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headroom.process import configure  # noqa: E402
+from headroom.process import configure
 
 configure()
 
+
+from pipeline_ingest import fresh_kafka  # noqa: E402
 
 from headroom import kafka_clients  # noqa: E402
 from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import load_booster  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
-from pipeline_ingest import fresh_kafka  # noqa: E402
+from headroom.model_topic import read_latest, tail  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
 from headroom.sim.traces import load_azure  # noqa: E402
-from tests.streams.worker_process import WorkerProcess  # noqa: E402
 from headroom.trainer.evaluation import score  # noqa: E402
 from headroom.trainer.fit import predict  # noqa: E402
-from headroom.model_topic import read_latest, tail  # noqa: E402
+from tests.streams.worker_process import WorkerProcess  # noqa: E402
 
 
 def with_predictions(records, boosters):

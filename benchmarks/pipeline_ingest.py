@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headroom.process import configure  # noqa: E402
+from headroom.process import configure
 
 configure()
 

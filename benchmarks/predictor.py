@@ -9,6 +9,7 @@ rows: TTFT and TPOT, each a mean and a p90 model.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -81,14 +82,17 @@ def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, m
             rows = candidates(n, seed=n)
             runs = iterations if engine == "numba" else max(20, iterations // 50)
             results.append({"engine": engine, "models": models, "candidates": n, "threads": threads,
-                            **percentiles(_time(lambda: runtime.predict("bench", rows), runs))})
+                            **percentiles(_time(partial(runtime.predict, "bench", rows), runs))})
+    boosters = [b for _, b in messages]
     for n in candidate_counts:
         rows = candidates(n, seed=n)
-        boosters = [b for _, b in messages]
         results.append({"engine": "xgboost inplace_predict", "models": models, "candidates": n,
-                        **percentiles(_time(lambda: [b.inplace_predict(rows) for b in boosters],
-                                            max(50, iterations // 10)))})
+                        **percentiles(_time(partial(_inplace_predict, boosters, rows), max(50, iterations // 10)))})
     return results
+
+
+def _inplace_predict(boosters: list, rows: np.ndarray) -> list:
+    return [b.inplace_predict(rows) for b in boosters]
 
 
 def _time(work, runs: int) -> list[float]:

@@ -18,22 +18,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
-from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
+from headroom.router.candidate_features import candidate_features
 from headroom.router.engine import Engine
 from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
 from headroom.router.pipeline import load_pipeline
 from headroom.router.predictors import EmbeddedPredictor
-from headroom.router.candidate_features import candidate_features
 from headroom.router.roles import Candidate, Request
 from headroom.router.service import RouterService
 from headroom.router.state.pool import PoolState
 from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
 from headroom.router.telemetry_sink import MemoryTelemetry
-
 
 SCRAPE_INTERVAL_S = 0.05  # the reference's scrape interval
 

@@ -29,23 +29,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headroom.process import configure  # noqa: E402
+from headroom.process import configure
 
 configure()
 
 import numpy as np  # noqa: E402
 import xgboost  # noqa: E402
 
+from headroom.backtest.router_policy import engine_pick  # noqa: E402
 from headroom.contract.features import FEATURE_SCHEMA, records_matrix, target_value  # noqa: E402
 from headroom.contract.model_update import encode_update, make_update  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
-from headroom.backtest.router_policy import engine_pick  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.oracle import oracle_pick  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402
 from headroom.trainer.params import TrainParams  # noqa: E402
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from headroom.errors import CommandError
 from headroom.contract.settings import from_env
 from headroom.demo.processes import ComponentFailed
 from headroom.demo.settings import DemoSettings
+from headroom.errors import CommandError
 from headroom.localkafka.errors import BrokerError
 
 
@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headroom.demo.run import run as run_demo, write_report
+    from headroom.demo.run import run as run_demo
+    from headroom.demo.run import write_report
     from headroom.demo.view import live_panel, summary_tables
 
     settings = from_env(DemoSettings)

@@ -108,7 +108,7 @@ async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[s
                     payload = await response.json()
                     first = last = time.monotonic()
                     tokens = payload.get("usage", {}).get("completion_tokens", 0)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+        except (TimeoutError, aiohttp.ClientError) as err:
             return Outcome(**base, status=0, error=f"{type(err).__name__}: {err}")
         if first is None:
             return Outcome(**base, status=200, error="stream carried no token")

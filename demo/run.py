@@ -31,7 +31,6 @@ from headroom.localkafka.cli import start as start_broker
 from headroom.localkafka.settings import BrokerSettings
 from headroom.sim.traces import load_azure
 
-
 WARMUP_SHARE = 0.4  # the first 40% of the run may take the heuristic while models are first trained
 SLOWED_POOL = "h100"  # the regime change: every server of this pool slows down (say, a bad driver roll-out)
 
@@ -167,7 +166,7 @@ def _start_pool(supervisor: Supervisor, settings: DemoSettings, ports: Ports) ->
         addresses = [f"127.0.0.1:{first + i}" for i in range(count)]
         supervisor.start(f"sim-{kind}", ["sim", "serve", "--servers", str(count), "--server-type", kind,
                                          "--base-port", str(first), "--seed", str(settings.seed + offset)],
-                         ready=lambda: all(_answers(f"http://{a}/health")() for a in addresses))
+                         ready=lambda addresses=addresses: all(_answers(f"http://{a}/health")() for a in addresses))
         servers += [(f"{kind}-{i}", address, kind) for i, address in enumerate(addresses)]
     return servers
 

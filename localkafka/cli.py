@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from headroom.errors import CommandError
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.errors import CommandError
 from headroom.localkafka import admin, broker
 from headroom.localkafka.errors import BrokerError
 from headroom.localkafka.selftest import round_trip, synthetic_records

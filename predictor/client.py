@@ -26,7 +26,6 @@ from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
 
 
-
 @dataclass(frozen=True)
 class CandidatePredictions:
     """Predictions for one call's rows; ``values[(target, objective)]`` is NaN where ``ok`` is False."""

@@ -26,8 +26,15 @@ from enum import Enum
 import numpy as np
 
 from headroom.contract.features import FEATURE_NAMES
-from headroom.contract.model_update import (InvalidUpdate, ModelUpdate, RejectedUpdate, decode_update, load_update,
-                                            model_key, to_milliseconds)
+from headroom.contract.model_update import (
+    InvalidUpdate,
+    ModelUpdate,
+    RejectedUpdate,
+    decode_update,
+    load_update,
+    model_key,
+    to_milliseconds,
+)
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster
 from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate

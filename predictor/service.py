@@ -64,7 +64,7 @@ class PredictionServicer(prediction_pb2_grpc.PredictionServiceServicer):
         self.runtime = runtime
         self.metrics = metrics
 
-    def Predict(self, request, context):  # noqa: N802 - gRPC method name
+    def Predict(self, request, context):
         started = time.perf_counter()
         try:
             rows = request_rows(request)

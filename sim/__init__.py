@@ -61,11 +61,11 @@ from headroom.sim.engine import ServerEngine
 from headroom.sim.oracle import oracle_pick, oracle_ttfts, true_ttft_ms
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import PoolControl, ServerSpec, SimulationError, run, slow_down, uniform_pool
-from headroom.sim.results import RunResult
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import PROFILES, ServerProfile, profile
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
 from headroom.sim.request import Request
+from headroom.sim.results import RunResult
 from headroom.sim.view import Candidate, Pick, PoolView
 
 __all__ = [

@@ -14,8 +14,8 @@ import signal
 import time
 from pathlib import Path
 
-from headroom.errors import CommandError
 from headroom.contract.telemetry import encode
+from headroom.errors import CommandError
 from headroom.sim.settings import SimSettings, settings_from
 
 

@@ -27,13 +27,13 @@ from typing import Any
 
 from aiohttp import web
 
+from headroom.contract.prompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
 from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.exposition import CONTENT_TYPE, metrics_registry, render
 from headroom.sim.profile import ServerProfile
 from headroom.sim.request import Request
 from headroom.sim.sequence import SeqState
-from headroom.contract.prompt import chat_text, count_tokens, text_block_hashes, token_block_hashes
 
 DEFAULT_MAX_TOKENS = 16
 FILLER = " tok"
@@ -115,7 +115,7 @@ class LiveServer:
             timeout = None if wake is None else max(0.0005, (wake - now) / self.time_scale)
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # -- handlers -------------------------------------------------------------------------------------

@@ -14,11 +14,11 @@ then leave) and slow servers down. Runs repeat exactly for the same inputs and s
 from __future__ import annotations
 
 import gc
-from heapq import heappop, heappush
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any
 
 from headroom.contract.telemetry import TelemetryRecord
@@ -26,8 +26,8 @@ from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
-from headroom.sim.results import RunResult, telemetry_record
 from headroom.sim.request import Request
+from headroom.sim.results import RunResult, telemetry_record
 from headroom.sim.view import PickFunction, PoolView
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from headroom.contract.prompt import BLOCK_TOKENS  # KV blocks and prefix-hash blocks are the same 16 tokens
+
 KV_BYTES_PER_TOKEN = 128 * 1024
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from headroom.contract.telemetry import NO_TOKEN_AGE_MS
 from headroom.sim.records import ServerSnapshot
@@ -101,5 +101,5 @@ class PoolView:
         self._matches = [None] * len(self.snapshots)
 
 
-PickResult = Union[str, Pick]
+PickResult = str | Pick
 PickFunction = Callable[[Request, PoolView], PickResult]

@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import logging
 
-from headroom.errors import CommandError
 from headroom.contract.settings import SettingsError, describe, from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.errors import CommandError
 from headroom.streams.settings import PipelineSettings
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,9 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     from prometheus_client import start_http_server
 
     from headroom.localkafka.admin import ensure_topics, partition_count
+    from headroom.model_topic import read_latest
     from headroom.streams.app import create_topology
     from headroom.trainer.live import LiveModels
-    from headroom.model_topic import read_latest
     from headroom.trainer.publish import ModelPublisher
 
     try:

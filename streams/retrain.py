@@ -68,7 +68,7 @@ class Retrainer:
             while True:
                 try:
                     await asyncio.wait_for(self._wake.wait(), tick_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 self._wake.clear()
                 await self.run_due()

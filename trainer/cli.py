@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from headroom.errors import CommandError
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

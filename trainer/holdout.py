@@ -17,7 +17,6 @@ import numpy as np
 
 from headroom.trainer.samples import Samples
 
-
 SPARSE = "\x00sparse"  # the pooled stratum of thinly populated strata
 
 

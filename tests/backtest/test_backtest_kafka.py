@@ -16,10 +16,10 @@ from headroom.backtest.replay import Range, Source
 from headroom.backtest.run import run_backtest
 from headroom.backtest.settings import BacktestSettings
 from headroom.contract.telemetry import encode
+from headroom.model_topic import read_all
 from headroom.streams.ingest import build_ingestor
 from headroom.streams.retrain import Retrainer
 from headroom.trainer.live import LiveModels
-from headroom.model_topic import read_all
 from headroom.trainer.publish import ModelPublisher
 from tests.backtest.history import VERSIONS, quick_settings, simulated_records
 

@@ -1,7 +1,7 @@
 import pytest
 
-from headroom.router.errors import ConfigError
 from headroom.backtest.router_policy import engine_pick
+from headroom.router.errors import ConfigError
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.synthetic import generate, poisson_arrivals
 from tests.router.routercases import TablePredictor

@@ -7,10 +7,9 @@ import time
 import numpy as np
 import xgboost
 
+from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
-from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
-
 
 candidate_rows = candidates
 

@@ -12,7 +12,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headroom.contract.model_update import model_key
 from headroom.predictor.server import SERVICE_NAME
-
 from tests.conftest import free_port
 from tests.predictor.models import message, train
 from tests.predictor.test_kafka_e2e import publish

@@ -6,7 +6,6 @@ import pytest
 
 from headroom.predictor.client import PredictorClient
 from headroom.predictor.runtime import ModelRuntime
-
 from tests.conftest import free_port
 from tests.predictor.models import candidate_rows, message, train
 

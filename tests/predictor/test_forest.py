@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from headroom.contract.model_update import RejectedUpdate, load_booster
 from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json
 from headroom.predictor.kernels import ForestStack, available_engines, evaluate
-
 from tests.predictor.models import candidate_rows, train
 
 

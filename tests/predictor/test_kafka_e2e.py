@@ -9,7 +9,6 @@ from confluent_kafka import Producer
 from headroom.contract.model_update import model_key
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
-
 from tests.predictor.models import candidate_rows, message, train
 
 pytestmark = pytest.mark.kafka

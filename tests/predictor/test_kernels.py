@@ -5,9 +5,15 @@ import numpy as np
 import pytest
 
 from headroom.predictor.forest import Forest, forest_from_booster
-from headroom.predictor.kernels import CHUNK_ROWS, MIN_ROWS_PER_THREAD, ForestStack, available_engines, evaluate, order_keys
+from headroom.predictor.kernels import (
+    CHUNK_ROWS,
+    MIN_ROWS_PER_THREAD,
+    ForestStack,
+    available_engines,
+    evaluate,
+    order_keys,
+)
 from headroom.predictor.runtime import ModelRuntime
-
 from tests.predictor.models import candidate_rows, train
 
 needs_numba = pytest.mark.skipif("numba" not in available_engines(), reason="numba is not installed")

@@ -8,7 +8,6 @@ import xgboost
 from headroom.contract.features import FEATURE_NAMES
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.runtime import ModelRuntime, Outcome
-
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(50, seed=3)

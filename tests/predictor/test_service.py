@@ -10,7 +10,6 @@ from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import SERVICE_NAME
-
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(30, seed=11)

@@ -4,8 +4,8 @@ import argparse
 
 import pytest
 
-from headroom.errors import CommandError
 from headroom.contract.telemetry import decode
+from headroom.errors import CommandError
 from headroom.sim.cli import register
 
 

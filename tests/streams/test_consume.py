@@ -12,8 +12,8 @@ from headroom.localkafka.admin import ensure_topics
 from headroom.streams.app import REASON_HEADER, SOURCE_HEADER, create_topology
 from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings
-from tests.contract.records import valid_record
 from headroom.trainer.live import LiveModels
+from tests.contract.records import valid_record
 
 pytestmark = pytest.mark.kafka
 

@@ -6,10 +6,10 @@ from headroom.contract.telemetry import encode
 from headroom.streams.ingest import Ingestor
 from headroom.streams.window_rules import WindowLimits
 from headroom.streams.windows import Windows, hwm_key
-from tests.contract.records import valid_record
-from tests.trainer.synthetic import oracle, synthetic_records
 from headroom.trainer.drift import ErrorDriftDetector
 from headroom.trainer.policy import RetrainPolicy, RetrainRule
+from tests.contract.records import valid_record
+from tests.trainer.synthetic import oracle, synthetic_records
 
 
 def ingestor(limits: WindowLimits = WindowLimits()) -> Ingestor:

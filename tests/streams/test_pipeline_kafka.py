@@ -15,15 +15,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix, target_value
 from headroom.contract.model_update import load_booster, make_update
 from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.model_topic import read_all, read_latest
 from headroom.streams.app import REASON_HEADER, WINDOWS_TABLE
 from headroom.streams.strata import stratum_key
-from tests.streams.worker_process import WorkerProcess
-from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
 from headroom.trainer.params import TrainParams
-from headroom.model_topic import read_all, read_latest
 from headroom.trainer.publish import ModelPublisher
+from tests.streams.worker_process import WorkerProcess
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

@@ -8,8 +8,8 @@ every latency (a regime change, e.g. a server running 2× slower).
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 
 from headroom.contract.features import RAW_COLUMNS, target_value
 from headroom.contract.telemetry import TelemetryRecord

@@ -6,11 +6,11 @@ import pytest
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, load_booster, make_update
 from headroom.predictor.runtime import ModelRuntime, Outcome
-from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.calibration import conformal_shift, fit_calibrated_quantile, newest_split, shifted
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
 from headroom.trainer.params import TrainParams
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 P90 = TrainParams(objective="quantile", quantile=0.9, n_trees=60)
 

@@ -1,8 +1,8 @@
 import pytest
 
 from headroom.contract.features import predicted_value, target_value
-from tests.trainer.synthetic import oracle, synthetic_records
 from headroom.trainer.drift import ErrorDriftDetector, relative_error
+from tests.trainer.synthetic import oracle, synthetic_records
 
 SHIFT_AT = 3000
 MAX_DELAY = 200  # samples after the shift within which the detector must fire

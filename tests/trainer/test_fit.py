@@ -6,10 +6,10 @@ import xgboost
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.model_update import booster_transform, load_booster
-from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict, training_target
 from headroom.trainer.params import TrainParams
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 FAST = TrainParams(n_trees=60)
 

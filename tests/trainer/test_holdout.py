@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.holdout import holdout_mask, split
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 
 @pytest.mark.parametrize(("sizes", "fraction", "held_per_stratum"), [

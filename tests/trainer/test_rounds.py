@@ -5,12 +5,12 @@ import pytest
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import decode_update, encode_update
-from tests.trainer.synthetic import samples_of, synthetic_records
 from headroom.trainer.holdout import split
 from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.params import TrainParams
 from headroom.trainer.rounds import MIN_GATE_ROWS, RoundSpec, train_round
 from headroom.trainer.samples import Samples
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 PARAMS = [TrainParams(n_trees=40, learning_rate=0.2),
           TrainParams(objective="quantile", n_trees=40, learning_rate=0.2)]
