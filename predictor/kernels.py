@@ -2,8 +2,8 @@
 
 Two engines compute the same numbers (tests hold them to XGBoost's own predictions):
 
-- ``numba``: a compiled walk (no C compiler needed; the first call compiles it, :func:`warm_up` does that
-  ahead of traffic). Every float32 is mapped to an order-preserving 32-bit key (:func:`order_keys`), so a
+- ``numba``: a compiled walk (no C compiler needed; the first call on a machine compiles it and caches the
+  machine code on disk for later processes, :func:`warm_up` does that ahead of traffic). Every float32 is mapped to an order-preserving 32-bit key (:func:`order_keys`), so a
   node is one word ``key(threshold) << 31 | feature`` and a row value one word ``key(x) << 31 |
   0x7FFFFFFF``. Both stay below 2**63, so ``x >= threshold`` (go right; float32 semantics) is exactly
   the sign bit of ``node - value``: a level costs two loads, a subtraction and a shift. Trees are 1-based
@@ -111,18 +111,18 @@ def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None, threa
         raise ValueError(f"unknown or unavailable engine {engine!r}; available: {available_engines()}")
     n = len(x)
     out = np.empty((len(stack.forests), n), dtype=np.float32)
-    kernel = _compiled(x.shape[1])
+    width = x.shape[1]
     bits = x.view(np.uint32)
     arrays = (stack.nodes, stack.default_left, stack.leaves, stack.node_offset, stack.leaf_offset,
               stack.tree_start, stack.depth, stack.base_score, out)
     parts = min(threads, n // MIN_ROWS_PER_THREAD)
     if parts <= 1:
-        kernel(bits, *arrays, 0, n)
+        _predict(bits, *arrays, 0, n, width)
         return out
     bounds = [n * part // parts for part in range(parts + 1)]
-    helpers = [_pool(threads).submit(kernel, bits, *arrays, start, stop)
+    helpers = [_pool(threads).submit(_predict, bits, *arrays, start, stop, width)
                for start, stop in itertools.pairwise(bounds[1:])]
-    kernel(bits, *arrays, bounds[0], bounds[1])
+    _predict(bits, *arrays, bounds[0], bounds[1], width)
     for helper in helpers:
         helper.result()
     return out
@@ -188,125 +188,145 @@ def _evaluate_numpy(forest: Forest, x: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=1, dtype=np.float32)[:, -1]
 
 
-@functools.cache
-def _compiled(width: int):
-    """The compiled walk for rows of ``width`` features: a compile-time row stride keeps the eight
-    interleaved rows' addresses as constant offsets of one register."""
+def _jit(function):
+    """Compiled without the GIL or bounds checks, and cached on disk (``NUMBA_CACHE_DIR``, see
+    :mod:`headroom.process`) so that only the first process on a machine pays the compile; where no cache
+    can be written (a read-only file system), each process compiles."""
+    try:
+        return numba.njit(nogil=True, boundscheck=False, cache=True)(function)
+    except RuntimeError:  # numba found no writable cache location
+        return numba.njit(nogil=True, boundscheck=False)(function)
+
+
+# The compiled walk. ``width`` (features per row) is a compile-time constant (numba.literally): each row
+# width gets its own specialization, whose row stride keeps the eight interleaved rows' addresses as constant
+# offsets of one register.
+
+def _row_words(bits, start, stop, words, width):  # pragma: no cover - compiled
+    """The rows' words (see :func:`order_keys`); returns whether any value is missing."""
+    numba.literally(width)
+    u = numba.uint64
+    low = u(0x7FFFFFFF)
+    missing = False
+    k = 0
+    for r in range(start, stop):
+        for f in range(width):
+            b = u(bits[r, f])
+            if (b & u(0x7FFFFFFF)) > u(0x7F800000):
+                words[k] = u(MISSING_WORD)
+                missing = True
+            else:
+                if b == u(0x80000000):
+                    b = u(0)
+                key = (b ^ u(0xFFFFFFFF)) if b >> u(31) else (b | u(0x80000000))
+                words[k] = (key << u(31)) | low
+            k += 1
+    return missing
+
+
+def _walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score, acc,
+                 width):  # pragma: no cover - compiled
+    """Blocks of eight rows (``n`` is a multiple of eight); a right turn is the sign bit of node - value."""
+    numba.literally(width)
     u = numba.uint64  # unsigned indices: no negative-index wraparound in the dependency chain
     one, two, sign = u(1), u(2), u(63)
-    feature, low = u(MAX_FEATURES - 1), u(0x7FFFFFFF)
-    s1, s2, s3, s4, s5, s6, s7 = (u(k * width) for k in range(1, BLOCK_ROWS))
+    feature = u(MAX_FEATURES - 1)
+    s1, s2, s3, s4, s5, s6, s7 = u(width), u(2 * width), u(3 * width), u(4 * width), u(5 * width), \
+        u(6 * width), u(7 * width)
+    for m in range(base_score.shape[0]):
+        levels = depth[m]
+        first_leaf = one << u(levels)
+        acc[m, :n] = base_score[m]
+        for t in range(tree_start[m], tree_start[m + 1]):
+            nd = nodes[node_offset[t]:]
+            lv = leaves[leaf_offset[t]:]
+            root = nd[1]
+            f0 = root & feature
+            for r in range(0, n, BLOCK_ROWS):
+                xr = words[r * width:]
+                i0 = two + ((root - xr[f0]) >> sign)
+                i1 = two + ((root - xr[s1 + f0]) >> sign)
+                i2 = two + ((root - xr[s2 + f0]) >> sign)
+                i3 = two + ((root - xr[s3 + f0]) >> sign)
+                i4 = two + ((root - xr[s4 + f0]) >> sign)
+                i5 = two + ((root - xr[s5 + f0]) >> sign)
+                i6 = two + ((root - xr[s6 + f0]) >> sign)
+                i7 = two + ((root - xr[s7 + f0]) >> sign)
+                for _ in range(levels - 1):
+                    a = nd[i0]
+                    i0 = i0 + i0 + ((a - xr[a & feature]) >> sign)
+                    a = nd[i1]
+                    i1 = i1 + i1 + ((a - xr[s1 + (a & feature)]) >> sign)
+                    a = nd[i2]
+                    i2 = i2 + i2 + ((a - xr[s2 + (a & feature)]) >> sign)
+                    a = nd[i3]
+                    i3 = i3 + i3 + ((a - xr[s3 + (a & feature)]) >> sign)
+                    a = nd[i4]
+                    i4 = i4 + i4 + ((a - xr[s4 + (a & feature)]) >> sign)
+                    a = nd[i5]
+                    i5 = i5 + i5 + ((a - xr[s5 + (a & feature)]) >> sign)
+                    a = nd[i6]
+                    i6 = i6 + i6 + ((a - xr[s6 + (a & feature)]) >> sign)
+                    a = nd[i7]
+                    i7 = i7 + i7 + ((a - xr[s7 + (a & feature)]) >> sign)
+                acc[m, r] += lv[i0 - first_leaf]
+                acc[m, r + 1] += lv[i1 - first_leaf]
+                acc[m, r + 2] += lv[i2 - first_leaf]
+                acc[m, r + 3] += lv[i3 - first_leaf]
+                acc[m, r + 4] += lv[i4 - first_leaf]
+                acc[m, r + 5] += lv[i5 - first_leaf]
+                acc[m, r + 6] += lv[i6 - first_leaf]
+                acc[m, r + 7] += lv[i7 - first_leaf]
 
-    @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def row_words(bits, start, stop, words):  # pragma: no cover - compiled
-        """The rows' words (see :func:`order_keys`); returns whether any value is missing."""
-        missing = False
-        k = 0
-        for r in range(start, stop):
-            for f in range(width):
-                b = u(bits[r, f])
-                if (b & u(0x7FFFFFFF)) > u(0x7F800000):
-                    words[k] = u(MISSING_WORD)
-                    missing = True
-                else:
-                    if b == u(0x80000000):
-                        b = u(0)
-                    key = (b ^ u(0xFFFFFFFF)) if b >> u(31) else (b | u(0x80000000))
-                    words[k] = (key << u(31)) | low
-                k += 1
-        return missing
 
-    @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
-                    acc):  # pragma: no cover - compiled
-        """Blocks of eight rows (``n`` is a multiple of eight); a right turn is the sign bit of node - value."""
-        for m in range(base_score.shape[0]):
-            levels = depth[m]
-            first_leaf = one << u(levels)
-            acc[m, :n] = base_score[m]
-            for t in range(tree_start[m], tree_start[m + 1]):
-                nd = nodes[node_offset[t]:]
-                lv = leaves[leaf_offset[t]:]
-                root = nd[1]
-                f0 = root & feature
-                for r in range(0, n, BLOCK_ROWS):
-                    xr = words[r * width:]
-                    i0 = two + ((root - xr[f0]) >> sign)
-                    i1 = two + ((root - xr[s1 + f0]) >> sign)
-                    i2 = two + ((root - xr[s2 + f0]) >> sign)
-                    i3 = two + ((root - xr[s3 + f0]) >> sign)
-                    i4 = two + ((root - xr[s4 + f0]) >> sign)
-                    i5 = two + ((root - xr[s5 + f0]) >> sign)
-                    i6 = two + ((root - xr[s6 + f0]) >> sign)
-                    i7 = two + ((root - xr[s7 + f0]) >> sign)
-                    for _ in range(levels - 1):
-                        a = nd[i0]
-                        i0 = i0 + i0 + ((a - xr[a & feature]) >> sign)
-                        a = nd[i1]
-                        i1 = i1 + i1 + ((a - xr[s1 + (a & feature)]) >> sign)
-                        a = nd[i2]
-                        i2 = i2 + i2 + ((a - xr[s2 + (a & feature)]) >> sign)
-                        a = nd[i3]
-                        i3 = i3 + i3 + ((a - xr[s3 + (a & feature)]) >> sign)
-                        a = nd[i4]
-                        i4 = i4 + i4 + ((a - xr[s4 + (a & feature)]) >> sign)
-                        a = nd[i5]
-                        i5 = i5 + i5 + ((a - xr[s5 + (a & feature)]) >> sign)
-                        a = nd[i6]
-                        i6 = i6 + i6 + ((a - xr[s6 + (a & feature)]) >> sign)
-                        a = nd[i7]
-                        i7 = i7 + i7 + ((a - xr[s7 + (a & feature)]) >> sign)
-                    acc[m, r] += lv[i0 - first_leaf]
-                    acc[m, r + 1] += lv[i1 - first_leaf]
-                    acc[m, r + 2] += lv[i2 - first_leaf]
-                    acc[m, r + 3] += lv[i3 - first_leaf]
-                    acc[m, r + 4] += lv[i4 - first_leaf]
-                    acc[m, r + 5] += lv[i5 - first_leaf]
-                    acc[m, r + 6] += lv[i6 - first_leaf]
-                    acc[m, r + 7] += lv[i7 - first_leaf]
+def _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth,
+                       base_score, acc, width):  # pragma: no cover - compiled
+    numba.literally(width)
+    u = numba.uint64
+    one, feature = u(1), u(MAX_FEATURES - 1)
+    for m in range(base_score.shape[0]):
+        levels = depth[m]
+        first_leaf = one << u(levels)
+        acc[m, :n] = base_score[m]
+        for t in range(tree_start[m], tree_start[m + 1]):
+            nd = nodes[node_offset[t]:]
+            dl = default_left[node_offset[t]:]
+            lv = leaves[leaf_offset[t]:]
+            for r in range(n):
+                xr = words[r * width:]
+                i = one
+                for _ in range(levels):
+                    a = nd[i]
+                    value = xr[a & feature]
+                    right = dl[i] == 0 if value == u(MISSING_WORD) else a < value
+                    i = i + i + u(right)
+                acc[m, r] += lv[i - first_leaf]
 
-    @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth,
-                          base_score, acc):  # pragma: no cover - compiled
-        for m in range(base_score.shape[0]):
-            levels = depth[m]
-            first_leaf = one << u(levels)
-            acc[m, :n] = base_score[m]
-            for t in range(tree_start[m], tree_start[m + 1]):
-                nd = nodes[node_offset[t]:]
-                dl = default_left[node_offset[t]:]
-                lv = leaves[leaf_offset[t]:]
-                for r in range(n):
-                    xr = words[r * width:]
-                    i = one
-                    for _ in range(levels):
-                        a = nd[i]
-                        value = xr[a & feature]
-                        right = dl[i] == 0 if value == u(MISSING_WORD) else a < value
-                        i = i + i + u(right)
-                    acc[m, r] += lv[i - first_leaf]
 
-    @numba.njit(nogil=True, boundscheck=False, cache=False)
-    def predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth, base_score, out,
-                start, stop):  # pragma: no cover - compiled
-        """Rows ``start:stop`` of ``bits`` (float32 rows viewed as uint32) into columns ``start:stop`` of out,
-        in chunks whose row words stay in the L1 cache while every tree is walked over them. A chunk is
-        padded to whole blocks with copies of its first row, whose results are dropped."""
-        chunk = min(stop - start, CHUNK_ROWS)
-        padded = chunk + (BLOCK_ROWS - chunk % BLOCK_ROWS) % BLOCK_ROWS
-        words = np.empty(padded * width, dtype=np.uint64)
-        acc = np.empty((base_score.shape[0], padded), dtype=np.float32)
-        for first in range(start, stop, CHUNK_ROWS):
-            n = min(first + CHUNK_ROWS, stop) - first
-            if row_words(bits, first, first + n, words):
-                walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start,
-                                  depth, base_score, acc)
-            else:
-                blocks = n + (BLOCK_ROWS - n % BLOCK_ROWS) % BLOCK_ROWS
-                for k in range(n * width, blocks * width):
-                    words[k] = words[k % width]
-                walk_finite(words, blocks, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
-                            acc)
-            out[:, first:first + n] = acc[:, :n]
+def _predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth, base_score, out,
+             start, stop, width):  # pragma: no cover - compiled
+    """Rows ``start:stop`` of ``bits`` (float32 rows of ``width`` features viewed as uint32) into columns
+    ``start:stop`` of out, in chunks whose row words stay in the L1 cache while every tree is walked over
+    them. A chunk is padded to whole blocks with copies of its first row, whose results are dropped."""
+    numba.literally(width)
+    chunk = min(stop - start, CHUNK_ROWS)
+    padded = chunk + (BLOCK_ROWS - chunk % BLOCK_ROWS) % BLOCK_ROWS
+    words = np.empty(padded * width, dtype=np.uint64)
+    acc = np.empty((base_score.shape[0], padded), dtype=np.float32)
+    for first in range(start, stop, CHUNK_ROWS):
+        n = min(first + CHUNK_ROWS, stop) - first
+        if _row_words(bits, first, first + n, words, width):
+            _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start,
+                               depth, base_score, acc, width)
+        else:
+            blocks = n + (BLOCK_ROWS - n % BLOCK_ROWS) % BLOCK_ROWS
+            for k in range(n * width, blocks * width):
+                words[k] = words[k % width]
+            _walk_finite(words, blocks, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
+                         acc, width)
+        out[:, first:first + n] = acc[:, :n]
 
-    return predict
+
+if numba is not None:
+    _row_words, _walk_finite, _walk_with_missing, _predict = map(
+        _jit, (_row_words, _walk_finite, _walk_with_missing, _predict))
