@@ -1,15 +1,29 @@
-# The two commands of the README. Each creates .venv and installs headroom into it on first use.
+# The README's commands, the fast test lane and the linters. Each creates .venv and installs headroom into
+# it on first use.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+TYPECHECK_TREE := build/typecheck
 
-.PHONY: demo test
+.PHONY: demo test test-fast lint
 
 demo: $(STAMP)
 	$(VENV)/bin/headroom demo
 
+# Everything: unit and doctests, the real broker, the end-to-end demo.
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# Minutes: no broker, no end-to-end processes.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m "not kafka and not e2e"
+
+# ruff over the tree; mypy (strict on contract/ and router/) over the modules under their installed names,
+# through a tree of links that mypy can follow (headroom.cli.typecheck_tree).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m headroom.cli.typecheck_tree $(TYPECHECK_TREE)
+	$(VENV)/bin/mypy
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'

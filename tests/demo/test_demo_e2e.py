@@ -14,7 +14,7 @@ from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
 
 def test_short_demo_learns_routes_and_detects_drift(tmp_path):

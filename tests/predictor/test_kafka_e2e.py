@@ -11,7 +11,7 @@ from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from tests.predictor.models import candidate_rows, message, train
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 ROWS = candidate_rows(40, seed=5)
 
 
