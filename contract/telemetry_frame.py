@@ -32,9 +32,20 @@ import msgspec
 import polars as pl
 
 from headroom.contract.features import TARGETS
-from headroom.contract.telemetry import (FIELD_DEFAULTS, FIELD_KINDS, MAX_ID_CHARS, MAX_INTEGER, MAX_RECORD_BYTES,
-                                REQUIRED_FIELDS, SCHEMA_VERSION, TTFT_SLACK_MS, WIRE_TYPE, InvalidRecord,
-                                TelemetryRecord, decode)
+from headroom.contract.telemetry import (
+    FIELD_DEFAULTS,
+    FIELD_KINDS,
+    MAX_ID_CHARS,
+    MAX_INTEGER,
+    MAX_RECORD_BYTES,
+    REQUIRED_FIELDS,
+    SCHEMA_VERSION,
+    TTFT_SLACK_MS,
+    WIRE_TYPE,
+    InvalidRecord,
+    TelemetryRecord,
+    decode,
+)
 
 _DTYPES = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
            "fraction": pl.Float64, "latency": pl.Float64,

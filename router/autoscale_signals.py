@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from headroom.autoscale.exporter import SignalExporter
 from headroom.autoscale.signals import SignalContext
-from headroom.router.errors import PredictionUnavailable
 from headroom.router.candidate_features import candidate_features
+from headroom.router.errors import PredictionUnavailable
 from headroom.router.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 

@@ -44,7 +44,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self.service = service
         self._next_id = 0
 
-    async def Process(self, requests: AsyncIterator[ep.ProcessingRequest],  # noqa: N802 - gRPC method name
+    async def Process(self, requests: AsyncIterator[ep.ProcessingRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[ep.ProcessingResponse]:
         exchange = _Exchange(self)
         try:

@@ -36,7 +36,7 @@ class PickServicer(router_pb2_grpc.RouterServicer):
         self.max_pending = max_pending
         self.pending: OrderedDict[str, Dispatch] = OrderedDict()
 
-    async def Pick(self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext) -> router_pb2.PickResponse:  # noqa: N802
+    async def Pick(self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext) -> router_pb2.PickResponse:
         try:
             dispatch = self._pick(request)
         except RouterError as err:
@@ -47,7 +47,7 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             self.service.abandon(old, "never-reported")
         return response_of(dispatch)
 
-    async def Report(self, request: router_pb2.ReportRequest, context: grpc.aio.ServicerContext) -> router_pb2.ReportResponse:  # noqa: N802
+    async def Report(self, request: router_pb2.ReportRequest, context: grpc.aio.ServicerContext) -> router_pb2.ReportResponse:
         dispatch = self.pending.pop(request.request_id, None)
         if dispatch is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"request {request.request_id!r} is not awaiting a report")

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from headroom.router.errors import RequestError
 from headroom.contract.prompt import BLOCK_TOKENS, chat_text, count_tokens, text_block_hashes, token_block_hashes
+from headroom.router.errors import RequestError
+
 
 @dataclass(frozen=True, slots=True)
 class PromptInfo:

@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from headroom.router.plugins import (kv_cache_free_scorer, latency_scorer, latency_slo_admitter,
-                            predicted_latency_producer, prefix_cache_affinity_filter, prefix_match_scorer,
-                            queue_scorer, slo_headroom_tier_filter, weighted_random_picker)
+from headroom.router.plugins import (
+                            kv_cache_free_scorer,
+                            latency_scorer,
+                            latency_slo_admitter,
+                            predicted_latency_producer,
+                            prefix_cache_affinity_filter,
+                            prefix_match_scorer,
+                            queue_scorer,
+                            slo_headroom_tier_filter,
+                            weighted_random_picker,
+)
 
 Factory = Callable[[str, Mapping[str, Any] | None], Any]
 

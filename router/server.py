@@ -119,7 +119,7 @@ class RouterServer:
             await asyncio.to_thread(self.signals.publish, *self.signals.read(self.pool, time.monotonic()))
             try:
                 await asyncio.wait_for(self._stop.wait(), every)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _background(self) -> None:

@@ -27,7 +27,6 @@ from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
 
-
 STEP_GAP_S = 0.001  # tokens closer than this together came out of the same batch step
 
 

@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, feature_matrix, predicted_value, records_matrix, target_value
+from headroom.contract.features import (
+    FEATURE_NAMES,
+    RAW_COLUMNS,
+    feature_matrix,
+    predicted_value,
+    records_matrix,
+    target_value,
+)
 from tests.contract.records import valid_record
 
 

@@ -5,8 +5,15 @@ import numpy as np
 import pytest
 
 from headroom.contract.features import FEATURE_SCHEMA
-from headroom.contract.model_update import (MAGIC, InvalidUpdate, decode_update, encode_update, make_update, model_key,
-                                   to_milliseconds)
+from headroom.contract.model_update import (
+    MAGIC,
+    InvalidUpdate,
+    decode_update,
+    encode_update,
+    make_update,
+    model_key,
+    to_milliseconds,
+)
 
 
 def update(**changes):

@@ -31,7 +31,7 @@ def test_builds_from_empty_params_and_is_documented(kind):
 
 @pytest.mark.parametrize("kind", sorted(REGISTRY))
 def test_rejects_unknown_params(kind):
-    with pytest.raises(ConfigError, match=f"plugin 'x': unknown parameter 'bogus'"):
+    with pytest.raises(ConfigError, match="plugin 'x': unknown parameter 'bogus'"):
         REGISTRY[kind]("x", {"bogus": 1})
 
 

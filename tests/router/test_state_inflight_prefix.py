@@ -1,7 +1,7 @@
 import random
 
-from headroom.router.state.inflight import Inflight
 from headroom.contract.prompt import token_block_hashes as block_hashes
+from headroom.router.state.inflight import Inflight
 from headroom.router.state.prefix_index import PrefixIndex
 
 

@@ -1,19 +1,17 @@
 import asyncio
 import math
 
+import pytest
 from aiohttp import web
 
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
-from headroom.router.state.pool import PoolState
 from headroom.contract.prompt import token_block_hashes as block_hashes
+from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.router.errors import ConfigError
+from headroom.router.state.pool import PoolState
 from headroom.router.state.scraper import MetricsScraper
 from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerFile, ServerSpec, parse_servers
 from tests.router.routercases import req
-
-import pytest
-
-from headroom.router.errors import ConfigError
 
 
 def test_snapshot_combines_metrics_inflight_and_prefix():
