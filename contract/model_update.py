@@ -98,7 +98,8 @@ def to_milliseconds(raw: np.ndarray, transform: str) -> np.ndarray:
     if transform == "identity":
         return raw
     if transform == "log":
-        return np.exp(raw)
+        milliseconds: np.ndarray = np.exp(raw)
+        return milliseconds
     raise ValueError(f"unknown output transform {transform!r}; expected one of {OUTPUT_TRANSFORMS}")
 
 

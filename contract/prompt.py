@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 BLOCK_TOKENS = 16
 BYTES_PER_TOKEN = 4
@@ -33,7 +34,7 @@ def token_block_hashes(token_ids: Sequence[int]) -> tuple[int, ...]:
     return _chain([",".join(map(str, token_ids[i:i + BLOCK_TOKENS])).encode() for i in range(0, full, BLOCK_TOKENS)])
 
 
-def chat_text(messages: Sequence[Mapping]) -> str:
+def chat_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The text a chat request's messages stand for: ``<|role|>\\ncontent\\n`` per message, text parts only."""
     parts = []
     for message in messages:

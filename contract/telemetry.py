@@ -114,7 +114,7 @@ def decode(raw: bytes) -> TelemetryRecord:
     """
     if isinstance(raw, (bytes, bytearray)) and len(raw) <= MAX_RECORD_BYTES:
         try:
-            wire = _WIRE_DECODER.decode(raw)
+            wire: Any = _WIRE_DECODER.decode(raw)  # a WIRE_TYPE, made at run time
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass
         else:
@@ -156,8 +156,8 @@ def validate(body: Any) -> TelemetryRecord:
     for name in REQUIRED_FIELDS:
         if body.get(name) is None:
             raise InvalidRecord(f"missing field {name!r}")
-    values = {name: _CHECKS[FIELD_KINDS[name]](name, value)
-              for name, value in body.items() if name != "v" and value is not None}
+    values: dict[str, Any] = {name: _CHECKS[FIELD_KINDS[name]](name, value)
+                              for name, value in body.items() if name != "v" and value is not None}
     record = TelemetryRecord(**values)
     _check_consistency(record)
     return record
@@ -189,7 +189,7 @@ def _count(name: str, value: Any) -> int:
     _integer(name, value)
     if value < 0:
         raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
-    return value
+    return int(value)
 
 
 def _number(name: str, value: Any) -> float:

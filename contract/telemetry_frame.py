@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import polars as pl
@@ -47,9 +48,12 @@ from headroom.contract.telemetry import (
     decode,
 )
 
-_DTYPES = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
-           "fraction": pl.Float64, "latency": pl.Float64,
-           "versions": pl.Struct({target: pl.Int64 for target in TARGETS})}
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
+_DTYPES: dict[str, PolarsDataType] = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
+                                       "fraction": pl.Float64, "latency": pl.Float64,
+                                       "versions": pl.Struct({target: pl.Int64 for target in TARGETS})}
 SCHEMA = {name: _DTYPES[kind] for name, kind in FIELD_KINDS.items()}
 COLUMNS = list(SCHEMA)
 SMALL_CHUNK = 32  # below this many records, a chunk that fails to decode is decoded one by one
@@ -60,7 +64,7 @@ _TEXT_FIELDS = [name for name, kind in FIELD_KINDS.items() if kind == "text"]
 _NON_STRING_TEXT = r"^(?:[-0-9\[{]|true$|false$)"  # how the reader writes a number, boolean, object or array
 
 _ONE = msgspec.json.Decoder(WIRE_TYPE)
-_MANY = msgspec.json.Decoder(list[WIRE_TYPE])
+_MANY = msgspec.json.Decoder(list[WIRE_TYPE])  # type: ignore[valid-type]  # WIRE_TYPE is made at run time
 
 
 def _expected_quotes() -> pl.Expr:
@@ -130,7 +134,7 @@ def records_frame(values: Sequence[bytes]) -> tuple[pl.DataFrame, list[tuple[int
     return pl.concat([parsed, general]).sort("_row").select(COLUMNS), rejected
 
 
-def _columnar(values: Sequence[bytes], rows: list[int], frames: list, others: list) -> None:
+def _columnar(values: Sequence[bytes], rows: list[int], frames: list[pl.DataFrame], others: list[int]) -> None:
     """Parse the values at ``rows`` column by column; the rows it cannot vouch for are added to ``others``."""
     if not rows:
         return
@@ -201,7 +205,9 @@ def _texts_are_strings(frame: pl.DataFrame, chunk: Sequence[bytes]) -> pl.Series
 def _general(values: Sequence[bytes], rows: list[int]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
     """The values at ``rows`` (ascending) through msgspec and, where it refuses, the scalar validator."""
     chunk = [values[row] for row in rows]
-    kept, wires, suspect = [], [], []
+    kept: list[int] = []
+    wires: list[Any] = []
+    suspect: list[int] = []
     if all(type(value) is bytes for value in chunk):
         _decode(chunk, 0, kept, wires, suspect)
     else:
@@ -219,10 +225,10 @@ def _general(values: Sequence[bytes], rows: list[int]) -> tuple[pl.DataFrame, li
     return pl.concat([frame.filter(valid), extra]), rejected
 
 
-def _decode(values: Sequence[bytes], first: int, rows: list, wires: list, suspect: list) -> None:
+def _decode(values: Sequence[bytes], first: int, rows: list[int], wires: list[Any], suspect: list[int]) -> None:
     """Typed decoding of a chunk; a chunk that fails is halved until small, then decoded one by one."""
     try:
-        decoded = _MANY.decode(b"[" + b",".join(values) + b"]")
+        decoded: list[Any] = _MANY.decode(b"[" + b",".join(values) + b"]")
         if len(decoded) != len(values):
             raise msgspec.DecodeError("a value holds more than one record")
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -245,7 +251,7 @@ def _decode(values: Sequence[bytes], first: int, rows: list, wires: list, suspec
             wires.append(wire)
 
 
-def _frame(records: list, rows: list[int]) -> pl.DataFrame:
+def _frame(records: Sequence[Any], rows: list[int]) -> pl.DataFrame:
     columns = {"_row": pl.Series(rows, dtype=pl.UInt32)}
     for name, dtype in SCHEMA.items():
         columns[name] = pl.Series([getattr(r, name) for r in records], dtype=dtype)
