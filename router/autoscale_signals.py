@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from headroom.autoscale.exporter import SignalExporter
-from headroom.autoscale.signals import SignalContext
+from headroom.autoscale.signals import ServerMetrics, SignalContext
 from headroom.router.candidate_features import candidate_features
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
@@ -45,7 +45,7 @@ class _Known:
     def __init__(self, ttft_ms: dict[str, float]):
         self.ttft_ms = ttft_ms
 
-    def predict_ttft_ms(self, server: ServerSignals) -> float | None:
+    def predict_ttft_ms(self, server: ServerMetrics) -> float | None:
         return self.ttft_ms.get(server.server_id)
 
 
@@ -58,7 +58,7 @@ class RouterSignals:
         self.reference = Request("autoscale-reference", reference_prompt_tokens)
         self.memory_capacity_bytes = int(memory_capacity_gib * GIB)
 
-    def read(self, pool: PoolState, now: float) -> tuple[list[ServerSignals], list[ServerSnapshot]]:
+    def read(self, pool: PoolState, now: float) -> tuple[list[ServerSignals], Sequence[ServerSnapshot]]:
         """The pool's state for a refresh; call it where the pool is updated (the event loop)."""
         snapshots = pool.snapshots(self.reference, now)
         healthy = {s.server_id for s in snapshots}
@@ -67,7 +67,7 @@ class RouterSignals:
                    for sid, m in ((sid, pool.scrapes[sid].metrics) for sid in pool.servers) if m is not None]
         return servers, snapshots
 
-    def publish(self, servers: list[ServerSignals], snapshots: list[ServerSnapshot]) -> None:
+    def publish(self, servers: list[ServerSignals], snapshots: Sequence[ServerSnapshot]) -> None:
         """Recompute every gauge (blocking: the predictor may be remote, so run it off the event loop)."""
         self.exporter.context = SignalContext(memory_capacity_bytes=self.memory_capacity_bytes,
                                               ttft_slo_ms=self.ttft_slo_ms,

@@ -10,7 +10,7 @@ from pathlib import Path
 from headroom.errors import CommandError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("router", help="Predicted-latency router for an LLM inference pool.")
     commands = parser.add_subparsers(dest="router_command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="Run the proxy, Pick API and ext_proc server.")

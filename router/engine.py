@@ -108,7 +108,9 @@ def _weighted(profile: Profile, request: Request, candidates: CandidateSet) -> n
         part = weight * _clamp(raw)
         total = part if total is None else total + part
         weight_sum += weight
-    return total / weight_sum  # type: ignore[operator]
+    assert total is not None  # the profile has scorers
+    weighted: np.ndarray = total / weight_sum
+    return weighted
 
 
 def _clamp(values: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ MAX_METERED_JSON = 4 * 1024 * 1024  # non-streaming response bytes kept to read 
 _REQUEST_IDS = ("x-request-id",)
 
 
-class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
+class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
     def __init__(self, service: RouterService):
         self.service = service
         self._next_id = 0

@@ -93,8 +93,9 @@ def meter_json(body: bytes, dispatched: float, now: float) -> Completion:
 
 def _text_of(choice: dict[str, Any]) -> str:
     delta = choice.get("delta")
-    if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-        return delta["content"]
+    content = delta.get("content") if isinstance(delta, dict) else None
+    if isinstance(content, str):
+        return content
     text = choice.get("text")
     return text if isinstance(text, str) else ""
 

@@ -51,6 +51,7 @@ class PickServicer(router_pb2_grpc.RouterServicer):
         dispatch = self.pending.pop(request.request_id, None)
         if dispatch is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"request {request.request_id!r} is not awaiting a report")
+            raise AssertionError("abort raises")  # grpc's abort never returns
         if request.failed:
             self.service.abandon(dispatch, "reported-failed")
             return router_pb2.ReportResponse(telemetry_sent=False)

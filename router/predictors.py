@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from headroom.contract.features import TARGETS
@@ -15,6 +17,9 @@ from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.roles import PredictionBatch
+
+if TYPE_CHECKING:
+    from headroom.predictor.client import PredictorClient
 
 
 class EmbeddedPredictor:
@@ -47,7 +52,7 @@ class RemotePredictor:
     otherwise the failed rows alone fall back.
     """
 
-    def __init__(self, client, objective: str = "mean"):
+    def __init__(self, client: PredictorClient, objective: str = "mean"):
         self.client = client
         self.objective = objective
 

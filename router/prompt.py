@@ -77,4 +77,4 @@ def _chat(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
 def _count(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise RequestError(f"'{name}' must be an integer of at least {minimum}, got {value!r}")
-    return value
+    return int(value)

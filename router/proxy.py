@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -91,7 +92,7 @@ class Proxy:
             doc = {**doc, "stream_options": {**(doc.get("stream_options") or {}), "include_usage": True}}
         return await self._forward(request, dispatch, doc)
 
-    async def _forward(self, request: web.Request, dispatch: Dispatch, doc: dict) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, dispatch: Dispatch, doc: dict[str, Any]) -> web.StreamResponse:
         assert self.session is not None
         url = f"http://{dispatch.server.address}{request.path}"
         forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}

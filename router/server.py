@@ -14,6 +14,7 @@ import logging
 import random
 import signal
 import time
+from typing import TYPE_CHECKING
 
 import grpc
 from aiohttp import web
@@ -37,6 +38,10 @@ from headroom.router.state.scraper import MetricsScraper
 from headroom.router.state.servers import ServerFile
 from headroom.router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
 
+if TYPE_CHECKING:
+    from headroom.predictor.client import PredictorClient
+    from headroom.predictor.tailer import ModelUpdateTailer
+
 log = logging.getLogger(__name__)
 
 
@@ -51,8 +56,8 @@ class RouterServer:
         self.pool = PoolState(servers, inflight=Inflight(s.inflight_ttl_s), prefix=PrefixIndex(s.prefix_max_blocks),
                               unhealthy_after_s=s.unhealthy_after_s)
         self.telemetry = KafkaTelemetry(kafka, s.telemetry_buffer) if s.telemetry else MemoryTelemetry()
-        self._tailer = None
-        self._client = None
+        self._tailer: ModelUpdateTailer | None = None
+        self._client: PredictorClient | None = None
         if predictor is None and s.predictor == "embedded":
             predictor = self._embedded_predictor()
         elif predictor is None and s.predictor == "remote":
@@ -69,7 +74,7 @@ class RouterServer:
         self.http_port = self.pick_port = self.ext_proc_port = 0
         self._runner: web.AppRunner | None = None
         self._grpc: list[grpc.aio.Server] = []
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
     def _embedded_predictor(self) -> LatencyPredictor:

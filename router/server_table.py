@@ -76,7 +76,8 @@ class ServerTable(Sequence[ServerSnapshot]):
     @property
     def is_idle(self) -> np.ndarray:
         """Per server: nothing waiting, running, or in flight from this router."""
-        return (self.num_waiting == 0) & (self.num_running == 0) & (self.inflight_requests == 0)
+        idle: np.ndarray = (self.num_waiting == 0) & (self.num_running == 0) & (self.inflight_requests == 0)
+        return idle
 
     @property
     def is_cold(self) -> np.ndarray:

@@ -41,7 +41,7 @@ class Dispatch:
     dispatch_mono: float  # monotonic clock, for measuring
 
     @property
-    def server(self):
+    def server(self) -> ServerSnapshot:
         return self.decision.chosen.server  # type: ignore[union-attr]
 
 

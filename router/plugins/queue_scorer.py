@@ -38,7 +38,8 @@ class QueueScorer:
         low, high = queues.min(), queues.max()
         if high == low:
             return np.ones(len(queues))
-        return (high - queues) / (high - low)
+        scores: np.ndarray = (high - queues) / (high - low)
+        return scores
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> QueueScorer:

@@ -48,6 +48,7 @@ class PoolState:
         self.scrapes: dict[str, Scrape] = {}
         self._next_expiry = -math.inf
         self._position: dict[str, int] = {}
+        self._last_token, self._token_interval = np.zeros(0), np.zeros(0)  # per server, in position order
         self.set_servers(servers)
 
     def set_servers(self, servers: tuple[ServerSpec, ...]) -> None:

@@ -81,7 +81,8 @@ class PrefixIndex:
         packed = np.frombuffer(b"".join(m.to_bytes(size, "little") for m in lost), dtype=np.uint8)
         members = np.unpackbits(packed.reshape(len(lost), size), axis=1, count=width, bitorder="little")
         leading = np.asarray(depths) @ members  # each server ends its run at most once
-        return np.minimum(1.0, leading * (self.block_tokens / prompt_tokens))
+        matched: np.ndarray = np.minimum(1.0, leading * (self.block_tokens / prompt_tokens))
+        return matched
 
     def bits(self, server_ids: Sequence[str]) -> np.ndarray:
         """The bit number of each server (a server the index has not seen gets one), for :meth:`fractions`."""
