@@ -5,6 +5,7 @@
   promoted version scored on the records that came after it.
 - :mod:`backtest.published` — the versions on ``model-updates`` joined with the records that used them.
 - :mod:`backtest.policies` — the recorded arrivals through the offline simulator under several policies.
+- :mod:`backtest.router_policy` — the router's engine as a pick function of the simulator.
 - :mod:`backtest.plots`, :mod:`backtest.report` — PNG plots, parquet tables and the Markdown report.
 - :mod:`backtest.settings`, :mod:`backtest.run`, :mod:`backtest.result`, :mod:`backtest.cli` — settings, the stages
   in order, what they found, the command.

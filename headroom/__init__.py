@@ -3,7 +3,12 @@ telemetry, and autoscaling guidance.
 
 Each top-level folder of the source tree (``router/``, ``streams/``, ``contract/``, ...) installs as a
 subpackage of this one (``headroom.router``, ``headroom.streams``, ...), so no generic module name lands
-in site-packages.
+in site-packages. Beside them, what every package shares:
+
+- :mod:`headroom.errors` — the error hierarchy, and :class:`~headroom.errors.CommandError`.
+- :mod:`headroom.kafka_clients` — every Kafka client, made from :class:`~contract.topics.KafkaSettings`.
+- :mod:`headroom.model_topic` — the one reader of ``model-updates``.
+- :mod:`headroom.process` — process-wide settings, applied once where a process starts.
 """
 
 from importlib.metadata import PackageNotFoundError, version
