@@ -8,7 +8,7 @@ scraped metrics. The router's knowledge is modelled explicitly: server metrics a
 Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
 ``actions`` run once at given times; both get a :class:`PoolControl` that can add servers (routable after
 their profile's ``load_delay_s``), remove servers (they stop receiving requests, finish what they hold,
-then leave) and slow servers down. Runs repeat exactly for the same inputs and seed.
+then leave), slow servers down and read the router's view. Runs repeat exactly for the same inputs and seed.
 """
 
 from __future__ import annotations
@@ -84,6 +84,13 @@ class PoolControl:
     def servers(self) -> dict[str, str]:
         """Server id -> state (``loading``, ``ready``, ``draining``, ``removed``)."""
         return {sid: s.state for sid, s in self._run.servers.items()}
+
+    def router_view(self) -> PoolView:
+        """The router's view of the routable servers now (its in-flight counts and step rhythm; no request,
+        so no prefix matches) — for controllers that model the router's own signals."""
+        view = self._run.view
+        view.now = self._run.now
+        return view
 
     def snapshots(self) -> list[ServerSnapshot]:
         """The latest scraped metrics of every server that is loading, ready or draining."""
