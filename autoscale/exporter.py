@@ -1,12 +1,17 @@
-"""Prometheus gauges of the autoscaling signals, for the Prometheus adapter or the Stackdriver adapter.
+"""Prometheus series of headroom's own autoscaling signals, one per model-server pod, for any metrics adapter.
 
-Series (``signal`` is the :class:`~autoscale.signals.Signal` metric name):
-
-- ``headroom_autoscale_signal{signal, server}`` — per ready server; an adapter rule turns it into a
-  per-pod custom metric for a ``Pods`` / ``AverageValue`` HPA target;
-- ``headroom_autoscale_pool_signal{signal, stat}`` — ``stat`` is ``mean``, ``total`` or ``max`` over
-  the ready servers, for ``Object`` / ``External`` targets (prefer ``mean`` or ``total``: a ``max``
-  hides load spread over many servers and can scale down under load);
+- ``headroom_predicted_ttft_slo_ratio``, ``headroom_predicted_ttft_headroom_ms`` and
+  ``headroom_accelerator_memory_used_ratio`` — one series per ready server, labelled ``server`` and,
+  when the router knows the pod (from the server spec, which pod discovery fills), ``namespace`` and
+  ``pod`` of the *model-server* pod the value describes. An adapter then serves them as ``Pods``
+  metrics of those pods — GMP's as ``prometheus.googleapis.com|headroom_predicted_ttft_slo_ratio|gauge``
+  (the router's PodMonitoring leaves its own ``pod`` label off, :func:`autoscale.pipelines.pod_monitoring`),
+  prometheus-adapter's through a rule (scrape the router with ``honorLabels``). Without pod identity the
+  series carry only ``server``; use an ``External`` metric with ``AverageValue``, whose query sums
+  over the pool: ``sum(headroom_predicted_ttft_slo_ratio)`` (the HPA divides the sum by the target).
+- ``headroom_autoscale_pool_signal{signal, stat}`` — ``mean`` and ``total`` of every signal (the
+  servers' own included) over the ready servers, for ``Object`` / ``External`` targets. No ``max``:
+  a max over servers falls as servers are added, and an HPA on it scales down under load.
 - ``headroom_autoscale_pool_servers{state}`` — ``reporting`` (ready) and ``total`` servers.
 
 A server that disappears from an update has its series removed, so stale values never linger.
@@ -14,11 +19,17 @@ A server that disappears from an update has its series removed, so stale values 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from headroom.autoscale.signals import ServerMetrics, SignalContext, pool_signals, server_signals
+from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, pool_signals, pool_signals_by_server
+
+PER_POD = (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS, Signal.ACCELERATOR_MEMORY)
+POD_LABELS = ("server", "namespace", "pod")
+_HELP = {Signal.TTFT_SLO_RATIO: "Predicted TTFT of a reference request over the TTFT SLO, per model-server pod.",
+         Signal.TTFT_HEADROOM_MS: "TTFT SLO minus the predicted TTFT of a reference request (ms), per model-server pod.",
+         Signal.ACCELERATOR_MEMORY: "Accelerator memory in use over capacity, per model-server pod."}
 
 
 class SignalExporter:
@@ -26,27 +37,29 @@ class SignalExporter:
 
     def __init__(self, registry: CollectorRegistry, context: SignalContext = SignalContext()) -> None:
         self.context = context
-        self._server = Gauge("headroom_autoscale_signal", "Autoscaling signal reported by one ready server.",
-                             ["signal", "server"], registry=registry)
+        self._per_pod = {s: Gauge(s.value, _HELP[s], list(POD_LABELS), registry=registry) for s in PER_POD}
         self._pool = Gauge("headroom_autoscale_pool_signal", "Autoscaling signal over the pool's ready servers.",
                            ["signal", "stat"], registry=registry)
         self._servers = Gauge("headroom_autoscale_pool_servers", "Servers in the pool, by state.",
                               ["state"], registry=registry)
-        self._labels: set[tuple[str, str]] = set()
+        self._labels: set[tuple[Signal, tuple[str, str, str]]] = set()
 
-    def update(self, servers: Sequence[ServerMetrics]) -> None:
+    def update(self, servers: Sequence[ServerMetrics], pods: Mapping[str, tuple[str, str]] = {}) -> None:
+        """Refresh every series; ``pods`` maps a server id to its pod's ``(namespace, pod)`` when known."""
         labels = set()
-        for server in servers:
-            for signal, value in server_signals(server, self.context).items():
-                self._server.labels(signal.value, server.server_id).set(value)
-                labels.add((signal.value, server.server_id))
-        for stale in self._labels - labels:
-            self._server.remove(*stale)
+        by_server = pool_signals_by_server(servers, self.context)
+        for sid, values in by_server.items():
+            identity = (sid, *pods.get(sid, ("", "")))
+            for signal in PER_POD:
+                if signal in values:
+                    self._per_pod[signal].labels(*identity).set(values[signal])
+                    labels.add((signal, identity))
+        for signal, identity in self._labels - labels:
+            self._per_pod[signal].remove(*identity)
         self._labels = labels
         self._pool.clear()
-        for signal, pooled in pool_signals(servers, self.context).items():
+        for signal, pooled in pool_signals(servers, self.context, by_server).items():
             self._pool.labels(signal.value, "mean").set(pooled.mean)
             self._pool.labels(signal.value, "total").set(pooled.total)
-            self._pool.labels(signal.value, "max").set(pooled.maximum)
         self._servers.labels("total").set(len(servers))
         self._servers.labels("reporting").set(sum(1 for s in servers if s.ready))

@@ -5,16 +5,20 @@ is a scrape of a real vLLM / JetStream ``/metrics`` endpoint mapped to those fie
 loading the model (``ready`` false) expose no metrics, so they report no signal: the HPA counts them
 as missing pods.
 
-Signals (name → what it measures; the names are the Prometheus series an adapter would serve):
+Each :class:`Signal` is one Prometheus series (its value is the series name); which model server
+exports which is :mod:`autoscale.servers`' business:
 
-- ``vllm:num_requests_waiting`` — queue size; ``jetstream_prefill_backlog_size`` — prefill backlog.
-  The guide's throughput signal: Pods AverageValue target of 3–5 to start.
-- ``jetstream_slots_used_percentage`` — batch slots in use (0–1): the latency signal; start just below 1.
-- ``vllm:kv_cache_usage_perc`` — KV-cache usage (0–1): tracks accelerator memory actually used.
-- ``headroom_accelerator_memory_used_ratio`` — memory in use over capacity. With vLLM / TGI the KV
-  cache is preallocated, so this is flat while serving: exported for completeness, useless to scale on.
+- ``vllm:num_requests_waiting`` / ``jetstream_prefill_backlog_size`` — queue size / prefill backlog,
+  the guide's throughput signal (Pods AverageValue target 3–5 to start);
+- ``vllm:num_requests_running`` — batch size; ``jetstream_slots_used_percentage`` — decode slots in use
+  (0–1), the latency signal (start just below a full batch, "just below 1" for slots);
+- ``vllm:kv_cache_usage_perc`` (``vllm:gpu_cache_usage_perc`` before vLLM 0.10) — KV-cache usage (0–1);
+- ``memory_used`` — accelerator memory in use, bytes (the TPU device plugin's series): weights plus the
+  KV cache in use. vLLM and TGI preallocate the KV cache, so their memory bytes are flat while serving;
+- ``headroom_accelerator_memory_used_ratio`` — the router's memory-in-use over capacity;
 - ``headroom_predicted_ttft_slo_ratio`` — predicted TTFT over the TTFT SLO (1.0 = at the SLO), from a
-  :class:`TtftPredictor`; ``headroom_predicted_ttft_headroom_ms`` is the SLO minus the prediction.
+  :class:`TtftPredictor` (the learned model); ``headroom_predicted_ttft_headroom_ms`` is the SLO minus
+  the prediction.
 """
 
 from __future__ import annotations
@@ -47,96 +51,105 @@ class ServerMetrics(Protocol):
 
 
 class TtftPredictor(Protocol):
-    """Predicts the TTFT (ms) a new request would see on a server in the given state."""
+    """Predicts the TTFT (ms) a reference request would see on each of the given servers."""
 
-    def predict_ttft_ms(self, server: ServerMetrics) -> float | None:
-        """The predicted TTFT in ms, or None when there is no prediction for this server."""
-
-
-@dataclass(frozen=True)
-class QueueDrainTtft:
-    """A closed-form TTFT estimate: the queue ahead (plus this request) drains at one prefill each.
-
-    ``prefill_ms`` is the mean prefill time of one request; a stand-in where no learned model is at hand.
-    """
-
-    prefill_ms: float
-    base_ms: float = 0.0
-
-    def predict_ttft_ms(self, server: ServerMetrics) -> float:
-        return self.base_ms + (max(server.num_waiting, server.prefill_backlog or 0) + 1) * self.prefill_ms
+    def predict_ttft_ms(self, servers: Sequence[ServerMetrics]) -> Mapping[str, float]:
+        """Server id → predicted TTFT in ms; servers without a prediction are left out."""
 
 
 class Signal(enum.Enum):
-    """A scalable signal and the metric name it is served under."""
+    """A scalable signal, valued by the Prometheus series it is served under."""
 
     QUEUE_SIZE = "vllm:num_requests_waiting"
+    BATCH_SIZE = "vllm:num_requests_running"
+    KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+    GPU_CACHE_USAGE = "vllm:gpu_cache_usage_perc"
     PREFILL_BACKLOG = "jetstream_prefill_backlog_size"
     SLOTS_USED = "jetstream_slots_used_percentage"
-    KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+    HBM_USED_BYTES = "memory_used"
     ACCELERATOR_MEMORY = "headroom_accelerator_memory_used_ratio"
     TTFT_SLO_RATIO = "headroom_predicted_ttft_slo_ratio"
     TTFT_HEADROOM_MS = "headroom_predicted_ttft_headroom_ms"
 
+    @property
+    def headroom_own(self) -> bool:
+        """Computed by headroom's router rather than exported by the model server."""
+        return self.value.startswith("headroom_")
+
 
 @dataclass(frozen=True)
 class SignalContext:
-    """What some signals need beyond the snapshot: memory capacity, a TTFT predictor and its SLO."""
+    """What some signals need beyond the snapshot: memory sizes, a TTFT predictor and its SLO.
+
+    ``weights_bytes`` and ``kv_capacity_bytes`` give the memory in use of a server that allocates its
+    KV cache as it fills (weights + usage × capacity); without them ``memory_used`` is left out.
+    """
 
     memory_capacity_bytes: int = 80 * 2**30
     ttft_slo_ms: float | None = None
     predictor: TtftPredictor | None = None
+    weights_bytes: int | None = None
+    kv_capacity_bytes: int | None = None
+
+
+def pool_signals_by_server(servers: Sequence[ServerMetrics],
+                           context: SignalContext = SignalContext()) -> dict[str, dict[Signal, float]]:
+    """Every signal of every ready server (servers still loading are left out)."""
+    ready = [s for s in servers if s.ready]
+    predicted: Mapping[str, float] = {}
+    if context.predictor is not None and context.ttft_slo_ms is not None and ready:
+        predicted = context.predictor.predict_ttft_ms(ready)
+    return {s.server_id: _signals(s, context, predicted.get(s.server_id)) for s in ready}
 
 
 def server_signals(server: ServerMetrics, context: SignalContext = SignalContext()) -> dict[Signal, float]:
     """Every signal one ready server reports; empty for a server still loading."""
-    if not server.ready:
-        return {}
-    reported = ((Signal.QUEUE_SIZE, server.num_waiting), (Signal.PREFILL_BACKLOG, server.prefill_backlog),
-                (Signal.SLOTS_USED, server.slots_used), (Signal.KV_CACHE_USAGE, server.kv_cache_usage))
+    return pool_signals_by_server([server], context).get(server.server_id, {})
+
+
+def _signals(server: ServerMetrics, context: SignalContext, predicted_ms: float | None) -> dict[Signal, float]:
+    usage = server.kv_cache_usage
+    reported = ((Signal.QUEUE_SIZE, server.num_waiting), (Signal.BATCH_SIZE, server.num_running),
+                (Signal.KV_CACHE_USAGE, usage), (Signal.GPU_CACHE_USAGE, usage),
+                (Signal.PREFILL_BACKLOG, server.prefill_backlog), (Signal.SLOTS_USED, server.slots_used))
     values = {signal: float(value) for signal, value in reported if value is not None}  # unreported: left out
     if server.memory_used_bytes is not None:
         values[Signal.ACCELERATOR_MEMORY] = server.memory_used_bytes / context.memory_capacity_bytes
-    if context.predictor is not None and context.ttft_slo_ms is not None:
-        predicted = context.predictor.predict_ttft_ms(server)
-        if predicted is not None:
-            values[Signal.TTFT_SLO_RATIO] = predicted / context.ttft_slo_ms
-            values[Signal.TTFT_HEADROOM_MS] = context.ttft_slo_ms - predicted
+    if context.weights_bytes is not None and context.kv_capacity_bytes is not None:
+        values[Signal.HBM_USED_BYTES] = float(context.weights_bytes + int(usage * context.kv_capacity_bytes))
+    if predicted_ms is not None and context.ttft_slo_ms is not None:
+        values[Signal.TTFT_SLO_RATIO] = predicted_ms / context.ttft_slo_ms
+        values[Signal.TTFT_HEADROOM_MS] = context.ttft_slo_ms - predicted_ms
     return values
 
 
 @dataclass(frozen=True)
 class PoolSignal:
-    """One signal over the pool: the ready servers' mean (what a Pods AverageValue target compares),
-    their sum and max, and how many servers reported versus how many exist."""
+    """One signal over the pool: the ready servers' mean (what a Pods AverageValue target compares)
+    and sum (what an External AverageValue target divides), and how many servers reported of how many."""
 
     signal: Signal
     mean: float
     total: float
-    maximum: float
     reporting: int
     servers: int
 
 
-def pool_signals(servers: Sequence[ServerMetrics],
-                 context: SignalContext = SignalContext()) -> dict[Signal, PoolSignal]:
-    """Every signal aggregated over the pool (servers still loading are counted but do not report)."""
-    per_server = [server_signals(s, context) for s in servers]
+def pool_signals(servers: Sequence[ServerMetrics], context: SignalContext = SignalContext(),
+                 by_server: Mapping[str, Mapping[Signal, float]] | None = None) -> dict[Signal, PoolSignal]:
+    """Every signal aggregated over the pool (servers still loading are counted but do not report);
+    ``by_server`` is :func:`pool_signals_by_server` of the same servers when already computed."""
+    per_server = list((by_server if by_server is not None else pool_signals_by_server(servers, context)).values())
     result = {}
     for signal in Signal:
         values = [v[signal] for v in per_server if signal in v]
         if values:
-            result[signal] = PoolSignal(signal, sum(values) / len(values), sum(values), max(values),
-                                        len(values), len(servers))
+            result[signal] = PoolSignal(signal, sum(values) / len(values), sum(values), len(values), len(servers))
     return result
 
 
 def per_pod_milli(servers: Iterable[ServerMetrics], signal: Signal,
                   context: SignalContext = SignalContext()) -> Mapping[str, int]:
     """Per-pod values as a custom-metrics adapter serves them: milli-units, truncated."""
-    out = {}
-    for server in servers:
-        values = server_signals(server, context)
-        if signal in values:
-            out[server.server_id] = int(values[signal] * 1000)
-    return out
+    by_server = pool_signals_by_server(list(servers), context)
+    return {sid: int(values[signal] * 1000) for sid, values in by_server.items() if signal in values}

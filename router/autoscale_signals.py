@@ -5,7 +5,8 @@ accelerator memory, as the servers' own scrapes report them (a signal a server d
 out), and headroom's own **predicted-TTFT** signal: what the learned model predicts a reference request
 (``reference_prompt_tokens``) would wait for its first token on each server now, as a ratio of and a
 headroom against ``ttft_slo_ms``. Without a model (warm-up) the predicted signals are left out rather
-than guessed.
+than guessed. Each server's own series carry its pod's ``namespace`` and ``pod`` when the server spec
+names them, so adapters serve them as per-pod metrics.
 """
 
 from __future__ import annotations
@@ -40,13 +41,13 @@ class ServerSignals:
 
 
 class _Known:
-    """Predicted TTFTs computed for this refresh, served one server at a time."""
+    """Predicted TTFTs computed for this refresh."""
 
     def __init__(self, ttft_ms: dict[str, float]):
         self.ttft_ms = ttft_ms
 
-    def predict_ttft_ms(self, server: ServerMetrics) -> float | None:
-        return self.ttft_ms.get(server.server_id)
+    def predict_ttft_ms(self, servers: Sequence[ServerMetrics]) -> dict[str, float]:
+        return self.ttft_ms
 
 
 class RouterSignals:
@@ -58,21 +59,24 @@ class RouterSignals:
         self.reference = Request("autoscale-reference", reference_prompt_tokens)
         self.memory_capacity_bytes = int(memory_capacity_gib * GIB)
 
-    def read(self, pool: PoolState, now: float) -> tuple[list[ServerSignals], Sequence[ServerSnapshot]]:
-        """The pool's state for a refresh; call it where the pool is updated (the event loop)."""
+    def read(self, pool: PoolState, now: float) -> tuple[list[ServerSignals], Sequence[ServerSnapshot],
+                                                         dict[str, tuple[str, str]]]:
+        """The pool's state for a refresh, and each server's pod; call it where the pool is updated."""
         snapshots = pool.snapshots(self.reference, now)
         healthy = {s.server_id for s in snapshots}
         servers = [ServerSignals(sid, m.num_waiting, m.num_running, m.kv_cache_usage, m.prefill_backlog,
                                  m.slots_used, m.memory_used_bytes, sid in healthy)
                    for sid, m in ((sid, pool.scrapes[sid].metrics) for sid in pool.servers) if m is not None]
-        return servers, snapshots
+        pods = {sid: (spec.namespace, spec.pod) for sid, spec in pool.servers.items() if spec.pod}
+        return servers, snapshots, pods
 
-    def publish(self, servers: list[ServerSignals], snapshots: Sequence[ServerSnapshot]) -> None:
+    def publish(self, servers: list[ServerSignals], snapshots: Sequence[ServerSnapshot],
+                pods: dict[str, tuple[str, str]] | None = None) -> None:
         """Recompute every gauge (blocking: the predictor may be remote, so run it off the event loop)."""
         self.exporter.context = SignalContext(memory_capacity_bytes=self.memory_capacity_bytes,
                                               ttft_slo_ms=self.ttft_slo_ms,
                                               predictor=_Known(self._predicted_ttft(snapshots)))
-        self.exporter.update(servers)
+        self.exporter.update(servers, pods or {})
 
     def _predicted_ttft(self, snapshots: Sequence[ServerSnapshot]) -> dict[str, float]:
         if self.predictor is None or self.ttft_slo_ms is None:

@@ -1,7 +1,8 @@
 """The servers the router may pick: from static config, or from a YAML/JSON file that may change.
 
-A server entry is ``{id, address, pool, metricsUrl}``; ``address`` is ``host:port`` of its
-OpenAI-compatible API, ``pool`` defaults to ``default`` and ``metricsUrl`` to ``http://ADDRESS/metrics``.
+A server entry is ``{id, address, pool, metricsUrl, namespace, pod}``; ``address`` is ``host:port`` of its
+OpenAI-compatible API, ``pool`` defaults to ``default`` and ``metricsUrl`` to ``http://ADDRESS/metrics``;
+``namespace`` and ``pod`` name the Kubernetes pod behind it, when known (the autoscaling signals carry them).
 A server file holds ``{servers: [entry, ...]}``. :class:`ServerFile` rereads it when its modification time
 or size changes; a broken file keeps the previous list and reports the error.
 """
@@ -25,6 +26,8 @@ class ServerSpec:
     address: str
     pool_key: str = "default"
     metrics_url: str = ""
+    namespace: str = ""  # the pod serving it, when known
+    pod: str = ""
 
     @property
     def scrape_url(self) -> str:
@@ -40,20 +43,23 @@ def parse_servers(entries: Any, where: str = "servers") -> tuple[ServerSpec, ...
         at = f"{where}[{i}]"
         if not isinstance(entry, Mapping):
             raise ConfigError(f"{at} must be a mapping, got {type(entry).__name__}")
-        unknown = sorted(set(entry) - {"id", "address", "pool", "metricsUrl"})
+        unknown = sorted(set(entry) - {"id", "address", "pool", "metricsUrl", "namespace", "pod"})
         if unknown:
-            raise ConfigError(f"{at}: unknown key {unknown[0]!r} (known: address, id, metricsUrl, pool)")
+            raise ConfigError(f"{at}: unknown key {unknown[0]!r} "
+                              f"(known: address, id, metricsUrl, namespace, pod, pool)")
         address = entry.get("address")
         if not isinstance(address, str) or ":" not in address:
             raise ConfigError(f"{at}: address must be 'host:port', got {address!r}")
         server_id = entry.get("id", address)
         for key, value in (("id", server_id), ("pool", entry.get("pool", "default")),
-                           ("metricsUrl", entry.get("metricsUrl", ""))):
+                           ("metricsUrl", entry.get("metricsUrl", "")), ("namespace", entry.get("namespace", "")),
+                           ("pod", entry.get("pod", ""))):
             if not isinstance(value, str):
                 raise ConfigError(f"{at}: {key} must be a string, got {value!r}")
         if server_id in specs:
             raise ConfigError(f"{at}: duplicate server id {server_id!r}")
-        specs[server_id] = ServerSpec(server_id, address, entry.get("pool", "default"), entry.get("metricsUrl", ""))
+        specs[server_id] = ServerSpec(server_id, address, entry.get("pool", "default"), entry.get("metricsUrl", ""),
+                                      entry.get("namespace", ""), entry.get("pod", ""))
     return tuple(specs.values())
 
 

@@ -27,6 +27,12 @@ def test_environment_then_file_settings():
     assert (config.settings.http_port, config.settings.seed) == (81, 7)
 
 
+def test_a_server_may_name_its_pod():
+    config = load_config({"servers": [{"id": "a", "address": "10.0.0.1:8000", "namespace": "llm", "pod": "vllm-0"},
+                                      {"address": "10.0.0.2:8000"}]}, environ={})
+    assert [(s.namespace, s.pod) for s in config.servers] == [("llm", "vllm-0"), ("", "")]
+
+
 def test_servers_file_is_relative_to_the_config(tmp_path):
     (tmp_path / "router.yaml").write_text("serversFile: pool.yaml\n")
     assert load_config(tmp_path / "router.yaml", environ={}).servers_file == tmp_path / "pool.yaml"
@@ -39,6 +45,7 @@ def test_servers_file_is_relative_to_the_config(tmp_path):
     pytest.param({"settings": {"predictor": "magic"}}, "'predictor' must be", id="bad-predictor"),
     pytest.param({"servers": [], "serversFile": "x"}, "either 'servers' or 'serversFile'", id="both-server-sources"),
     pytest.param({"scheduling": {"plugins": []}}, "ref 'producer' names no plugin", id="bad-scheduling"),
+    pytest.param({"servers": [{"address": "h:1", "pod": 3}]}, "pod must be a string", id="bad-pod"),
 ])
 def test_config_errors(data, message):
     with pytest.raises(ConfigError, match=message):
