@@ -6,6 +6,8 @@
 (5000, 500, 1500, 2048000, 3000)
 >>> format_milli(5000), format_milli(1500), format_milli(2867)
 ('5', '1500m', '2867m')
+>>> format_decimal(5000), format_decimal(1500), format_decimal(2867)
+('5', '1.5', '2.867')
 """
 
 from __future__ import annotations
@@ -58,3 +60,9 @@ def to_milli(value: str | int | float) -> int:
 def format_milli(milli: int) -> str:
     """The shortest canonical quantity text for ``milli`` milli-units (``5000`` → ``"5"``)."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_decimal(milli: int) -> str:
+    """``milli`` milli-units as a plain decimal (``1500`` → ``"1.5"``), for fields that take a float."""
+    whole, part = divmod(milli, 1000)
+    return str(whole) if not part else f"{whole}.{part:03d}".rstrip("0")
