@@ -11,35 +11,48 @@ Every ``tick_s`` of virtual time the loop (a ``sim.pool`` controller):
    scale-down, loading servers go first, then the newest ready ones (the ReplicaSet's order);
 4. books cost: replica-seconds of every server that is loading, serving or draining.
 
-HPA metric names map to :class:`~autoscale.signals.Signal` names. ``Pods`` metrics are per-server
-values; ``Object`` and ``External`` metrics are the pool total over ready servers (a ``sum()`` query);
-``Resource`` ``memory`` reads the servers' accelerator memory. The simulator has no CPU.
+Each HPA metric reads the signal its name binds to in any pipeline's naming
+(:func:`autoscale.pipelines.binding`): ``Pods`` metrics per server; ``External`` and ``Object`` metrics
+one value over the ready servers, aggregated as their query says (``sum`` unless a KEDA trigger or an
+adapter rule says ``avg``, ``max`` or ``min``; a bare series with several servers is the error KEDA
+gives). ``Resource`` ``memory`` reads the servers' accelerator memory; the simulator has no CPU. The
+pool exports only what its model server does (:mod:`autoscale.servers`): an HPA naming anything else is
+refused, as a cluster would leave it without a metric. headroom's predicted-TTFT signal comes from a
+model learned on the pool's own telemetry (:mod:`autoscale.learned`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import xgboost as xgb
+
 from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget, SyncResult
+from headroom.autoscale.documents import Autoscaler, bindings
 from headroom.autoscale.errors import SpecError
+from headroom.autoscale.learned import LearnedTtft, TrainingPlan, learn_ttft_model
 from headroom.autoscale.metrics_source import ScrapedMetrics, StaticMetrics
+from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import Pod, PodPhase, PodSample
-from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, per_pod_milli
+from headroom.autoscale.servers import ModelServer
+from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, pool_signals_by_server
 from headroom.autoscale.spec import HpaSpec, SourceType
 from headroom.sim.policies import policy
 from headroom.sim.pool import PoolControl, ServerSpec, run
-from headroom.sim.profile import profile
+from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, ServerProfile, profile
 from headroom.sim.request import Request
 from headroom.sim.results import quantile
 
-KNOWN_METRICS = tuple(s.value for s in Signal)
+AGGREGATE = {"sum": sum, "max": max, "min": min, "avg": lambda values: sum(values) / len(values)}
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """How the closed loop is wired: server type, pipeline delays, loop resolution, routing, seed."""
+    """How the closed loop is wired: model server, server type, pipeline delays, loop resolution,
+    routing, seed, starting size, the router's TTFT SLO and how its TTFT model is learned."""
 
+    model_server: ModelServer = ModelServer()
     server_type: str = "h100"
     load_delay_s: float | None = None
     scrape_interval_s: float = 15.0
@@ -49,8 +62,15 @@ class LoopSettings:
     pick: str = "least-queue"
     seed: int = 0
     initial_replicas: int | None = None
-    signals: SignalContext = SignalContext()
+    ttft_slo_ms: float | None = None
+    learning: TrainingPlan = TrainingPlan()
+    memory_capacity_bytes: int = 80 * 2**30
     controller: ControllerSettings = ControllerSettings()
+
+    @property
+    def profile(self) -> ServerProfile:
+        prof = profile(self.server_type)
+        return prof if self.load_delay_s is None else prof.with_(load_delay_s=self.load_delay_s)
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,10 @@ class LoopResult:
     def requests(self) -> int:
         return len(self.ttft_ms) + self.dropped
 
+    @property
+    def replica_hours(self) -> float:
+        return self.replica_seconds / 3600
+
     def ttft_quantile(self, q: float) -> float:
         return quantile(self.ttft_ms, q)
 
@@ -96,29 +120,43 @@ class LoopResult:
     def rescales(self) -> int:
         return sum(1 for s in self.syncs if s.rescaled)
 
+    @property
+    def peak_replicas(self) -> int:
+        return max((p.spec_replicas for p in self.timeline), default=0)
 
-def check_supported(spec: HpaSpec) -> None:
-    """Raise SpecError for metrics the simulated pool cannot serve."""
-    for metric in spec.metrics:
-        if metric.source in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE):
-            if metric.name != "memory":
-                raise SpecError(f"metric {metric.label}: the simulated pool reports no {metric.name}; "
-                                f"use Pods metrics ({', '.join(KNOWN_METRICS)}) or memory")
-        elif metric.name not in KNOWN_METRICS:
-            raise SpecError(f"metric {metric.label}: unknown to the simulated pool; "
-                            f"known: {', '.join(KNOWN_METRICS)}")
+
+def pool_bindings(autoscaler: Autoscaler, settings: LoopSettings) -> dict[str, Binding]:
+    """Each metric's binding; SpecError for a metric the simulated pool cannot serve."""
+    for metric in autoscaler.spec.metrics:
+        if metric.source in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE) and metric.name != "memory":
+            raise SpecError(f"metric {metric.label}: the simulated pool reports no {metric.name}; use the "
+                            f"model server's metrics or memory")
+    found = bindings(autoscaler)
+    server = settings.model_server
+    for label, bound in found.items():
+        if not server.serves(bound.signal):
+            exported = ", ".join(s.value for s in server.exported)
+            raise SpecError(f"metric {label}: a {server.label} pool does not export {bound.signal.value}, so the "
+                            f"HPA would find no metric and never scale (it exports {exported})")
+        if bound.signal in (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS) and settings.ttft_slo_ms is None:
+            raise SpecError(f"metric {label}: the predicted-TTFT signal needs the router's TTFT SLO")
+    return found
+
+
+def needs_ttft_model(bound: Mapping[str, Binding]) -> bool:
+    return any(b.signal in (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS) for b in bound.values())
 
 
 class _Loop:
     """The sim.pool controller that plays the cluster: metric pipeline, HPA, Deployment, cost."""
 
-    def __init__(self, spec: HpaSpec, settings: LoopSettings, initial: Sequence[str]) -> None:
-        self.spec, self.settings = spec, settings
+    def __init__(self, spec: HpaSpec, bound: Mapping[str, Binding], settings: LoopSettings,
+                 initial: Sequence[str], ttft_model: xgb.Booster | None, end_s: float,
+                 progress: Callable[[float, float], None] | None) -> None:
+        self.spec, self.bound, self.settings = spec, bound, settings
         self.hpa = HpaController(spec, settings.controller)
         self.pipeline = ScrapedMetrics(settings.scrape_interval_s, settings.adapter_lag_s)
-        self.profile = profile(settings.server_type)
-        if settings.load_delay_s is not None:
-            self.profile = self.profile.with_(load_delay_s=settings.load_delay_s)
+        self.profile = settings.profile
         self.created = {sid: 0.0 for sid in initial}
         self.spec_replicas = len(initial)
         self.next_sync = settings.controller.sync_period
@@ -126,13 +164,23 @@ class _Loop:
         self.timeline: list[TimelinePoint] = []
         self.replica_seconds = 0.0
         self.serial = len(initial)
+        self.end_s, self.progress = end_s, progress
+        self.control: PoolControl | None = None
+        hbm = settings.model_server.kind == "jetstream"  # its accelerator memory grows with the KV cache in use
+        self.context = SignalContext(
+            memory_capacity_bytes=settings.memory_capacity_bytes, ttft_slo_ms=settings.ttft_slo_ms,
+            predictor=None if ttft_model is None else LearnedTtft(ttft_model, lambda: self.control.router_view(),
+                                                                  settings.learning.reference_prompt_tokens),
+            weights_bytes=self.profile.weights_bytes if hbm else None,
+            kv_capacity_bytes=self.profile.kv_blocks * BLOCK_TOKENS * KV_BYTES_PER_TOKEN if hbm else None)
 
     def __call__(self, control: PoolControl) -> None:
+        self.control = control
         now = control.now
         states = control.servers()
-        snapshots = control.snapshots()
+        by_server = pool_signals_by_server(control.snapshots(), self.context)
         if self.pipeline.scrape_due(now):
-            self.pipeline.record(now, self._metrics(snapshots, now))
+            self.pipeline.record(now, self._metrics(control.snapshots(), by_server, now))
         if now + 1e-9 >= self.next_sync:
             self.next_sync += self.settings.controller.sync_period
             result = self.hpa.sync(now, ScaleTarget(self.spec_replicas, self._pods(states), self._live(states)),
@@ -145,14 +193,16 @@ class _Loop:
         self.replica_seconds += self.settings.tick_s * len(alive)
         self.timeline.append(TimelinePoint(
             now, self.spec_replicas, alive.count("ready"), alive.count("loading"), alive.count("draining"),
-            self._means(snapshots)))
+            self._means(by_server)))
+        if self.progress is not None:
+            self.progress(now, self.end_s)
 
     def _live(self, states: dict[str, str]) -> int:
         return sum(1 for s in states.values() if s in ("loading", "ready"))
 
     def _pods(self, states: dict[str, str]) -> tuple[Pod, ...]:
         pods = []
-        memory_request = self.settings.signals.memory_capacity_bytes * 1000
+        memory_request = self.settings.memory_capacity_bytes * 1000
         for sid, state in states.items():
             if state == "removed":
                 continue
@@ -162,29 +212,34 @@ class _Loop:
                             requests={"memory": memory_request}))
         return tuple(pods)
 
-    def _metrics(self, snapshots: Sequence[ServerMetrics], now: float) -> StaticMetrics:
-        context = self.settings.signals
+    def _metrics(self, snapshots: Sequence[ServerMetrics], by_server: Mapping[str, Mapping[Signal, float]],
+                 now: float) -> StaticMetrics:
         pods, objects, external = {}, {}, {}
         for metric in self.spec.metrics:
             if metric.source in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE):
                 values = {s.server_id: s.memory_used_bytes * 1000 for s in snapshots if s.ready}
             else:
-                values = dict(per_pod_milli(snapshots, Signal(metric.name), context))
+                bound = self.bound[metric.label]
+                values = {sid: int(v[bound.signal] * 1000) for sid, v in by_server.items() if bound.signal in v}
+            if metric.source not in (SourceType.OBJECT, SourceType.EXTERNAL):
+                if values:
+                    pods[metric.label] = {sid: PodSample(v, timestamp=now) for sid, v in values.items()}
+                continue
+            one = _aggregate(self.bound[metric.label].aggregation, list(values.values()))
+            if one is None:
+                continue
             if metric.source is SourceType.OBJECT:
-                objects[metric.label] = sum(values.values())
-            elif metric.source is SourceType.EXTERNAL:
-                external[metric.label] = [sum(values.values())] if values else []
-            elif values:
-                pods[metric.label] = {sid: PodSample(v, timestamp=now) for sid, v in values.items()}
+                objects[metric.label] = one
+            else:
+                external[metric.label] = [one]
         return StaticMetrics(pods=pods, objects=objects, external=external)
 
-    def _means(self, snapshots: Sequence[ServerMetrics]) -> dict[str, float]:
+    def _means(self, by_server: Mapping[str, Mapping[Signal, float]]) -> dict[str, float]:
         means = {}
-        for metric in self.spec.metrics:
-            if metric.name in KNOWN_METRICS:
-                values = per_pod_milli(snapshots, Signal(metric.name), self.settings.signals)
-                if values:
-                    means[metric.name] = sum(values.values()) / len(values) / 1000
+        for label, bound in self.bound.items():
+            values = [v[bound.signal] for v in by_server.values() if bound.signal in v]
+            if values:
+                means[bound.signal.value] = sum(values) / len(values)
         return means
 
     def _scale(self, control: PoolControl, states: dict[str, str], desired: int) -> None:
@@ -202,12 +257,32 @@ class _Loop:
         self.spec_replicas = desired
 
 
-def run_closed_loop(spec: HpaSpec, requests: Sequence[Request], settings: LoopSettings = LoopSettings()) -> LoopResult:
-    """Play ``requests`` on a pool scaled by ``spec``; the same inputs and seed give the same result."""
-    check_supported(spec)
+def _aggregate(aggregation: str | None, values: list[int]) -> int | None:
+    """One value of a query over the ready servers; None when the query gives none (KEDA's error for a
+    bare series over several servers, or no server reporting)."""
+    if not values or (aggregation is None and len(values) > 1):
+        return None
+    return int(AGGREGATE[aggregation or "sum"](values))
+
+
+def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[Request],
+                    settings: LoopSettings = LoopSettings(), *, ttft_model: xgb.Booster | None = None,
+                    progress: Callable[[float, float], None] | None = None) -> LoopResult:
+    """Play ``requests`` on a pool scaled by ``autoscaler``; the same inputs and seed give the same result.
+
+    ``ttft_model`` is the learned TTFT model when the caller has one for these requests and settings
+    (else it is learned here, if a metric needs it); ``progress(now, end)`` is called every tick.
+    """
+    if isinstance(autoscaler, HpaSpec):
+        autoscaler = Autoscaler(autoscaler)
+    bound = pool_bindings(autoscaler, settings)
+    if needs_ttft_model(bound) and ttft_model is None:
+        ttft_model = learn_ttft_model(requests, settings.profile, settings.seed, settings.learning)
+    spec = autoscaler.spec
     initial_count = settings.initial_replicas or spec.min_replicas
     initial = [f"server-{i}" for i in range(initial_count)]
-    loop = _Loop(spec, settings, initial)
+    end_s = requests[-1].arrival_s if requests else 0.0
+    loop = _Loop(spec, bound, settings, initial, ttft_model if needs_ttft_model(bound) else None, end_s, progress)
     pool = [ServerSpec(sid, loop.profile) for sid in initial]
     result = run(requests, pool, policy(settings.pick, settings.seed), scrape_interval_s=settings.router_scrape_s,
                  seed=settings.seed, controller=loop, control_interval_s=settings.tick_s, telemetry=False)

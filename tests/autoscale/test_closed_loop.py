@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from headroom.autoscale.closed_loop import LoopSettings, _Loop, run_closed_loop
+from headroom.autoscale.documents import Autoscaler
 from headroom.autoscale.errors import SpecError
+from headroom.autoscale.learned import TrainingPlan, learn_ttft_model
+from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import group_pods
+from headroom.autoscale.promql import parse_query
+from headroom.autoscale.servers import ModelServer
+from headroom.autoscale.signals import Signal, pool_signals_by_server
 from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
@@ -65,18 +73,68 @@ def test_rate_step_down_waits_for_the_stabilization_window() -> None:
 
 def test_loading_server_is_a_missing_pod() -> None:
     spec = HpaSpec(max_replicas=4, metrics=(QUEUE,))
-    loop = _Loop(spec, SETTINGS, ["server-0"])
+    loop = _Loop(spec, {QUEUE.label: Binding(Signal.QUEUE_SIZE)}, SETTINGS, ["server-0"], None, 60.0, None)
     loop.created["server-1"] = 10.0
 
     def snap(sid: str, ready: bool) -> ServerSnapshot:
         return ServerSnapshot(sid, "h100", "default", 20.0, 9, 3, 0.1, 0, 0, 9, 3 / 256, 1, ready=ready)
 
-    metrics = loop._metrics([snap("server-0", True), snap("server-1", False)], 20.0)
+    snapshots = [snap("server-0", True), snap("server-1", False)]
+    metrics = loop._metrics(snapshots, pool_signals_by_server(snapshots), 20.0)
     pods = loop._pods({"server-0": "ready", "server-1": "loading"})
     samples = metrics.pod_samples(QUEUE, 20.0)
     assert set(samples) == {"server-0"}
     groups = group_pods(pods, samples, None, 20.0)
     assert groups.missing == {"server-1"} and groups.ready_count == 1
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("sum(vllm:num_requests_waiting)", 21_000), ("avg(vllm:num_requests_waiting)", 10_500),
+    ("max(vllm:num_requests_waiting)", 12_000), ("vllm:num_requests_waiting", None),
+], ids=["sum", "avg", "max", "bare-series-several-servers"])
+def test_external_metric_is_its_query_over_the_ready_servers(query: str, expected) -> None:
+    metric = MetricSpec(SourceType.EXTERNAL, "s0-prometheus", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
+    autoscaler = Autoscaler(HpaSpec(max_replicas=4, metrics=(metric,)), queries={"s0-prometheus": parse_query(query)})
+    loop = _Loop(autoscaler.spec, {metric.label: autoscaler.binding(metric)}, SETTINGS, ["a", "b"], None, 60.0, None)
+    snapshots = [ServerSnapshot(sid, "h100", "default", 0.0, waiting, 1, 0.1, 0, 0, waiting, 0.0, 1, ready=ready)
+                 for sid, waiting, ready in (("a", 12, True), ("b", 9, True), ("c", 40, False))]
+    metrics = loop._metrics(snapshots, pool_signals_by_server(snapshots), 0.0)
+    assert metrics.external.get(metric.label) == (None if expected is None else [expected])
+
+
+def test_a_metric_the_model_server_does_not_export_is_refused() -> None:
+    slots = MetricSpec(SourceType.PODS, "prometheus.googleapis.com|jetstream_slots_used_percentage|gauge",
+                       MetricTarget(TargetType.AVERAGE_VALUE, 800))
+    with pytest.raises(SpecError, match="vLLM 0.11 pool does not export jetstream_slots_used_percentage"):
+        run_closed_loop(HpaSpec(max_replicas=3, metrics=(slots,)), steps((10.0, 1.0)), SETTINGS)
+    jetstream = LoopSettings(model_server=ModelServer("jetstream"), load_delay_s=30.0)
+    assert run_closed_loop(HpaSpec(max_replicas=3, metrics=(slots,)), steps((10.0, 1.0)), jetstream).requests == 10
+
+
+def test_old_vllm_exports_the_old_kv_cache_name() -> None:
+    kv = MetricSpec(SourceType.PODS, "vllm:kv_cache_usage_perc", MetricTarget(TargetType.AVERAGE_VALUE, 800))
+    old = LoopSettings(model_server=ModelServer("vllm", "0.9"), load_delay_s=30.0)
+    with pytest.raises(SpecError, match="gpu_cache_usage_perc"):
+        run_closed_loop(HpaSpec(max_replicas=3, metrics=(kv,)), steps((10.0, 1.0)), old)
+
+
+def test_initial_replicas_start_the_pool() -> None:
+    spec = HpaSpec(max_replicas=6, metrics=(QUEUE,), behavior=one_per_minute_up())
+    result = run_closed_loop(spec, steps((30.0, 2.0)), LoopSettings(load_delay_s=30.0, initial_replicas=3))
+    assert result.timeline[0].ready == 3 and result.syncs[0].current == 3
+
+
+def test_predicted_ttft_signal_comes_from_the_learned_model() -> None:
+    ratio = MetricSpec(SourceType.PODS, "headroom_predicted_ttft_slo_ratio", MetricTarget(TargetType.AVERAGE_VALUE, 500))
+    spec = HpaSpec(max_replicas=6, metrics=(ratio,), behavior=one_per_minute_up())
+    trace = steps((60.0, 4.0), (120.0, 80.0))
+    with pytest.raises(SpecError, match="needs the router's TTFT SLO"):
+        run_closed_loop(spec, trace, SETTINGS)
+    settings = replace(SETTINGS, ttft_slo_ms=1000.0, learning=TrainingPlan(requests=1500))
+    model = learn_ttft_model(trace, settings.profile, settings.seed, settings.learning)
+    result = run_closed_loop(spec, trace, settings, ttft_model=model)
+    assert result.rescales and "headroom_predicted_ttft_slo_ratio" in result.timeline[-1].metrics
+    assert run_closed_loop(spec, trace, settings).syncs == result.syncs  # learned again: the same model
 
 
 def test_same_seed_same_timeline() -> None:
