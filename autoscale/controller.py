@@ -132,13 +132,12 @@ class HpaController:
         metric_desired, outcomes = self.propose(now, target, metrics)
         if metric_desired < 0:
             return SyncResult(now, current, current, "invalid metrics: no scaling", outcomes)
-        desired = max(0, metric_desired)
+        proposed = max(0, metric_desired)
         if spec.behavior is None:
-            desired = self._normalize_legacy(now, current, desired)
+            stabilized, desired = self._normalize_legacy(now, current, proposed)
         else:
-            desired = self._normalize_with_behavior(now, current, desired)
-        reason = ("above target" if desired > current else "all metrics below target" if desired < current
-                  else "within tolerance or limits")
+            stabilized, desired = self._normalize_with_behavior(now, current, proposed)
+        reason = _reason(current, proposed, stabilized, desired, spec)
         return self._rescale(SyncResult(now, current, desired, reason, outcomes, metric_desired))
 
     def propose(self, now: float, target: ScaleTarget,
@@ -187,13 +186,15 @@ class HpaController:
             return replica_calc.external_value_replicas(spec_replicas, values, amount, tolerances, pods)
         return replica_calc.external_average_value_replicas(target.observed_replicas, values, amount, tolerances)
 
-    def _normalize_legacy(self, now: float, current: int, desired: int) -> int:
+    def _normalize_legacy(self, now: float, current: int, desired: int) -> tuple[int, int]:
+        """The stabilized recommendation and the count after the limits."""
         stabilized, self._history.recommendations = normalize.stabilize_legacy(
             self._history.recommendations, desired, now, self.settings.downscale_stabilization)
-        return normalize.legacy_limits(current, stabilized, self.spec.min_replicas, self.spec.max_replicas,
-                                       self.settings.legacy_scale_up_factor)
+        return stabilized, normalize.legacy_limits(current, stabilized, self.spec.min_replicas,
+                                                   self.spec.max_replicas, self.settings.legacy_scale_up_factor)
 
-    def _normalize_with_behavior(self, now: float, current: int, desired: int) -> int:
+    def _normalize_with_behavior(self, now: float, current: int, desired: int) -> tuple[int, int]:
+        """The stabilized recommendation and the count after the policies' rate limits and the bounds."""
         behavior = self.spec.behavior
         assert behavior is not None
         up_window = behavior.scale_up.stabilization_window_seconds or 0
@@ -202,9 +203,10 @@ class HpaController:
             down_window = self.settings.downscale_stabilization
         stabilized, self._history.recommendations = normalize.stabilize_with_behavior(
             self._history.recommendations, desired, current, now, up_window, down_window)
-        return normalize.behavior_limits(current, stabilized, self.spec.min_replicas, self.spec.max_replicas,
-                                         self._history.up_events, self._history.down_events,
-                                         behavior.scale_up, behavior.scale_down, now)
+        return stabilized, normalize.behavior_limits(current, stabilized, self.spec.min_replicas,
+                                                     self.spec.max_replicas, self._history.up_events,
+                                                     self._history.down_events, behavior.scale_up,
+                                                     behavior.scale_down, now)
 
     def _rescale(self, result: SyncResult) -> SyncResult:
         behavior = self.spec.behavior
@@ -218,6 +220,27 @@ class HpaController:
                     self._history.down_events, result.current - result.desired,
                     behavior.scale_down.longest_period_seconds, result.at)
         return result
+
+
+def _reason(current: int, proposed: int, stabilized: int, desired: int, spec: HpaSpec) -> str:
+    """Why a sync ends at ``desired``: the metrics' proposal, then what stabilization and limits made of it."""
+    if proposed == current:
+        return "the metrics propose the current count (within tolerance)"
+    direction = "up" if proposed > current else "down"
+    if stabilized != proposed:
+        held = "held at" if stabilized == current else "stabilized to"
+        window = "scale-up" if direction == "up" else "scale-down"
+        said = f"metrics propose {proposed}; {held} {stabilized} by the {window} stabilization window"
+    else:
+        said = f"metrics propose {proposed}"
+    if desired == stabilized:
+        return said
+    if stabilized > spec.max_replicas and desired == spec.max_replicas:
+        return f"{said}; clamped to maxReplicas {desired}"
+    if stabilized < spec.min_replicas and desired == spec.min_replicas:
+        return f"{said}; clamped to minReplicas {desired}"
+    limit = "behavior's rate limits" if spec.behavior is not None else "max(2×current, 4) scale-up limit"
+    return f"{said}; {'held at' if desired == current else 'limited to'} {desired} by the {limit}"
 
 
 def sync_times(start: float, end: float, period: float) -> Sequence[float]:
