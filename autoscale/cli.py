@@ -1,146 +1,175 @@
-"""``headroom autoscale`` — check an HPA manifest, replay one HPA decision, simulate and recommend HPAs.
+"""``headroom autoscale`` — check an autoscaler, replay one HPA decision, simulate and recommend HPAs.
 
-- ``check --hpa FILE``: parse (with Kubernetes' defaults), validate against the autoscaling/v2 schema
-  when ``kubernetes-validate`` is installed, and list known traps;
-- ``decide --hpa FILE --replicas N --metric NAME=V1,V2,...``: one reconcile from per-pod values
-  (Pods metrics) or single values (Object/External), printing every metric's proposal;
-- ``simulate --hpa FILE --trace CSV``: the closed loop on an Azure-format trace, with a summary, and
-  optionally a timeline CSV and a PNG;
-- ``recommend --trace CSV --slo-ttft-p99-ms X``: search signals, targets, behaviors and tolerances for
-  the cheapest HPA meeting the SLO; writes ``hpa.yaml``, ``report.md`` and plots.
+- ``check --hpa FILE [--kubernetes-version X.Y]``: parse (with Kubernetes' defaults), validate against
+  that release's autoscaling/v2 schema, and list known traps, the release's rejected or ignored fields
+  among them;
+- ``decide --hpa FILE --replicas N --metric NAME=V1,V2,...``: one reconcile from per-pod values (Pods and
+  Resource metrics) or single values (Object/External), with the pods' requests, readiness and Pending
+  state (``--pods`` from ``kubectl get pods -o yaml``, or ``--requests``/``--not-ready``/``--pending``);
+- ``simulate`` and ``recommend`` (:mod:`autoscale.cli_runs`): the closed loop on a trace.
 
-The closed-loop commands import the pool simulator only when they run.
+``FILE`` is an HPA, or a KEDA ScaledObject (read as the HPA KEDA creates), with any adapter rules or
+PodMonitorings beside it (:mod:`autoscale.documents`); metric names may take any pipeline's form.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from headroom.autoscale import cli_runs, versions
 from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget
+from headroom.autoscale.documents import Autoscaler, load_autoscaler
 from headroom.autoscale.errors import AutoscaleError
-from headroom.autoscale.manifest import emit_manifest, parse_manifest, spec_to_dict
+from headroom.autoscale.manifest import spec_to_dict
 from headroom.autoscale.metrics_source import StaticMetrics
-from headroom.autoscale.pods import Pod, PodSample
+from headroom.autoscale.pipelines import Pipeline, adapter_name
+from headroom.autoscale.podlist import described_pods, pods_from_yaml
+from headroom.autoscale.pods import PodPhase, PodSample
 from headroom.autoscale.quantity import to_milli
-from headroom.autoscale.spec import HpaSpec, ScaleTargetRef, SourceType
+from headroom.autoscale.servers import KINDS, ModelServer
+from headroom.autoscale.spec import MetricSpec, SourceType
 from headroom.autoscale.traps import find_traps
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
+
+PIPELINES = tuple(p.value for p in Pipeline)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("autoscale", help="HPA simulation and autoscaling guidance for LLM pools")
     commands = parser.add_subparsers(dest="autoscale_command", required=True, metavar="COMMAND")
 
-    check = commands.add_parser("check", help="parse and validate an autoscaling/v2 HPA manifest, list traps")
-    check.add_argument("--hpa", required=True, type=Path, help="HPA manifest (YAML)")
+    check = commands.add_parser("check", help="validate an HPA or KEDA ScaledObject for a Kubernetes release, "
+                                              "list traps")
+    check.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML, with companions)")
+    check.add_argument("--kubernetes-version", default=None, metavar="X.Y",
+                       help="the cluster's release: validate against its schema and flag fields it rejects or "
+                            "ignores (default: the newest schema known)")
+    check.add_argument("--metrics-pipeline", choices=PIPELINES, default=None,
+                       help="flag metric names this pipeline does not serve")
+    check.add_argument("--model-server", choices=KINDS, default=None, help="flag metrics this server does not export")
+    check.add_argument("--vllm-version", default=ModelServer().version, help="vLLM release (major.minor)")
     check.add_argument("--load-delay-s", type=float, default=None, help="model load time, for the slow-load trap")
     check.set_defaults(run=run_check)
 
-    decide = commands.add_parser("decide", help="one HPA reconcile from given metric values")
-    decide.add_argument("--hpa", required=True, type=Path, help="HPA manifest (YAML)")
-    decide.add_argument("--replicas", required=True, type=int, help="current replica count")
+    decide = commands.add_parser("decide", help="one HPA reconcile from given metric values and pods")
+    decide.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML)")
+    decide.add_argument("--replicas", required=True, type=int, help="current replica count (spec.replicas)")
     decide.add_argument("--metric", action="append", default=[], metavar="NAME=V1,V2,...",
-                        help="metric values as quantities: one per pod for Pods/Resource, one for Object, "
-                             "one per series for External (repeatable)")
+                        help="values as quantities: per pod for Pods/Resource (in pod order, or POD:VALUE), "
+                             "one for Object, one per series for External; NAME in any pipeline's form (repeatable)")
+    decide.add_argument("--pods", type=Path, default=None, help="the pods, as `kubectl get pods -o yaml` prints them")
+    decide.add_argument("--requests", default="", metavar="cpu=500m,memory=1Gi",
+                        help="each described pod's resource requests (for Utilization targets)")
+    decide.add_argument("--not-ready", type=int, default=0, help="described pods Running but not Ready")
+    decide.add_argument("--pending", type=int, default=0, help="described pods still Pending")
     decide.set_defaults(run=run_decide)
-
-    simulate = commands.add_parser("simulate", help="replay an HPA on a trace with the simulated pool")
-    simulate.add_argument("--hpa", required=True, type=Path, help="HPA manifest (YAML)")
-    simulate.add_argument("--trace", required=True, type=Path, help="Azure-format CSV trace")
-    simulate.add_argument("--speedup", type=float, default=1.0, help="replay the trace this many times faster")
-    simulate.add_argument("--limit", type=int, default=None, help="use at most this many requests")
-    simulate.add_argument("--server-type", default="h100", help="simulated server profile (default h100)")
-    simulate.add_argument("--load-delay-s", type=float, default=None, help="override the model load time")
-    simulate.add_argument("--scrape-interval-s", type=float, default=15.0, help="metric scrape interval")
-    simulate.add_argument("--adapter-lag-s", type=float, default=0.0, help="metrics adapter lag")
-    simulate.add_argument("--slo-ttft-ms", type=float, default=None, help="report TTFT SLO attainment")
-    simulate.add_argument("--seed", type=int, default=0)
-    simulate.add_argument("--timeline", type=Path, default=None, help="write the timeline CSV here")
-    simulate.add_argument("--plot", type=Path, default=None, help="write a PNG of the timeline here")
-    simulate.set_defaults(run=run_simulate)
-
-    rec = commands.add_parser("recommend", help="search HPA settings on a trace for the cheapest that meets an SLO")
-    rec.add_argument("--trace", required=True, type=Path, help="Azure-format CSV trace")
-    rec.add_argument("--slo-ttft-p99-ms", required=True, type=float, help="TTFT p99 limit")
-    rec.add_argument("--slo-tpot-p99-ms", type=float, default=None, help="TPOT p99 limit (optional)")
-    rec.add_argument("--min-replicas", type=int, default=1)
-    rec.add_argument("--max-replicas", type=int, default=10)
-    rec.add_argument("--speedup", type=float, default=1.0, help="replay the trace this many times faster")
-    rec.add_argument("--limit", type=int, default=None, help="use at most this many requests")
-    rec.add_argument("--server-type", default="h100", help="simulated server profile (default h100)")
-    rec.add_argument("--load-delay-s", type=float, default=None, help="override the model load time")
-    rec.add_argument("--name", default="model-server", help="name of the HPA and its Deployment")
-    rec.add_argument("--seed", type=int, default=0)
-    rec.add_argument("--out", type=Path, default=Path("autoscale-recommendation"),
-                     help="directory for hpa.yaml, report.md and plots")
-    rec.set_defaults(run=run_recommend)
+    cli_runs.register(commands)
 
 
-def load_spec(path: Path) -> HpaSpec:
+def load_autoscaler_file(path: Path) -> Autoscaler:
     try:
-        return parse_manifest(path.read_text())
+        return load_autoscaler(path.read_text())
     except OSError as err:
-        raise CommandError(f"cannot read {path}: {err}") from err
+        raise CommandError(f"cannot read {path}: {err.strerror or err}") from err
     except AutoscaleError as err:
         raise CommandError(f"{path}: {err}") from err
 
 
 def run_check(args: argparse.Namespace) -> int:
-    console = Console()
-    spec = load_spec(args.hpa)
+    import kubernetes_validate
+
+    console = Console(soft_wrap=True)
+    autoscaler = load_autoscaler_file(args.hpa)
+    spec = autoscaler.spec
+    version = _schema_version(args.kubernetes_version)
     try:
-        import kubernetes_validate
-    except ImportError:
-        console.print("schema: skipped (install kubernetes-validate to check against the autoscaling/v2 schema)")
-    else:
-        try:
-            kubernetes_validate.validate(spec_to_dict(spec), kubernetes_validate.latest_version(), strict=True)
-        except kubernetes_validate.ValidationError as err:
-            raise CommandError(f"{args.hpa}: fails the autoscaling/v2 schema: {err.message}") from err
-        console.print("schema: valid autoscaling/v2 HorizontalPodAutoscaler")
+        kubernetes_validate.validate(spec_to_dict(spec), version, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        raise CommandError(f"{args.hpa}: fails the autoscaling/v2 schema of Kubernetes {version}: {err.message}") from err
+    made = " (the HPA KEDA creates from it)" if autoscaler.kind == "ScaledObject" else ""
+    console.print(f"schema: valid autoscaling/v2 HorizontalPodAutoscaler for Kubernetes {version}{made}")
     console.print(f"{spec.namespace}/{spec.name} → {spec.target_ref.kind}/{spec.target_ref.name}, "
                   f"replicas {spec.min_replicas}..{spec.max_replicas}, "
                   f"{'behavior' if spec.behavior else 'legacy (no behavior)'}")
     for metric in spec.metrics:
-        console.print(f"  {metric.label}: {metric.target.type.value} {_amount(metric)}")
-    traps = find_traps(spec, from_env(ControllerSettings).tolerance, args.load_delay_s)
+        query = autoscaler.queries.get(metric.name)
+        console.print(f"  {metric.label}: {metric.target.type.value} {_amount(metric)}"
+                      + (f" of {query.text}" if query else ""))
+    try:
+        server = ModelServer(args.model_server, args.vllm_version) if args.model_server else None
+        traps = find_traps(autoscaler, from_env(ControllerSettings).tolerance, args.load_delay_s,
+                           args.kubernetes_version, Pipeline(args.metrics_pipeline) if args.metrics_pipeline else None,
+                           server)
+    except AutoscaleError as err:
+        raise CommandError(str(err)) from err
     for trap in traps:
-        console.print(f"[yellow]warning[/yellow] {trap.code}: {trap.message}")
+        console.print(f"[yellow]warning[/yellow] {trap.code}: {trap.message}", soft_wrap=True)
     return 0
 
 
+def _schema_version(requested: str | None) -> str:
+    """The newest schema ``kubernetes-validate`` ships for a release no newer than ``requested``."""
+    from kubernetes_validate.utils import all_versions
+
+    known = all_versions()
+    if requested is None:
+        return known[-1]
+    try:
+        wanted = versions.release(requested)
+    except AutoscaleError as err:
+        raise CommandError(f"--kubernetes-version: {err}") from err
+    fitting = [v for v in known if versions.release(v) <= wanted]
+    if not fitting or wanted > versions.release(known[-1]):
+        raise CommandError(f"--kubernetes-version {requested}: no autoscaling/v2 schema for it "
+                           f"(schemas known: {known[0]} to {known[-1]})")
+    return fitting[-1]
+
+
 def run_decide(args: argparse.Namespace) -> int:
-    spec = load_spec(args.hpa)
+    autoscaler = load_autoscaler_file(args.hpa)
+    spec = autoscaler.spec
     if args.replicas < 0:
         raise CommandError(f"--replicas must be >= 0, got {args.replicas}")
-    values = dict(_metric_arg(text) for text in args.metric)
-    pods, objects, external = {}, {}, {}
-    for metric in spec.metrics:
-        if metric.name not in values:
-            continue
-        given = values[metric.name]
-        if metric.source is SourceType.OBJECT:
-            objects[metric.label] = given[0]
-        elif metric.source is SourceType.EXTERNAL:
-            external[metric.label] = given
+    try:
+        if args.pods is not None:
+            pods = pods_from_yaml(args.pods.read_text())
+            now = time.time()
         else:
-            pods[metric.label] = {f"pod-{i}": PodSample(v) for i, v in enumerate(given)}
-    unknown = set(values) - {m.name for m in spec.metrics}
-    if unknown:
-        raise CommandError(f"--metric {', '.join(sorted(unknown))}: not a metric of {args.hpa}")
+            requests = dict(_pair(p, "--requests") for p in args.requests.split(",") if p.strip())
+            pods = described_pods(args.replicas, requests, args.not_ready, args.pending)
+            settings = from_env(ControllerSettings)
+            now = settings.cpu_initialization_period + settings.sync_period  # long after the pods started
+    except OSError as err:
+        raise CommandError(f"cannot read {args.pods}: {err.strerror or err}") from err
+    except AutoscaleError as err:
+        raise CommandError(str(err)) from err
+    values = dict(_metric_arg(text) for text in args.metric)
+    reporting = [p.name for p in pods if p.phase is not PodPhase.PENDING]
+    pod_values, objects, external = {}, {}, {}
+    for metric in spec.metrics:
+        given = next((values.pop(name) for name in _names(autoscaler, metric) if name in values), None)
+        if given is None:
+            continue
+        if metric.source is SourceType.OBJECT:
+            objects[metric.label] = given[0][1]
+        elif metric.source is SourceType.EXTERNAL:
+            external[metric.label] = [v for _, v in given]
+        else:
+            pod_values[metric.label] = _per_pod(given, reporting, metric, now)
+    if values:
+        raise CommandError(f"--metric {', '.join(sorted(values))}: not a metric of {args.hpa}")
     settings = from_env(ControllerSettings)
-    target = ScaleTarget(args.replicas, tuple(Pod(f"pod-{i}") for i in range(args.replicas)))
-    # CPU samples only count after the CPU initialization period, so decide "later".
-    now = settings.cpu_initialization_period + settings.sync_period
-    result = HpaController(spec, settings).sync(now, target, StaticMetrics(pods, objects, external))
-    table = Table(title=f"{spec.name}: {result.current} → {result.desired} ({result.reason})")
+    target = ScaleTarget(args.replicas, pods)
+    result = HpaController(spec, settings).sync(now, target, StaticMetrics(pod_values, objects, external))
+    console = Console(soft_wrap=True)
+    console.print(f"{spec.name}: {result.current} → {result.desired} ({result.reason})")
+    table = Table()
     for column in ("metric", "target", "current", "proposal"):
         table.add_column(column)
     for outcome in result.outcomes:
@@ -151,132 +180,62 @@ def run_decide(args: argparse.Namespace) -> int:
             current = outcome.proposal.current
             shown = f"{current}%" if metric.target.type.value == "Utilization" else f"{current / 1000:g}"
             table.add_row(metric.label, _amount(metric), shown, str(outcome.proposal.replicas))
-    Console().print(table)
-    return 0
-
-
-def run_simulate(args: argparse.Namespace) -> int:
-    from headroom.autoscale.closed_loop import LoopSettings, run_closed_loop
-    from headroom.autoscale.report import plot_timeline, write_timeline_csv
-    from headroom.sim.traces import TraceError, load_azure
-
-    spec = load_spec(args.hpa)
-    try:
-        requests = load_azure(args.trace, speedup=args.speedup, limit=args.limit, prefixes=None)
-    except (OSError, TraceError) as err:
-        raise CommandError(f"cannot read trace {args.trace}: {err}") from err
-    if not requests:
-        raise CommandError(f"trace {args.trace} holds no requests")
-    settings = LoopSettings(server_type=args.server_type, load_delay_s=args.load_delay_s,
-                            scrape_interval_s=args.scrape_interval_s, adapter_lag_s=args.adapter_lag_s,
-                            seed=args.seed, controller=from_env(ControllerSettings))
-    console = Console()
-    try:
-        with console.status(f"simulating {len(requests)} requests"):
-            result = run_closed_loop(spec, requests, settings)
-    except (AutoscaleError, ValueError) as err:
-        raise CommandError(str(err)) from err
-    table = Table(title=f"{spec.name} on {args.trace.name} ×{args.speedup:g}")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    table.add_row("requests (dropped)", f"{result.requests} ({result.dropped})")
-    table.add_row("virtual duration", f"{result.end_s:.0f} s")
-    table.add_row("replica-hours", f"{result.replica_seconds / 3600:.3f}")
-    table.add_row("max desired replicas", str(max(p.spec_replicas for p in result.timeline)))
-    table.add_row("rescales", str(result.rescales))
-    table.add_row("TTFT p50 / p99", f"{result.ttft_quantile(0.5):.0f} / {result.ttft_quantile(0.99):.0f} ms")
-    table.add_row("TPOT p99", f"{result.tpot_quantile(0.99):.1f} ms")
-    if args.slo_ttft_ms is not None:
-        table.add_row(f"TTFT ≤ {args.slo_ttft_ms:g} ms", f"{result.ttft_attainment(args.slo_ttft_ms):.2%}")
     console.print(table)
-    if args.timeline:
-        write_timeline_csv(result, args.timeline)
-        console.print(f"timeline: {args.timeline}")
-    if args.plot:
-        plot_timeline(result, args.plot, args.slo_ttft_ms, title=f"{spec.name} on {args.trace.name}")
-        console.print(f"plot: {args.plot}")
+    broken = [o for o in result.outcomes if o.proposal is None]
+    if result.outcomes and len(broken) == len(result.outcomes):
+        raise CommandError("no metric could be evaluated, so the HPA would not scale: "
+                           + "; ".join(f"{o.metric.label}: {o.error}" for o in broken))
     return 0
 
 
-def run_recommend(args: argparse.Namespace) -> int:
-    from headroom.autoscale.closed_loop import LoopSettings
-    from headroom.autoscale.recommend import Slo, recommend
-    from headroom.autoscale.report import plot_cost_vs_slo, plot_timeline
-    from headroom.sim.traces import TraceError, load_azure
-
-    if not 1 <= args.min_replicas <= args.max_replicas:
-        raise CommandError(f"need 1 <= --min-replicas <= --max-replicas, got {args.min_replicas} and "
-                           f"{args.max_replicas}")
-    try:
-        requests = load_azure(args.trace, speedup=args.speedup, limit=args.limit, prefixes=None)
-    except (OSError, TraceError) as err:
-        raise CommandError(f"cannot read trace {args.trace}: {err}") from err
-    if len(requests) < 2:
-        raise CommandError(f"trace {args.trace} holds too few requests")
-    settings = LoopSettings(server_type=args.server_type, load_delay_s=args.load_delay_s, seed=args.seed,
-                            controller=from_env(ControllerSettings))
-    slo = Slo(args.slo_ttft_p99_ms, args.slo_tpot_p99_ms)
-    console = Console()
-    started = time.perf_counter()
-    with console.status("searching") as status:
-        result = recommend(requests, slo, args.min_replicas, args.max_replicas, settings,
-                           progress=lambda text: status.update(f"simulating {text}"))
-    elapsed = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    table = Table(title=f"{len(result.evaluations)} configurations, warm start {result.warm_replicas} replicas, "
-                        f"{elapsed:.0f} s")
-    for column in ("signal", "target", "behavior", "replica-h", "TTFT p99 ms", "TPOT p99 ms", "attainment", "SLO"):
-        table.add_column(column)
-    for evaluation in result.ranked()[:12]:
-        c = evaluation.candidate
-        table.add_row(c.signal.value, f"{c.target:g}", c.behavior, f"{evaluation.replica_hours:.3f}",
-                      f"{evaluation.ttft_p99_ms:.0f}", f"{evaluation.tpot_p99_ms:.1f}", f"{evaluation.attainment:.2%}",
-                      "[green]met[/green]" if evaluation.meets else "[red]missed[/red]")
-    console.print(table)
-    (args.out / "report.md").write_text(recommendation_markdown(result, slo, args))
-    plot_cost_vs_slo(result.evaluations, args.out / "cost_vs_slo.png", slo.ttft_p99_ms)
-    if result.best is None:
-        console.print(f"[red]no configuration met the SLO[/red]; report in {args.out}")
-        return 1
-    spec = replace(result.best.candidate.spec, name=args.name, target_ref=ScaleTargetRef(name=args.name))
-    (args.out / "hpa.yaml").write_text(emit_manifest(spec))
-    plot_timeline(result.best.result, args.out / "timeline.png", slo.ttft_p99_ms, title="recommended HPA")
-    for trap in result.traps:
-        console.print(f"[yellow]warning[/yellow] {trap.code}: {trap.message}")
-    console.print(f"recommended: {result.best.candidate.signal.value} target {result.best.candidate.target:g} "
-                  f"({result.best.candidate.behavior}); wrote {args.out}/hpa.yaml, report.md and plots")
-    return 0
+def _names(autoscaler: Autoscaler, metric: MetricSpec) -> list[str]:
+    """Every name ``--metric`` may use for ``metric``: its own, its label, and its series in any form."""
+    names = [metric.name, metric.label]
+    if metric.source not in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE):
+        try:
+            signal = autoscaler.binding(metric).signal
+        except AutoscaleError:
+            return names
+        names += [signal.value, adapter_name(signal)]
+    return names
 
 
-def recommendation_markdown(result, slo, args: argparse.Namespace) -> str:
-    """The search's full table as Markdown (``result``: a Recommendation, ``slo``: its Slo)."""
-    lines = [f"# HPA recommendation for {args.trace.name} (×{args.speedup:g})", "",
-             f"SLO: TTFT p99 ≤ {slo.ttft_p99_ms:g} ms" + (f", TPOT p99 ≤ {slo.tpot_p99_ms:g} ms"
-                                                       if slo.tpot_p99_ms else ""),
-             f"Replicas {args.min_replicas}..{args.max_replicas}, server {args.server_type}, warm start "
-             f"{result.warm_replicas}.", "",
-             "| signal | target | behavior | replica-h | TTFT p99 ms | TPOT p99 ms | attainment | SLO |",
-             "|---|---|---|---|---|---|---|---|"]
-    for e in result.ranked():
-        c = e.candidate
-        lines.append(f"| {c.signal.value} | {c.target:g} | {c.behavior} | {e.replica_hours:.3f} | "
-                     f"{e.ttft_p99_ms:.0f} | {e.tpot_p99_ms:.1f} | {e.attainment:.2%} | "
-                     f"{'met' if e.meets else 'missed'} |")
-    if result.traps:
-        lines += ["", "## Warnings", ""] + [f"- `{t.code}`: {t.message}" for t in result.traps]
-    return "\n".join(lines) + "\n"
+def _per_pod(given: list[tuple[str | None, int]], reporting: list[str], metric: MetricSpec,
+             now: float) -> dict[str, PodSample]:
+    if all(name is None for name, _ in given):
+        if len(given) > len(reporting):
+            raise CommandError(f"--metric {metric.name}: {len(given)} values for {len(reporting)} pods that are "
+                               f"not Pending")
+        return {pod: PodSample(v, timestamp=now) for pod, (_, v) in zip(reporting, given)}
+    if any(name is None for name, _ in given):
+        raise CommandError(f"--metric {metric.name}: give every value as POD:VALUE, or none")
+    return {name: PodSample(v, timestamp=now) for name, v in given}
 
 
-def _metric_arg(text: str) -> tuple[str, list[int]]:
+def _metric_arg(text: str) -> tuple[str, list[tuple[str | None, int]]]:
     name, sep, values = text.rpartition("=")
     if not sep or not name or not values:
         raise CommandError(f"--metric {text!r}: expected NAME=V1,V2,...")
+    parsed = []
+    for item in values.split(","):
+        pod, _, value = item.rpartition(":") if ":" in item else (None, "", item)
+        try:
+            parsed.append((pod or None, to_milli(value)))
+        except AutoscaleError as err:
+            raise CommandError(f"--metric {text!r}: {err}") from err
+    return name, parsed
+
+
+def _pair(text: str, flag: str) -> tuple[str, int]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CommandError(f"{flag} {text!r}: expected RESOURCE=QUANTITY")
     try:
-        return name, [to_milli(v) for v in values.split(",")]
+        return key.strip(), to_milli(value.strip())
     except AutoscaleError as err:
-        raise CommandError(f"--metric {text!r}: {err}") from err
+        raise CommandError(f"{flag} {text!r}: {err}") from err
 
 
-def _amount(metric) -> str:
+def _amount(metric: MetricSpec) -> str:
     amount = metric.target.amount
     return f"{amount}%" if metric.target.type.value == "Utilization" else f"{amount / 1000:g}"

@@ -1,21 +1,29 @@
 """Search HPA configurations on a trace and recommend the cheapest one that meets a latency SLO.
 
-Steps:
+Every candidate is built in the form it will be emitted — the chosen pipeline's metric names and, for
+KEDA, the ScaledObject's queries (:mod:`autoscale.pipelines`) — and evaluated in that form, so the
+emitted files replayed by ``simulate`` with the same settings give the same figures. Steps:
 
 1. **Warm start** — the smallest fixed pool that meets the TTFT SLO on the trace's first
-   ``warmup_s`` seconds; every closed-loop run starts at that size, as a pool already in service would.
-2. **Seeds** — per signal, targets around an analytic seed: for the queue, the number of queued
-   requests one prefill each can wait through within half the TTFT SLO (``SLO / 2 / prefill_ms``), plus
-   the guide's 3 and 5; for batch slots, Little's law (``λ · mean E2E / servers / slots``) plus the
-   guide's "just below 1"; KV-cache usage and the predicted-TTFT/SLO ratio on fixed grids.
+   ``warmup_s`` seconds; every closed-loop run starts at that size, as a pool already in service would
+   (``simulate --initial-replicas`` replays it).
+2. **Seeds** — per signal the model server really exports (:mod:`autoscale.servers`), targets around an
+   analytic seed: for the queue, the number of queued requests one prefill each can wait through
+   within half the TTFT SLO (``SLO / 2 / prefill_ms``), plus the guide's 3 and 5; for batch size and
+   slots, Little's law (``λ · mean E2E / servers``) plus the guide's "just below" a full batch; memory
+   and the predicted-TTFT/SLO ratio on fixed grids.
 3. **Stage 1** — every target with Kubernetes' default behavior, spelled out in ``behavior`` so the
    emitted manifest is complete (scale-up +4 pods or +100 % per 15 s, scale-down window 300 s); then
    ``refinements`` bisection steps between the highest passing target and the next failing one.
-4. **Stage 2** — each signal's best target with tuned behaviors (shorter scale-down window,
-   scale-up paced by the model load time) and a tighter scale-up tolerance.
+4. **Stage 2** — each signal's best target with tuned behaviors (shorter scale-down window, scale-up
+   paced by the model load time), and a tighter scale-up tolerance where the target cluster honours
+   ``behavior.*.tolerance`` (:mod:`autoscale.versions`).
 
 A run meets the SLO when its TTFT p99 (and TPOT p99, if given) are within the limits; the cheapest such
-run (replica-hours) wins, ties broken by attainment. Dropped requests count as misses.
+run (replica-hours) wins; runs within 1 % of its cost are tie-broken by fewer traps, then attainment.
+Dropped requests count as misses. When no run rescaled, the cheapest passing run never rescaled, or every run
+cost the same within 1 %, the trace never exercised scaling: :attr:`Recommendation.exercised` is false and no
+configuration is chosen.
 """
 
 from __future__ import annotations
@@ -24,30 +32,35 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import xgboost as xgb
+
 from headroom.autoscale.closed_loop import LoopResult, LoopSettings, run_closed_loop
-from headroom.autoscale.quantity import to_milli
-from headroom.autoscale.signals import QueueDrainTtft, Signal, SignalContext
+from headroom.autoscale.documents import Autoscaler
+from headroom.autoscale.learned import learn_ttft_model
+from headroom.autoscale.pipelines import Pipeline, Workload, hpa_metric, series_query
+from headroom.autoscale.promql import parse_query
+from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     Behavior,
     HpaSpec,
-    MetricSpec,
-    MetricTarget,
     PolicyType,
+    ScaleTargetRef,
     ScalingPolicy,
     ScalingRules,
-    SourceType,
-    TargetType,
 )
 from headroom.autoscale.traps import Trap, find_traps
+from headroom.autoscale.versions import tolerance_honored
+from headroom.sim.bench import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
-from headroom.sim.profile import profile
+from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN
 from headroom.sim.request import Request
 from headroom.sim.results import quantile
 
-SEARCHED_SIGNALS = (Signal.QUEUE_SIZE, Signal.SLOTS_USED, Signal.KV_CACHE_USAGE, Signal.TTFT_SLO_RATIO)
+GIB = 2**30
+COST_NOISE = 0.01  # replica-hours within 1 % are a tie
 
 
 @dataclass(frozen=True)
@@ -57,11 +70,32 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class Goal:
+    """What to recommend for: the SLO, the replica range, the metric pipeline and where the pool runs."""
+
+    slo: Slo
+    min_replicas: int = 1
+    max_replicas: int = 10
+    pipeline: Pipeline = Pipeline.GMP
+    workload: Workload = Workload()
+    router_signals: bool = True
+    kubernetes_version: str | None = None
+
+
+@dataclass(frozen=True)
 class Candidate:
     signal: Signal
-    target: float
+    target: float  # in the signal's unit (bytes for accelerator memory)
     behavior: str
-    spec: HpaSpec
+    autoscaler: Autoscaler
+
+    @property
+    def spec(self) -> HpaSpec:
+        return self.autoscaler.spec
+
+    @property
+    def target_text(self) -> str:
+        return f"{self.target / GIB:g}Gi" if self.signal is Signal.HBM_USED_BYTES else f"{self.target:g}"
 
 
 @dataclass(frozen=True)
@@ -74,14 +108,20 @@ class Evaluation:
     rescales: int
     meets: bool
     result: LoopResult
+    traps: int = 0
 
 
 @dataclass(frozen=True)
 class Recommendation:
     best: Evaluation | None
     evaluations: tuple[Evaluation, ...]
-    warm_replicas: int
+    settings: LoopSettings  # what every run used, the warm start included: what ``simulate`` must be given
     traps: tuple[Trap, ...]
+    exercised: bool = True
+
+    @property
+    def warm_replicas(self) -> int:
+        return self.settings.initial_replicas or 1
 
     def ranked(self) -> list[Evaluation]:
         """Passing runs by cost, then failing ones by attainment."""
@@ -95,7 +135,7 @@ def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings,
     """The smallest fixed pool meeting the TTFT SLO over the first ``warmup_s`` seconds."""
     head = [r for r in requests if r.arrival_s <= requests[0].arrival_s + warmup_s]
     for count in range(min_replicas, max_replicas + 1):
-        result = run(head, uniform_pool(count, settings.server_type), policy(settings.pick, settings.seed),
+        result = run(head, uniform_pool(count, settings.profile), policy(settings.pick, settings.seed),
                      scrape_interval_s=settings.router_scrape_s, seed=settings.seed, telemetry=False)
         ttft = [o.ttft_ms for o in result.outcomes]
         if ttft and not result.dropped and quantile(ttft, 0.99) <= slo.ttft_p99_ms:
@@ -103,31 +143,38 @@ def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings,
     return max_replicas
 
 
-def seed_targets(requests: Sequence[Request], slo: Slo, settings: LoopSettings, warm: int) -> dict[Signal, list[float]]:
+def seed_targets(requests: Sequence[Request], slo: Slo, settings: LoopSettings, warm: int,
+                 signals: Sequence[Signal]) -> dict[Signal, list[float]]:
     """Candidate targets per signal (see the module docstring)."""
-    prof = profile(settings.server_type)
+    prof = settings.profile
     mean_output = sum(r.output_tokens for r in requests) / len(requests)
-    prefill_ms = mean_prefill_ms(requests, settings.server_type)
+    prefill_ms = mean_prefill_ms(requests, settings)
     queue_seed = max(1.0, slo.ttft_p99_ms / 2 / prefill_ms)
     duration = max(1.0, requests[-1].arrival_s - requests[0].arrival_s)
-    rate = len(requests) / duration
     e2e_s = (prefill_ms + mean_output * 15.0) / 1000  # ~15 ms per output token under batching
-    slots_seed = min(0.95, rate * e2e_s / max(warm, 1) / prof.max_num_seqs)
-    return {
-        Signal.QUEUE_SIZE: _grid([3.0, 5.0, queue_seed / 2, queue_seed, queue_seed * 2]),
-        Signal.SLOTS_USED: _grid([0.95, 0.8, max(0.05, slots_seed)]),
-        Signal.KV_CACHE_USAGE: _grid([0.5, 0.7, 0.85]),
-        Signal.TTFT_SLO_RATIO: _grid([0.25, 0.5, 0.8]),
+    concurrency = len(requests) / duration * e2e_s / max(warm, 1)  # Little's law, per server
+    slots_seed = min(0.95, concurrency / prof.max_num_seqs)
+    kv_bytes = prof.kv_blocks * BLOCK_TOKENS * KV_BYTES_PER_TOKEN
+    grids = {
+        Signal.QUEUE_SIZE: [3.0, 5.0, queue_seed / 2, queue_seed, queue_seed * 2],
+        Signal.BATCH_SIZE: [0.95 * prof.max_num_seqs, 0.8 * prof.max_num_seqs, max(1.0, concurrency)],
+        Signal.SLOTS_USED: [0.95, 0.8, max(0.05, slots_seed)],
+        Signal.KV_CACHE_USAGE: [0.5, 0.7, 0.85],
+        Signal.HBM_USED_BYTES: [prof.weights_bytes + f * kv_bytes for f in (0.5, 0.7, 0.85)],
+        Signal.TTFT_SLO_RATIO: [0.25, 0.5, 0.8],
     }
+    grids[Signal.PREFILL_BACKLOG] = grids[Signal.QUEUE_SIZE]
+    grids[Signal.GPU_CACHE_USAGE] = grids[Signal.KV_CACHE_USAGE]
+    return {signal: _grid(signal, grids[signal]) for signal in signals}
 
 
 KUBERNETES_DEFAULT = Behavior(scale_down=replace(DEFAULT_SCALE_DOWN, stabilization_window_seconds=300))
 
 
-def behaviors(load_delay_s: float) -> dict[str, Behavior]:
+def behaviors(load_delay_s: float, kubernetes_version: str | None) -> dict[str, Behavior]:
     """The behaviors stage 2 tries; stage 1 uses ``kubernetes-default`` (the defaults, spelled out)."""
     period = max(15, min(1800, math.ceil(load_delay_s)))
-    return {
+    tuned = {
         "fast-scale-down": Behavior(scale_down=ScalingRules((ScalingPolicy(PolicyType.PERCENT, 100, 15),),
                                                             stabilization_window_seconds=60)),
         "load-paced-up": Behavior(
@@ -136,77 +183,156 @@ def behaviors(load_delay_s: float) -> dict[str, Behavior]:
                                   stabilization_window_seconds=0),
             scale_down=ScalingRules((ScalingPolicy(PolicyType.PERCENT, 50, 60),), stabilization_window_seconds=120)),
     }
+    if tolerance_honored(kubernetes_version):
+        tuned["scale-up-tolerance-0.05"] = replace(KUBERNETES_DEFAULT,
+                                                   scale_up=replace(DEFAULT_SCALE_UP, tolerance=0.05))
+    return tuned
 
 
-def make_spec(signal: Signal, target: float, behavior: Behavior | None, min_replicas: int, max_replicas: int,
-              name: str = "model-server") -> HpaSpec:
-    metric = MetricSpec(SourceType.PODS, signal.value, MetricTarget(TargetType.AVERAGE_VALUE, to_milli(f"{target:g}")))
-    return HpaSpec(name=name, min_replicas=min_replicas, max_replicas=max_replicas, metrics=(metric,),
-                   behavior=behavior)
+def make_autoscaler(signal: Signal, target: float, behavior: Behavior | None, goal: Goal) -> Autoscaler:
+    """The autoscaler for one candidate, exactly as :func:`emit` writes it and ``simulate`` reads it back."""
+    workload = goal.workload
+    metric = hpa_metric(signal, round(target * 1000), goal.pipeline, workload)
+    spec = HpaSpec(name=workload.name, namespace=workload.namespace, min_replicas=goal.min_replicas,
+                   max_replicas=goal.max_replicas, metrics=(metric,), behavior=behavior,
+                   target_ref=ScaleTargetRef(name=workload.name))
+    if goal.pipeline is not Pipeline.KEDA:
+        return Autoscaler(spec)
+    return Autoscaler(replace(spec, name=f"keda-hpa-{workload.name}"), "ScaledObject",
+                      {metric.name: parse_query(series_query(signal, workload))})
 
 
-def evaluate(candidate: Candidate, requests: Sequence[Request], slo: Slo, settings: LoopSettings) -> Evaluation:
-    result = run_closed_loop(candidate.spec, requests, settings)
+def evaluate(candidate: Candidate, requests: Sequence[Request], slo: Slo, settings: LoopSettings,
+             ttft_model: xgb.Booster | None = None) -> Evaluation:
+    result = run_closed_loop(candidate.autoscaler, requests, settings, ttft_model=ttft_model)
     ttft_p99, tpot_p99 = result.ttft_quantile(0.99), result.tpot_quantile(0.99)
     meets = (not result.dropped and ttft_p99 <= slo.ttft_p99_ms
              and (slo.tpot_p99_ms is None or tpot_p99 <= slo.tpot_p99_ms))
-    return Evaluation(candidate, result.replica_seconds / 3600, ttft_p99, tpot_p99,
-                      result.ttft_attainment(slo.ttft_p99_ms), result.rescales, meets, result)
+    return Evaluation(candidate, result.replica_hours, ttft_p99, tpot_p99, result.ttft_attainment(slo.ttft_p99_ms),
+                      result.rescales, meets, result, len(find_traps(candidate.spec,
+                                                                     load_delay_s=settings.profile.load_delay_s)))
 
 
-def recommend(requests: Sequence[Request], slo: Slo, min_replicas: int, max_replicas: int,
-              settings: LoopSettings = LoopSettings(), refinements: int = 2,
-              progress: Callable[[str], None] | None = None) -> Recommendation:
+Progress = Callable[[int, int, str], None]  # (runs done, runs planned, what runs next)
+
+
+def recommend(requests: Sequence[Request], goal: Goal, settings: LoopSettings = LoopSettings(), refinements: int = 2,
+              progress: Progress | None = None) -> Recommendation:
     """Search signals, targets, behaviors and tolerances; see the module docstring."""
-    prof = profile(settings.server_type)
-    load_delay = prof.load_delay_s if settings.load_delay_s is None else settings.load_delay_s
-    prefill_ms = mean_prefill_ms(requests, settings.server_type)
-    warm = warm_replicas(requests, slo, settings, min_replicas, max_replicas)
+    slo = goal.slo
+    signals = settings.model_server.scaling_signals(goal.router_signals)
+    warm = warm_replicas(requests, slo, settings, goal.min_replicas, goal.max_replicas)
     settings = replace(settings, initial_replicas=warm,
-                       signals=SignalContext(settings.signals.memory_capacity_bytes, slo.ttft_p99_ms,
-                                             QueueDrainTtft(prefill_ms)))
+                       ttft_slo_ms=slo.ttft_p99_ms if goal.router_signals else settings.ttft_slo_ms)
+    load_delay = settings.profile.load_delay_s
+    tuned = behaviors(load_delay, goal.kubernetes_version)
+    seeds = seed_targets(requests, slo, settings, warm, signals)
+    planned = [sum(len(t) for t in seeds.values()) + len(signals) * (refinements + len(tuned))]
+    ttft_model = None
+    if Signal.TTFT_SLO_RATIO in signals:
+        if progress is not None:
+            progress(0, planned[0], "learning the TTFT model from the pool's telemetry")
+        ttft_model = learn_ttft_model(requests, settings.profile, settings.seed, settings.learning)
     evaluations: list[Evaluation] = []
 
-    def try_candidate(candidate: Candidate) -> Evaluation:
+    def try_candidate(signal: Signal, target: float, name: str, behavior: Behavior) -> Evaluation:
+        candidate = Candidate(signal, target, name, make_autoscaler(signal, target, behavior, goal))
         if progress is not None:
-            progress(f"{candidate.signal.value} target {candidate.target:g}, {candidate.behavior}")
-        evaluation = evaluate(candidate, requests, slo, settings)
+            progress(len(evaluations), planned[0], f"{signal.value} target {candidate.target_text}, {name}")
+        evaluation = evaluate(candidate, requests, slo, settings, ttft_model)
         evaluations.append(evaluation)
         return evaluation
 
-    tuned = behaviors(load_delay)
-    for signal, targets in seed_targets(requests, slo, settings, warm).items():
-        stage1 = [try_candidate(Candidate(signal, t, "kubernetes-default",
-                                          make_spec(signal, t, KUBERNETES_DEFAULT, min_replicas, max_replicas)))
-                  for t in targets]
-        for _ in range(refinements):
-            between = _bisect(stage1)
+    for signal, targets in seeds.items():
+        stage1 = [try_candidate(signal, t, "kubernetes-default", KUBERNETES_DEFAULT) for t in targets]
+        for step in range(refinements):
+            between = _bisect(signal, stage1)
             if between is None:
+                planned[0] -= refinements - step
                 break
-            stage1.append(try_candidate(Candidate(signal, between, "kubernetes-default",
-                                                  make_spec(signal, between, KUBERNETES_DEFAULT, min_replicas,
-                                                            max_replicas))))
+            stage1.append(try_candidate(signal, between, "kubernetes-default", KUBERNETES_DEFAULT))
         best = _best(stage1)
         for name, behavior in tuned.items():
-            try_candidate(Candidate(signal, best.candidate.target, name,
-                                    make_spec(signal, best.candidate.target, behavior, min_replicas, max_replicas)))
-        tight_up = replace(KUBERNETES_DEFAULT, scale_up=replace(DEFAULT_SCALE_UP, tolerance=0.05))
-        try_candidate(Candidate(signal, best.candidate.target, "scale-up-tolerance-0.05",
-                                make_spec(signal, best.candidate.target, tight_up, min_replicas, max_replicas)))
+            try_candidate(signal, best.candidate.target, name, behavior)
+    if progress is not None:
+        progress(len(evaluations), len(evaluations), "done")
     chosen = _cheapest_passing(evaluations)
+    exercised = scaling_exercised(evaluations, chosen)
+    chosen = chosen if exercised else None
     traps = tuple(find_traps(chosen.candidate.spec, load_delay_s=load_delay)) if chosen else ()
-    return Recommendation(chosen, tuple(evaluations), warm, traps)
+    return Recommendation(chosen, tuple(evaluations), settings, traps, exercised)
 
 
-def mean_prefill_ms(requests: Sequence[Request], server_type: str) -> float:
+def scaling_exercised(evaluations: Sequence[Evaluation], chosen: Evaluation | None) -> bool:
+    """False when no run ever rescaled, the cheapest passing run never did (nothing about its target was
+    tested), or every run cost the same within :data:`COST_NOISE`."""
+    if not any(e.rescales for e in evaluations) or (chosen is not None and not chosen.rescales):
+        return False
+    costs = [e.replica_hours for e in evaluations]
+    return max(costs) - min(costs) > COST_NOISE * max(costs)
+
+
+MIN_REPLAY_S = 300.0  # a replay shorter than this gives an HPA (15 s syncs, pods loading for tens of seconds)
+# too few decisions to tell targets apart
+
+
+@dataclass(frozen=True)
+class ScalingAdvice:
+    """Why a replay never exercised scaling, and what replay would."""
+
+    span_s: float  # how long the replay lasts
+    peak_rps: float  # its busiest minute's arrival rate
+    server_rps: float  # one server's completion rate when flooded with the trace's requests
+    speedup: float  # the replay speed asked for
+    suggested_speedup: float  # one whose busiest minute needs ``servers_at_peak`` servers
+    servers_at_peak: int
+
+    @property
+    def message(self) -> str:
+        said = "the trace never exercised scaling"
+        if self.span_s < MIN_REPLAY_S:
+            return (f"{said}: the replay lasts {self.span_s:.0f} s, too short for an HPA that syncs every 15 s "
+                    f"and waits for pods to load; replay at least {MIN_REPLAY_S:.0f} s (more requests with "
+                    f"--limit, or a lower --speedup)")
+        load = f"its busiest minute brings {self.peak_rps:.1f} req/s, {self.peak_rps / self.server_rps:.1f}× what " \
+               f"one server completes ({self.server_rps:.1f} req/s)"
+        if self.suggested_speedup <= self.speedup:
+            return (f"{said}: {load}, steadily enough that the starting pool carries it; pick a burstier slice "
+                    f"of the trace")
+        return (f"{said}: {load}; replay it with --speedup {self.suggested_speedup:g} (busiest minute ≈ "
+                f"{self.servers_at_peak} servers), or pick a busier slice of the trace")
+
+
+def scaling_advice(requests: Sequence[Request], settings: LoopSettings, speedup: float,
+                   max_replicas: int) -> ScalingAdvice:
+    """How the replay falls short, with a speed whose busiest minute needs half of ``max_replicas`` (≥ 2)."""
+    server_rps = capacity_rps(requests, settings.profile, sample=2000)
+    arrivals = [r.arrival_s for r in requests]
+    peak, start = 0, 0
+    for end, t in enumerate(arrivals):
+        while arrivals[start] < t - 60.0:
+            start += 1
+        peak = max(peak, end - start + 1)
+    span = arrivals[-1] - arrivals[0]
+    peak_rps = peak / min(60.0, max(span, 1.0))
+    servers = max(2, math.ceil(max_replicas / 2))
+    suggested = float(f"{speedup * servers * server_rps / max(peak_rps, 1e-9):.2g}")
+    return ScalingAdvice(span, peak_rps, server_rps, speedup, suggested, servers)
+
+
+def mean_prefill_ms(requests: Sequence[Request], settings: LoopSettings) -> float:
     """One server's prefill time of the trace's mean prompt, uncached."""
-    prof = profile(server_type)
+    prof = settings.profile
     return prof.a_ms + prof.b_ms_per_prefill_token * sum(r.prompt_tokens for r in requests) / len(requests)
 
 
 def _cheapest_passing(evaluations: Sequence[Evaluation]) -> Evaluation | None:
     passing = [e for e in evaluations if e.meets]
-    return min(passing, key=lambda e: (e.replica_hours, -e.attainment)) if passing else None
+    if not passing:
+        return None
+    cheapest = min(e.replica_hours for e in passing)
+    near = [e for e in passing if e.replica_hours <= cheapest * (1 + COST_NOISE)]
+    return min(near, key=lambda e: (e.traps, -e.attainment, e.replica_hours))
 
 
 def _best(evaluations: Sequence[Evaluation]) -> Evaluation:
@@ -214,7 +340,7 @@ def _best(evaluations: Sequence[Evaluation]) -> Evaluation:
     return _cheapest_passing(evaluations) or max(evaluations, key=lambda e: (e.attainment, -e.replica_hours))
 
 
-def _bisect(evaluations: Sequence[Evaluation]) -> float | None:
+def _bisect(signal: Signal, evaluations: Sequence[Evaluation]) -> float | None:
     """The geometric midpoint between the highest passing target and the next failing one above it.
 
     A higher target means fewer replicas for every searched signal, so the cheapest passing target
@@ -227,9 +353,12 @@ def _bisect(evaluations: Sequence[Evaluation]) -> float | None:
     above = [e.candidate.target for e in evaluations if not e.meets and e.candidate.target > low]
     if not above:
         return None
-    middle = round(math.sqrt(low * min(above)), 2)
-    return middle if low < middle < min(above) else None
+    middle = _grid(signal, [math.sqrt(low * min(above))])
+    return middle[0] if middle and low < middle[0] < min(above) else None
 
 
-def _grid(values: Sequence[float]) -> list[float]:
+def _grid(signal: Signal, values: Sequence[float]) -> list[float]:
+    """Targets as a manifest writes them: whole GiB for memory, two decimals otherwise."""
+    if signal is Signal.HBM_USED_BYTES:
+        return sorted({float(round(v / GIB) * GIB) for v in values if v >= GIB})
     return sorted({round(v, 2) for v in values if v > 0})

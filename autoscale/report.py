@@ -1,4 +1,5 @@
-"""Closed-loop results for people: a timeline CSV and a PNG of replicas, signal and TTFT over time."""
+"""Closed-loop results for people: a timeline CSV, PNGs of replicas, signal and TTFT over time and of cost
+against SLO attainment, and a recommendation's report in Markdown."""
 
 from __future__ import annotations
 
@@ -74,3 +75,33 @@ def plot_cost_vs_slo(evaluations, path: str | Path, slo_ttft_ms: float) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def recommendation_markdown(result, goal, args, command: str, advice=None) -> str:
+    """The search's full table as Markdown (``result``: a Recommendation, ``goal``: its Goal), with the
+    command that reproduces the figures, or the advice when the trace never exercised scaling."""
+    slo = goal.slo
+    settings = result.settings
+    lines = [f"# Autoscaling recommendation for {args.trace.name} (×{args.speedup:g})", "",
+             f"SLO: TTFT p99 ≤ {slo.ttft_p99_ms:g} ms" + (f", TPOT p99 ≤ {slo.tpot_p99_ms:g} ms"
+                                                         if slo.tpot_p99_ms else "") + ". "
+             f"Pool: {settings.model_server.label} on simulated {settings.server_type} servers, replicas "
+             f"{goal.min_replicas}..{goal.max_replicas}, warm start {result.warm_replicas}; metrics through "
+             f"{goal.pipeline.value}.", ""]
+    if advice is not None:
+        lines += ["**No recommendation**: " + advice.message + ".", ""]
+    elif result.best is not None:
+        c = result.best.candidate
+        lines += [f"Recommended: `{c.signal.value}` target {c.target_text}, {c.behavior} behavior.", "",
+                  "Replay the written autoscaler with the same settings (same figures, same seed):", "",
+                  f"    {command}", ""]
+    lines += ["| signal | target | behavior | replica-h | TTFT p99 ms | TPOT p99 ms | attainment | rescales | SLO |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for e in result.ranked():
+        c = e.candidate
+        lines.append(f"| {c.signal.value} | {c.target_text} | {c.behavior} | {e.replica_hours:.4f} | "
+                     f"{e.ttft_p99_ms:.0f} | {e.tpot_p99_ms:.1f} | {e.attainment:.2%} | {e.rescales} | "
+                     f"{'met' if e.meets else 'missed'} |")
+    if result.traps:
+        lines += ["", "## Notes", ""] + [f"- `{t.code}`: {t.message}" for t in result.traps]
+    return "\n".join(lines) + "\n"
