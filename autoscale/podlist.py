@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from headroom.autoscale.errors import ManifestError
-from headroom.autoscale.fields import at_path, mapping
+from headroom.autoscale.fields import at_path, choice, mapping
 from headroom.autoscale.pods import Pod, PodPhase
 from headroom.autoscale.quantity import to_milli
 
@@ -55,8 +55,7 @@ def _pod(raw: Any, path: str) -> Pod:
         raise ManifestError(f"{path}: expected a Pod, got {pod.get('kind')!r}")
     metadata = mapping(pod.get("metadata") or {}, f"{path}.metadata")
     status = mapping(pod.get("status") or {}, f"{path}.status")
-    with at_path(f"{path}.status.phase"):
-        phase = PodPhase(status.get("phase", "Pending"))
+    phase = choice(PodPhase, status.get("phase", "Pending"), f"{path}.status.phase", "pod phase")
     ready, changed = None, 0.0
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Ready":

@@ -116,3 +116,9 @@ def test_bad_manifests_name_the_problem(case: tuple[str, str]) -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest(text)
     assert fragment in str(info.value)
+
+
+def test_references_without_api_version_read() -> None:
+    spec = parse_manifest(QUEUE_HPA.replace("{apiVersion: apps/v1, kind: Deployment, name: vllm}",
+                                            "{kind: Deployment, name: vllm}"))
+    assert (spec.target_ref.kind, spec.target_ref.api_version) == ("Deployment", "")
