@@ -27,14 +27,7 @@ spec:
       metric: {name: "vllm:num_requests_waiting"}
       target: {type: AverageValue, averageValue: "5"}
 """
-CPU_HPA = """\
-apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata: {name: web}
-spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
-  maxReplicas: 10
-"""
+CPU_HPA = HPA.split("  metrics:")[0].replace("vllm", "web")  # no metrics: CPU at 80 %
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
