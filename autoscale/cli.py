@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from headroom.autoscale import cli_runs, versions
+from headroom.autoscale.cli_runs import load_autoscaler_file
 from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget
-from headroom.autoscale.documents import Autoscaler, load_autoscaler
+from headroom.autoscale.documents import Autoscaler
 from headroom.autoscale.errors import AutoscaleError
 from headroom.autoscale.manifest import spec_to_dict
 from headroom.autoscale.metrics_source import StaticMetrics
@@ -72,15 +73,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cli_runs.register(commands)
 
 
-def load_autoscaler_file(path: Path) -> Autoscaler:
-    try:
-        return load_autoscaler(path.read_text())
-    except OSError as err:
-        raise CommandError(f"cannot read {path}: {err.strerror or err}") from err
-    except AutoscaleError as err:
-        raise CommandError(f"{path}: {err}") from err
-
-
 def run_check(args: argparse.Namespace) -> int:
     import kubernetes_validate
 
@@ -91,7 +83,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         kubernetes_validate.validate(spec_to_dict(spec), version, strict=True)
     except kubernetes_validate.ValidationError as err:
-        raise CommandError(f"{args.hpa}: fails the autoscaling/v2 schema of Kubernetes {version}: {err.message}") from err
+        raise CommandError(f"{args.hpa}: fails the autoscaling/v2 schema of Kubernetes {version}: "
+                           f"{err.message}") from err
     made = " (the HPA KEDA creates from it)" if autoscaler.kind == "ScaledObject" else ""
     console.print(f"schema: valid autoscaling/v2 HorizontalPodAutoscaler for Kubernetes {version}{made}")
     console.print(f"{spec.namespace}/{spec.name} → {spec.target_ref.kind}/{spec.target_ref.name}, "

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from headroom.autoscale.bundle import autoscaler_file, bundle
 from headroom.autoscale.controller import ControllerSettings
+from headroom.autoscale.documents import Autoscaler, load_autoscaler
 from headroom.autoscale.errors import AutoscaleError
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload
 from headroom.autoscale.progress import StepProgress
@@ -85,6 +86,16 @@ def _loop_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def load_autoscaler_file(path: Path) -> Autoscaler:
+    """The autoscaler in ``path`` (see :mod:`autoscale.documents`), or a CommandError naming the file."""
+    try:
+        return load_autoscaler(path.read_text())
+    except OSError as err:
+        raise CommandError(f"cannot read {path}: {err.strerror or err}") from err
+    except AutoscaleError as err:
+        raise CommandError(f"{path}: {err}") from err
+
+
 def loop_settings(args: argparse.Namespace, **extra):
     from headroom.autoscale.closed_loop import LoopSettings
 
@@ -111,7 +122,6 @@ def load_requests(args: argparse.Namespace, at_least: int = 1):
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from headroom.autoscale.cli import load_autoscaler_file
     from headroom.autoscale.closed_loop import run_closed_loop
     from headroom.autoscale.report import plot_timeline, write_timeline_csv
 
@@ -157,7 +167,8 @@ def summary_rows(result, slo_ttft_ms: float | None) -> list[tuple[str, str]]:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    from headroom.autoscale.recommend import Goal, Slo, recommend, scaling_advice
+    from headroom.autoscale.advice import scaling_advice
+    from headroom.autoscale.recommend import Goal, Slo, recommend
     from headroom.autoscale.report import plot_cost_vs_slo, plot_timeline, recommendation_markdown
 
     if not 1 <= args.min_replicas <= args.max_replicas:
@@ -212,8 +223,9 @@ def run_recommend(args: argparse.Namespace) -> int:
 
 def reproduce_command(args: argparse.Namespace, settings) -> str:
     """The ``simulate`` command that replays the written autoscaler with every setting the search used."""
-    parts = ["headroom", "autoscale", "simulate", "--hpa", str(args.out / autoscaler_file(Pipeline(args.metrics_pipeline))),
-             "--trace", str(args.trace), "--speedup", f"{args.speedup:g}"]
+    written = args.out / autoscaler_file(Pipeline(args.metrics_pipeline))
+    parts = ["headroom", "autoscale", "simulate", "--hpa", str(written), "--trace", str(args.trace),
+             "--speedup", f"{args.speedup:g}"]
     if args.limit is not None:
         parts += ["--limit", str(args.limit)]
     parts += ["--model-server", settings.model_server.kind]

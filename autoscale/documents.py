@@ -2,9 +2,9 @@
 
 A file may hold, as YAML documents: exactly one autoscaler — an ``autoscaling/v2``
 HorizontalPodAutoscaler, or a KEDA ScaledObject (read as the HPA KEDA creates, :mod:`autoscale.keda`) —
-and any of: prometheus-adapter values or config (``rules``, or a ConfigMap holding ``config.yaml``), GMP ``PodMonitoring``s and KEDA
-``TriggerAuthentication``s (accepted, nothing to replay). Queries found in KEDA triggers and adapter
-rules bind the HPA's metric names to pool signals (:func:`autoscale.pipelines.binding`).
+and any of: prometheus-adapter values or config (``rules``, or a ConfigMap holding ``config.yaml``), GMP
+``PodMonitoring``s and KEDA ``TriggerAuthentication``s (accepted, nothing to replay). Queries found in KEDA
+triggers and adapter rules bind the HPA's metric names to pool signals (:func:`autoscale.pipelines.binding`).
 """
 
 from __future__ import annotations

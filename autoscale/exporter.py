@@ -28,7 +28,7 @@ from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, poo
 PER_POD = (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS, Signal.ACCELERATOR_MEMORY)
 POD_LABELS = ("server", "namespace", "pod")
 _HELP = {Signal.TTFT_SLO_RATIO: "Predicted TTFT of a reference request over the TTFT SLO, per model-server pod.",
-         Signal.TTFT_HEADROOM_MS: "TTFT SLO minus the predicted TTFT of a reference request (ms), per model-server pod.",
+         Signal.TTFT_HEADROOM_MS: "TTFT SLO minus a reference request's predicted TTFT (ms), per model-server pod.",
          Signal.ACCELERATOR_MEMORY: "Accelerator memory in use over capacity, per model-server pod."}
 
 

@@ -32,7 +32,8 @@ from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import MetricSpec, MetricTarget, SourceType, TargetType
 
 GMP_PREFIX, GMP_SUFFIX = "prometheus.googleapis.com|", "|gauge"
-GKE_ACCELERATOR_MEMORY = ("kubernetes.io|container|accelerator|memory_used", "kubernetes.io|node|accelerator|memory_used")
+GKE_ACCELERATOR_MEMORY = ("kubernetes.io|container|accelerator|memory_used",
+                          "kubernetes.io|node|accelerator|memory_used")
 ADAPTER_HBM_NAME = "tpu_memory_used_bytes"
 KEDA_METRIC = re.compile(r"^s(\d+)-prometheus$")
 KEDA_SCALED_OBJECT_LABEL = "scaledobject.keda.sh/name"

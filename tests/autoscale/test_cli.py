@@ -120,7 +120,10 @@ def test_decide_reads_pods_as_kubectl_prints_them(tmp_path: Path, capsys) -> Non
     pod = """\
   - kind: Pod
     metadata: {{name: {name}}}
-    spec: {{containers: [{{name: app, resources: {{requests: {{cpu: 250m}}}}}}, {{name: side, resources: {{requests: {{cpu: 250m}}}}}}]}}
+    spec:
+      containers:
+      - {{name: app, resources: {{requests: {{cpu: 250m}}}}}}
+      - {{name: side, resources: {{requests: {{cpu: 250m}}}}}}
     status:
       phase: {phase}
       startTime: "2020-01-01T00:00:00Z"

@@ -125,7 +125,8 @@ def test_initial_replicas_start_the_pool() -> None:
 
 
 def test_predicted_ttft_signal_comes_from_the_learned_model() -> None:
-    ratio = MetricSpec(SourceType.PODS, "headroom_predicted_ttft_slo_ratio", MetricTarget(TargetType.AVERAGE_VALUE, 500))
+    ratio = MetricSpec(SourceType.PODS, "headroom_predicted_ttft_slo_ratio",
+                       MetricTarget(TargetType.AVERAGE_VALUE, 500))
     spec = HpaSpec(max_replicas=6, metrics=(ratio,), behavior=one_per_minute_up())
     trace = steps((60.0, 4.0), (120.0, 80.0))
     with pytest.raises(SpecError, match="needs the router's TTFT SLO"):

@@ -7,6 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from headroom.autoscale.advice import scaling_advice
 from headroom.autoscale.bundle import autoscaler_file, bundle
 from headroom.autoscale.closed_loop import LoopSettings, run_closed_loop
 from headroom.autoscale.documents import load_autoscaler
@@ -22,7 +23,6 @@ from headroom.autoscale.recommend import (
     behaviors,
     make_autoscaler,
     recommend,
-    scaling_advice,
     scaling_exercised,
 )
 from headroom.autoscale.servers import ModelServer
