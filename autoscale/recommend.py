@@ -208,7 +208,7 @@ def evaluate(candidate: Candidate, requests: Sequence[Request], slo: Slo, settin
     meets = (not result.dropped and ttft_p99 <= slo.ttft_p99_ms
              and (slo.tpot_p99_ms is None or tpot_p99 <= slo.tpot_p99_ms))
     return Evaluation(candidate, result.replica_hours, ttft_p99, tpot_p99, result.ttft_attainment(slo.ttft_p99_ms),
-                      result.rescales, meets, result, len(find_traps(candidate.spec,
+                      result.rescales, meets, result, len(find_traps(candidate.autoscaler,
                                                                      load_delay_s=settings.profile.load_delay_s)))
 
 
@@ -258,7 +258,9 @@ def recommend(requests: Sequence[Request], goal: Goal, settings: LoopSettings = 
     chosen = _cheapest_passing(evaluations)
     exercised = scaling_exercised(evaluations, chosen)
     chosen = chosen if exercised else None
-    traps = tuple(find_traps(chosen.candidate.spec, load_delay_s=load_delay)) if chosen else ()
+    traps = tuple(find_traps(chosen.candidate.autoscaler, load_delay_s=load_delay,
+                             kubernetes_version=goal.kubernetes_version, pipeline=goal.pipeline,
+                             model_server=settings.model_server)) if chosen else ()
     return Recommendation(chosen, tuple(evaluations), settings, traps, exercised)
 
 

@@ -27,6 +27,7 @@ from headroom.autoscale.recommend import (
 )
 from headroom.autoscale.servers import ModelServer
 from headroom.autoscale.signals import Signal
+from headroom.autoscale.traps import find_traps
 from headroom.sim.request import Request
 
 SETTINGS = LoopSettings(load_delay_s=20.0)
@@ -66,6 +67,7 @@ def test_written_files_replay_to_the_reported_figures(vllm_recommendation, pipel
         (tmp_path / name).write_text(text)
     read_back = load_autoscaler((tmp_path / autoscaler_file(pipeline)).read_text())
     assert read_back.spec == autoscaler.spec
+    assert not [t for t in find_traps(read_back, pipeline=pipeline) if t.code == "pipeline-name"]
     assert read_back.binding(read_back.spec.metrics[0]) == autoscaler.binding(autoscaler.spec.metrics[0])
     replay = run_closed_loop(read_back, burst_trace(), vllm_recommendation.settings)
     direct = run_closed_loop(autoscaler, burst_trace(), vllm_recommendation.settings)
