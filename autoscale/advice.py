@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headroom.autoscale.closed_loop import LoopSettings
-from headroom.sim.bench import capacity_rps
+from headroom.sim.capacity import capacity_rps
 from headroom.sim.request import Request
 
 MIN_REPLAY_S = 300.0  # a replay shorter than this gives an HPA (15 s syncs, pods loading for tens of seconds)

@@ -28,8 +28,8 @@ from headroom.autoscale.errors import AutoscaleError
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload
 from headroom.autoscale.progress import StepProgress
 from headroom.autoscale.servers import KINDS, ModelServer
-from headroom.cli.main import CommandError
 from headroom.contract.settings import from_env
+from headroom.errors import CommandError
 
 PIPELINES = tuple(p.value for p in Pipeline)
 SPEEDUP_HELP = ("replay the trace this many times faster (arrival times divided by it); a trace at its own "

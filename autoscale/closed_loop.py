@@ -236,7 +236,7 @@ class _Loop:
 
     def _means(self, by_server: Mapping[str, Mapping[Signal, float]]) -> dict[str, float]:
         means = {}
-        for label, bound in self.bound.items():
+        for bound in self.bound.values():
             values = [v[bound.signal] for v in by_server.values() if bound.signal in v]
             if values:
                 means[bound.signal.value] = sum(values) / len(values)
