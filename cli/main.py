@@ -7,6 +7,7 @@ import argparse
 import importlib
 import sys
 
+from headroom import __version__
 from headroom.errors import CommandError
 from headroom.process import configure
 
@@ -27,6 +28,7 @@ COMMANDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headroom", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"headroom {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).register(subparsers)

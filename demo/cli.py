@@ -15,6 +15,7 @@ from headroom.demo.processes import ComponentFailed
 from headroom.demo.settings import DemoSettings
 from headroom.errors import CommandError
 from headroom.localkafka.errors import BrokerError
+from headroom.sim.traces import TraceError, TraceSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from headroom.demo.run import write_report
     from headroom.demo.view import live_panel, summary_tables
 
+    try:  # before anything starts: the trace the load comes from
+        trace = from_env(TraceSettings).path("azure")
+    except TraceError as err:
+        raise CommandError(str(err)) from err
     settings = from_env(DemoSettings)
     overrides = {"duration_s": args.duration, "rate": args.rate, "report_dir": args.report_dir, "seed": args.seed}
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                   f"servers slow down {settings.slowdown:g}x at {settings.regime_change_at:.0%} of the run")
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            report = run_demo(settings, on_tick=lambda tick: live.update(live_panel(tick)))
+            report = run_demo(settings, trace, on_tick=lambda tick: live.update(live_panel(tick)))
     except (BrokerError, ComponentFailed) as err:
         raise CommandError(str(err)) from err
     console.print(summary_tables(report))

@@ -78,7 +78,7 @@ class Report:
     seconds: float = 0.0
 
 
-def run(settings: DemoSettings, on_tick: Callable[[Tick], None] | None = None) -> Report:
+def run(settings: DemoSettings, trace: Path, on_tick: Callable[[Tick], None] | None = None) -> Report:
     began = time.monotonic()
     shutil.rmtree(settings.state_dir, ignore_errors=True)
     ports = Ports(settings.base_port)
@@ -105,7 +105,7 @@ def run(settings: DemoSettings, on_tick: Callable[[Tick], None] | None = None) -
         supervisor.start("router", ["router", "serve", "--config", str(config)],
                          ready=_answers(f"http://127.0.0.1:{ports.router_http}/metrics"))
         start_offsets = end_offsets(kafka, kafka.telemetry_topic)
-        outcomes, change_at, timeline = _drive(settings, ports, servers, supervisor, on_tick)
+        outcomes, change_at, timeline = _drive(settings, trace, ports, servers, supervisor, on_tick)
         supervisor.check()
         router_metrics = scrape(f"http://127.0.0.1:{ports.router_http}/metrics")
         telemetry = _wait_for_telemetry(kafka, start_offsets, sum(o.status == 200 for o in outcomes))
@@ -181,9 +181,10 @@ def _router_config(settings: DemoSettings, ports: Ports, servers: list[tuple[str
     return path
 
 
-def _drive(settings: DemoSettings, ports: Ports, servers: list[tuple[str, str, str]], supervisor: Supervisor,
-           on_tick: Callable[[Tick], None] | None) -> tuple[list[load.Outcome], float, list[Tick]]:
-    requests = load_azure(rate=settings.rate, seed=settings.seed,
+def _drive(settings: DemoSettings, trace: Path, ports: Ports, servers: list[tuple[str, str, str]],
+           supervisor: Supervisor, on_tick: Callable[[Tick], None] | None
+           ) -> tuple[list[load.Outcome], float, list[Tick]]:
+    requests = load_azure(trace, rate=settings.rate, seed=settings.seed,
                           limit=int(settings.rate * settings.duration_s * 1.2) + 10)
     dressed = load.dress([r for r in requests if r.arrival_s < settings.duration_s], load.Mix(seed=settings.seed))
     change_at = settings.duration_s * settings.regime_change_at

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headroom.localkafka import admin, jars
-from headroom.localkafka.errors import BrokerFailed, PortTaken
+from headroom.localkafka.errors import BrokerFailed, PortTaken, PrerequisiteMissing
 from headroom.localkafka.settings import BrokerSettings
 
 STOP_TIMEOUT_S = 30.0
+BROKER_FILES = ("pom.xml", "server.properties", "log4j2.yaml")
 _children: dict[int, subprocess.Popen] = {}  # brokers this process started, reaped by down()
 
 
@@ -42,6 +43,10 @@ def status(settings: BrokerSettings) -> Status:
 
 def up(settings: BrokerSettings) -> Status:
     """Start the broker unless it is already running; wait until it answers a metadata request."""
+    missing = [name for name in BROKER_FILES if not (settings.infra_dir / name).is_file()]
+    if missing:
+        raise PrerequisiteMissing(f"HEADROOM_KAFKA_INFRA={settings.infra_dir} lacks {', '.join(missing)}; point it at "
+                                  "a folder with the broker files (infra/kafka/ of headroom's source) or unset it")
     current = status(settings)
     if current.running:
         _wait_until_answering(settings, current.pid)

@@ -1,7 +1,7 @@
 """Errors of the local broker; each says what to do about it.
 
     BrokerError
-     ├── PrerequisiteMissing   Java 17+ or Maven not found
+     ├── PrerequisiteMissing   Java 17+, Maven or the broker files not found
      ├── PortTaken             the port belongs to another process
      └── BrokerFailed          the broker did not come up (carries the log tail)
 """

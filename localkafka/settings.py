@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headroom.contract.settings import setting
+from headroom.localkafka import infra
 
-INFRA_DIR = Path(__file__).resolve().parents[1] / "infra" / "kafka"
+INFRA_DIR = Path(infra.__file__).resolve().parent  # infra/kafka/ of the source tree, package data when installed
 
 
 @dataclass(frozen=True)

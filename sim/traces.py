@@ -1,4 +1,4 @@
-"""Loaders for the public traces in ``../shared/traces`` (see its README), as :class:`~sim.request.Request`s.
+"""Loaders for the public traces (see :mod:`sim.trace_files` for where they are), as :class:`~sim.request.Request`s.
 
 Both loaders rescale time to a target mean arrival rate (``rate``, requests/s; None keeps the trace's
 own timing) by dividing every inter-arrival gap by the same factor, so burstiness is kept; ``speedup``
@@ -20,22 +20,35 @@ from __future__ import annotations
 import csv
 import json
 import random
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from headroom.contract.settings import from_env, setting
 from headroom.errors import HeadroomError
+from headroom.sim import trace_files
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import BLOCK_TOKENS
 from headroom.sim.request import Request
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
-AZURE_CONV = TRACES_DIR / "azure" / "AzureLLMInferenceTrace_conv_2023.csv"
-MOONCAKE = TRACES_DIR / "mooncake" / "mooncake_fast25_synthetic_trace.jsonl"
 MOONCAKE_BLOCK_TOKENS = 512
 
 
 class TraceError(HeadroomError, ValueError):
     """A trace file is missing or malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    traces_dir: Path = setting(trace_files.default_dir(), trace_files.ENV,
+                               "Folder of the public traces (azure/, mooncake/).")
+
+    def path(self, name: str) -> Path:
+        """The file of trace ``name`` (azure or mooncake); :class:`TraceError` saying where to get it if missing."""
+        problem = trace_files.missing(self.traces_dir, name)
+        if problem:
+            raise TraceError(problem)
+        return trace_files.trace_path(self.traces_dir, name)
 
 
 def _parse_time(text: str) -> float:
@@ -63,11 +76,11 @@ def _rescale(times: list[float], rate: float | None, speedup: float = 1.0) -> li
     return [o * factor for o in offsets]
 
 
-def load_azure(path: Path | str = AZURE_CONV, *, rate: float | None = None, limit: int | None = None,
+def load_azure(path: Path | str | None = None, *, rate: float | None = None, limit: int | None = None,
                prefixes: SharedPrefixes | None = SharedPrefixes(), stream_fraction: float = 1.0,
                seed: int = 0, id_prefix: str = "az", speedup: float = 1.0) -> list[Request]:
     """The Azure LLM inference trace (conversation by default); see the module docstring."""
-    path = Path(path)
+    path = Path(path) if path is not None else from_env(TraceSettings).path("azure")
     rows: list[tuple[float, int, int]] = []
     try:
         with path.open(newline="") as handle:
@@ -94,11 +107,11 @@ def load_azure(path: Path | str = AZURE_CONV, *, rate: float | None = None, limi
     return requests
 
 
-def load_mooncake(path: Path | str = MOONCAKE, *, rate: float | None = None, limit: int | None = None,
+def load_mooncake(path: Path | str | None = None, *, rate: float | None = None, limit: int | None = None,
                   stream_fraction: float = 1.0, seed: int = 0, id_prefix: str = "mc",
                   speedup: float = 1.0) -> list[Request]:
     """The Mooncake trace with its prefix hashes mapped onto 16-token blocks; see the module docstring."""
-    path = Path(path)
+    path = Path(path) if path is not None else from_env(TraceSettings).path("mooncake")
     per_block = MOONCAKE_BLOCK_TOKENS // BLOCK_TOKENS
     rows = []
     try:
