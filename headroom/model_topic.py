@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 FETCH_OPTIONS: Final = {"max.partition.fetch.bytes": 2 * MODEL_MESSAGE_MAX_BYTES,
                         "fetch.max.bytes": 4 * MODEL_MESSAGE_MAX_BYTES,
                         "receive.message.max.bytes": 8 * MODEL_MESSAGE_MAX_BYTES}
+GROUP_PREFIX: Final = "headroom-models"  # every reader's group is its own, named from this (Kafka ACLs grant the prefix)
 CAUGHT_UP: Final = "caught-up"  # yielded once by follow(): everything there was at the start has been read
 
 
@@ -64,7 +65,7 @@ def follow(kafka: KafkaSettings, *, from_beginning: bool = True, poll_s: float =
     ``log_errors`` (a server that must outlive a broker's hiccups).
     """
     topic = kafka.model_topic
-    client = consumer(kafka, "headroom-models", {**FETCH_OPTIONS, "enable.partition.eof": True, **(options or {})})
+    client = consumer(kafka, GROUP_PREFIX, {**FETCH_OPTIONS, "enable.partition.eof": True, **(options or {})})
     try:
         if topic_wait_s is None:
             while (found := partitions(client, topic, 10.0)) is None:

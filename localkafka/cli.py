@@ -1,4 +1,4 @@
-"""``headroom kafka up|down|status`` — the local broker."""
+"""``headroom kafka up|down|status|check`` — the local broker; ``headroom kafka topics`` — any broker's topics."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if name == "check":
             parser.add_argument("--records", type=int, default=5000, help="telemetry records to send")
             parser.add_argument("--servers", type=int, default=8, help="servers the records are spread over")
+    topics = commands.add_parser("topics", help="create the declared topics on the broker of HEADROOM_KAFKA_BOOTSTRAP "
+                                 "(any cluster) and report those that differ from their declaration")
+    topics.add_argument("--alter", action="store_true", help="give drifted topics their declared configuration")
+    topics.set_defaults(run=_topics)
+    strimzi = commands.add_parser("strimzi", help="write the Strimzi KafkaTopics and KafkaUsers (with their ACLs) "
+                                  "of the declared topics")
+    strimzi.add_argument("--out", type=Path, required=True, help="folder for topics.yaml and users.yaml")
+    strimzi.add_argument("--authentication", choices=("tls", "scram-sha-512"), default="tls",
+                         help="how the users authenticate (default: mutual TLS)")
+    strimzi.set_defaults(run=_strimzi)
 
 
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
@@ -75,6 +85,25 @@ def _status(args: argparse.Namespace) -> int:
     state = "answering" if status.answering else "NOT answering"
     print(f"Kafka is running on {status.bootstrap} (pid {status.pid}), {state}; log {status.log_file}")
     return 0 if status.answering else 1
+
+
+def _topics(args: argparse.Namespace) -> int:
+    kafka = from_env(KafkaSettings)
+    if not admin.answers(kafka.bootstrap_servers):
+        raise CommandError(f"no broker answers on {kafka.bootstrap_servers} (HEADROOM_KAFKA_BOOTSTRAP)")
+    created = admin.ensure_topics(kafka, alter=args.alter)
+    drifts = admin.topic_drift(kafka)
+    print(f"created: {', '.join(created) or 'none'}")
+    for drift in drifts:
+        print(drift.describe())
+    return 1 if drifts else 0
+
+
+def _strimzi(args: argparse.Namespace) -> int:
+    from headroom.localkafka.strimzi import write
+    for path in write(args.out, from_env(KafkaSettings), args.authentication):
+        print(f"wrote {path}")
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:
