@@ -63,6 +63,8 @@ class RouterServer:
         elif predictor is None and s.predictor == "remote":
             predictor = self._remote_predictor()
         self.metrics = RouterMetrics()
+        if isinstance(self.telemetry, KafkaTelemetry):
+            self.metrics.report_telemetry(self.telemetry.counts)
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
                                      predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed))
         self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
