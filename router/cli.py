@@ -29,5 +29,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise CommandError(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(RouterServer(config, from_env(KafkaSettings)).serve())
+    try:
+        asyncio.run(RouterServer(config, from_env(KafkaSettings)).serve())
+    except ConfigError as err:
+        raise CommandError(str(err)) from err
     return 0

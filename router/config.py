@@ -2,7 +2,8 @@
 
     settings: {httpPort: 8080, predictor: embedded, ...}   # RouterSettings fields, camelCase
     servers: [{id: s1, address: "10.0.0.1:8000", pool: h100}]  # or:
-    serversFile: servers.yaml                                 # reread when it changes
+    serversFile: servers.yaml                                 # reread when it changes; or:
+    pods: {namespace: llm, selector: {app: vllm}, port: 8000}  # watched in Kubernetes (router.state.pods)
     scheduling: {...}                                         # see router.pipeline; default if left out
 
 Kafka comes from the environment (:class:`contract.topics.KafkaSettings`). Loading is strict; every
@@ -25,9 +26,10 @@ from headroom.router.errors import ConfigError
 from headroom.router.params import camel
 from headroom.router.pipeline import Pipeline, load_pipeline
 from headroom.router.settings import RouterSettings
+from headroom.router.state.pods import PodSelector, parse_pods
 from headroom.router.state.servers import ServerSpec, parse_servers
 
-_KEYS = {"settings", "servers", "serversFile", "scheduling"}
+_KEYS = {"settings", "servers", "serversFile", "pods", "scheduling"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class RouterConfig:
     pipeline: Pipeline
     servers: tuple[ServerSpec, ...] = ()
     servers_file: Path | None = None
+    pods: PodSelector | None = None
 
 
 def load_config(source: Path | str | Mapping[str, Any], environ: Mapping[str, str] | None = None) -> RouterConfig:
@@ -56,8 +59,9 @@ def load_config(source: Path | str | Mapping[str, Any], environ: Mapping[str, st
     unknown = sorted(set(data) - _KEYS)
     if unknown:
         raise ConfigError(f"router config: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
-    if "servers" in data and "serversFile" in data:
-        raise ConfigError("router config: give either 'servers' or 'serversFile', not both")
+    sources = [key for key in ("servers", "serversFile", "pods") if key in data]
+    if len(sources) > 1:
+        raise ConfigError(f"router config: give one of 'servers', 'serversFile' or 'pods', not {' and '.join(sources)}")
     servers = parse_servers(data["servers"]) if "servers" in data else ()
     servers_file = None
     if "serversFile" in data:
@@ -65,7 +69,8 @@ def load_config(source: Path | str | Mapping[str, Any], environ: Mapping[str, st
             raise ConfigError(f"serversFile must be a path, got {data['serversFile']!r}")
         servers_file = base / data["serversFile"]
     return RouterConfig(settings=_settings(data.get("settings") or {}, environ), pipeline=load_pipeline(data.get("scheduling")),
-                        servers=servers, servers_file=servers_file)
+                        servers=servers, servers_file=servers_file,
+                        pods=parse_pods(data["pods"]) if "pods" in data else None)
 
 
 def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:

@@ -1,5 +1,5 @@
 """The running router: HTTP proxy, Pick API and ext_proc listeners over one :class:`RouterService`,
-plus the background work (metrics scraping, server-file watching, telemetry delivery, model tailing).
+plus the background work (metrics scraping, server-file or pod watching, telemetry delivery, model tailing).
 
 Lifecycle: :meth:`RouterServer.start` binds every listener and starts the background tasks;
 :meth:`RouterServer.stop` stops accepting, lets requests in progress finish for ``grace_s``, then flushes
@@ -32,6 +32,7 @@ from headroom.router.proxy import Proxy
 from headroom.router.roles import LatencyPredictor
 from headroom.router.service import RouterService
 from headroom.router.state.inflight import Inflight
+from headroom.router.state.pods import PodWatcher
 from headroom.router.state.pool import PoolState
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.scraper import MetricsScraper
@@ -52,6 +53,7 @@ class RouterServer:
         self.kafka = kafka
         s = config.settings
         self.server_file = ServerFile(config.servers_file) if config.servers_file else None
+        self.pods = PodWatcher(config.pods) if config.pods else None
         servers = self.server_file.servers if self.server_file else config.servers
         self.pool = PoolState(servers, inflight=Inflight(s.inflight_ttl_s), prefix=PrefixIndex(s.prefix_max_blocks),
                               unhealthy_after_s=s.unhealthy_after_s)
@@ -98,6 +100,8 @@ class RouterServer:
         s = self.config.settings
         if self._tailer is not None:
             self._tailer.start()
+        if self.pods is not None:
+            await asyncio.to_thread(self.pods.start)
         self._runner = web.AppRunner(self.proxy.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, s.host, s.http_port)
@@ -142,6 +146,8 @@ class RouterServer:
                 if self.server_file.refresh():
                     self.pool.set_servers(self.server_file.servers)
                     log.info("server list changed: %d servers", len(self.server_file.servers))
+            if self.pods is not None and self.pods.refresh():
+                self.pool.set_servers(self.pods.servers)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=0.05)
 
@@ -153,6 +159,8 @@ class RouterServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._tailer is not None:
             await asyncio.to_thread(self._tailer.stop)
+        if self.pods is not None:
+            await asyncio.to_thread(self.pods.stop)
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
         if isinstance(self.telemetry, KafkaTelemetry):

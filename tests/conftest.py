@@ -21,6 +21,8 @@ from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import admin, broker
 from headroom.localkafka.settings import BrokerSettings
 
+pytest_plugins = ["tests.kube"]  # the helm and kube_api fixtures
+
 
 def free_port() -> int:
     with socket.socket() as probe:
