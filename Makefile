@@ -4,19 +4,25 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 TYPECHECK_TREE := build/typecheck
+HELM ?= $(shell infra/build-tool helm)
+CHART_OUT ?= build/chart
 
-.PHONY: demo test test-fast lint
+.PHONY: demo test test-fast lint chart tools traces
 
-demo: $(STAMP)
+demo: traces $(STAMP)
 	$(VENV)/bin/headroom demo
 
-# Everything: unit and doctests, the real broker, the end-to-end demo.
+# Before anything is set up: the trace the demo replays must be there (sim/trace_files.py says where).
+traces:
+	@$(PYTHON) sim/trace_files.py azure
+
+# Everything: unit and doctests, the real broker, the Kubernetes tools, the end-to-end demo.
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-# Minutes: no broker, no end-to-end processes.
+# Minutes: no broker, no Kubernetes tools, no end-to-end processes.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -m "not kafka and not e2e"
+	$(VENV)/bin/python -m pytest -m "not kafka and not e2e and not kube"
 
 # ruff over the tree; mypy (strict on contract/ and router/) over the modules under their installed names,
 # through a tree of links that mypy can follow (headroom.cli.typecheck_tree).
@@ -24,6 +30,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m headroom.cli.typecheck_tree $(TYPECHECK_TREE)
 	$(VENV)/bin/mypy
+
+# The Helm chart, linted and rendered with its default values into $(CHART_OUT)/.
+chart:
+	$(HELM) lint infra/helm/headroom --kube-version 1.30.0
+	$(HELM) template headroom infra/helm/headroom --kube-version 1.30.0 --output-dir $(CHART_OUT)
+
+# helm and the test API server, built once into ~/.cache/headroom/bin (the tests build them when missing).
+tools:
+	infra/build-tool helm
+	infra/build-tool kube-apiserver
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'

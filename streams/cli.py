@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start = commands.add_parser("start", help="consume telemetry, keep windows, retrain and publish models",
                                 epilog=f"Settings from the environment: {settings_help}")
     start.add_argument("--app-id", help="Faust app id (consumer group, changelog prefix)")
-    start.add_argument("--metrics-port", type=int, help="Prometheus port on 127.0.0.1 (0: off)")
+    start.add_argument("--metrics-port", type=int, help="Prometheus port (0: off)")
     start.add_argument("--log-level", choices=("crit", "error", "warn", "info", "debug"))
     start.set_defaults(run=run_start)
 
@@ -69,7 +69,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     topology = create_topology(kafka, settings, live, ModelPublisher(kafka))
     if settings.metrics_port:
         try:
-            start_http_server(settings.metrics_port, addr="127.0.0.1")
+            start_http_server(settings.metrics_port, addr=settings.metrics_host)
         except OSError as err:
             raise CommandError(f"metrics port {settings.metrics_port}: {err}") from err
     settings.data_dir.mkdir(parents=True, exist_ok=True)

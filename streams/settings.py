@@ -49,7 +49,9 @@ class PipelineSettings:
     quantile: float = setting(0.9, "HEADROOM_QUANTILE", "Quantile of the upper-bound models.")
     trees: int = setting(200, "HEADROOM_TRAIN_TREES", "Boosting rounds per model.")
     train_threads: int = setting(1, "HEADROOM_TRAIN_THREADS", "XGBoost threads per training.")
-    metrics_port: int = setting(0, "HEADROOM_PIPELINE_METRICS_PORT", "Prometheus port on 127.0.0.1 (0: off).")
+    metrics_port: int = setting(0, "HEADROOM_PIPELINE_METRICS_PORT", "Prometheus port (0: off).")
+    metrics_host: str = setting("127.0.0.1", "HEADROOM_PIPELINE_METRICS_HOST",
+                                "Address the Prometheus endpoint binds (0.0.0.0 in a pod).")
     data_dir: Path = setting(Path(".headroom/pipeline"), "HEADROOM_PIPELINE_DATA_DIR", "Faust's local folder.")
     log_level: str = setting("info", "HEADROOM_PIPELINE_LOG_LEVEL", "crit, error, warn, info or debug.")
 
