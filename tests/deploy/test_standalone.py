@@ -1,0 +1,90 @@
+"""headroom as users install it: the wheel built and installed exactly as the Dockerfile does it
+(``infra/image/build-wheels`` then ``infra/image/install``, into a fresh virtual environment), run from
+outside the checkout so that no source folder can stand in for the installed package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.deploy.resources import ROOT
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The ``headroom`` command of a fresh environment holding only the built wheel and its dependencies."""
+    folder = tmp_path_factory.mktemp("standalone")
+    source = folder / "src"  # what `COPY . .` puts in the image: the files of a clone
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_bytes((ROOT / name).read_bytes())
+            (source / name).chmod((ROOT / name).stat().st_mode)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    for step in (["infra/image/build-wheels", str(source), str(folder / "wheels")],
+                 ["infra/image/install", str(folder / "wheels"), str(folder / "prefix")]):
+        done = subprocess.run(step, cwd=source, env=env, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, f"{step[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return folder / "prefix" / "bin" / "headroom"
+
+
+def run(headroom: Path, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_") or k == "HEADROOM_KAFKA_JAR_CACHE"}
+    return subprocess.run([str(headroom), *args], cwd=cwd, env={**environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_help_and_version(installed, tmp_path):
+    done = run(installed, "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "kafka" in done.stdout and "router" in done.stdout
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert run(installed, "--version", cwd=tmp_path).stdout.strip() == f"headroom {version}"
+
+
+def test_only_the_headroom_package_is_installed(installed):
+    site = next((installed.parent.parent / "lib").glob("python3*/site-packages"))
+    ours = {p.name for p in site.iterdir()} & {"cli", "contract", "demo", "sim", "router", "streams", "trainer",
+                                               "predictor", "autoscale", "backtest", "localkafka", "infra", "tests"}
+    assert ours == set()
+    assert (site / "headroom" / "localkafka" / "infra" / "pom.xml").is_file()
+    assert any(site.glob("headroom/router/__pycache__/*.pyc"))  # compiled at install: nothing is written at run time
+
+
+def test_the_local_broker_runs_from_the_installed_package(installed, tmp_path):
+    env = {"HEADROOM_KAFKA_PORT": str(free_port()), "HEADROOM_KAFKA_CONTROLLER_PORT": str(free_port())}
+    state = tmp_path / "state"
+    try:
+        up = run(installed, "kafka", "up", "--state-dir", str(state), cwd=tmp_path, env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "created topics: telemetry, telemetry-dlq, model-updates" in up.stdout
+        status = run(installed, "kafka", "status", "--state-dir", str(state), cwd=tmp_path, env=env)
+        assert status.returncode == 0 and "answering" in status.stdout
+    finally:
+        down = run(installed, "kafka", "down", "--state-dir", str(state), cwd=tmp_path, env=env)
+    assert down.returncode == 0 and down.stdout.strip() == "Kafka stopped"
+
+
+def test_the_demo_without_its_trace_fails_at_once_saying_what_is_missing(installed, tmp_path):
+    done = run(installed, "demo", cwd=tmp_path)
+    assert done.returncode == 1
+    assert f"missing trace file(s) in {tmp_path / 'traces'}" in done.stderr
+    assert "AzureLLMInferenceTrace_conv_2023.csv" in done.stderr and "github.com/Azure/AzurePublicDataset" in done.stderr
+    assert not (tmp_path / ".headroom").exists()  # nothing was started
+
+
+def test_make_demo_on_a_clone_without_the_traces_fails_before_setting_anything_up(tmp_path):
+    done = subprocess.run(["make", "-s", "demo", "VENV=" + str(tmp_path / "venv")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "HEADROOM_TRACES_DIR": str(tmp_path / "none")})
+    assert done.returncode != 0
+    assert f"missing trace file(s) in {tmp_path / 'none'}" in done.stderr
+    assert not (tmp_path / "venv").exists()
