@@ -42,6 +42,7 @@ def jar_dir(settings: BrokerSettings) -> Path:
         raise BrokerError(f"Maven could not fetch the Kafka jars (exit {done.returncode}):\n"
                           f"{(done.stdout + done.stderr)[-3000:]}")
     (staging / ".complete").touch()
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache may serve other users (an image's runtime user)
     try:
         staging.rename(target)
     except OSError:  # another process finished the same fetch first
