@@ -22,7 +22,7 @@ from headroom.sim.traces import TraceSettings
 from headroom.streams.settings import PipelineSettings
 from tests.deploy.resources import CHART, KUBE_VERSION, REQUIRED, ROOT, RenderError, problems, render
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first use builds helm or the API server
 
 # The environment of the security settings, as agreed (the processes read them once that work lands).
 SECURITY_ENV = {

@@ -26,7 +26,7 @@ from tests.conftest import free_port
 from tests.deploy.resources import render
 from tests.router.routercases import wait_for
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first use builds helm or the API server
 
 NAMESPACE = "discovery"  # the router's service account lives here (tests.kube.USERS)
 LABELS = {"app": "vllm-llama3-8b-instruct"}
