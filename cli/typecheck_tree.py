@@ -23,7 +23,7 @@ def lay_out(tree: Path) -> None:
     for module in (ROOT / folders["headroom"]).glob("*.py"):
         (package / module.name).symlink_to(module)
     for name, folder in folders.items():
-        if name != "headroom":
+        if name.count(".") == 1:  # headroom.<folder>; deeper entries lie inside a linked folder already
             (tree / name.replace(".", "/")).symlink_to(ROOT / folder)
 
 
