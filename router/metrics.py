@@ -5,8 +5,12 @@ Latency histograms follow SPEC §4: TTFT means E2E when the request does not str
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
+
+from headroom.router.telemetry_sink import TelemetryCounts
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -46,7 +50,7 @@ class RouterMetrics:
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
 
-    def report_telemetry(self, counts) -> None:
+    def report_telemetry(self, counts: TelemetryCounts) -> None:
         """Export ``counts`` (the sink's :class:`~router.telemetry_sink.TelemetryCounts`), read at scrape time."""
         self.registry.register(_TelemetryDelivery(counts))
 
@@ -55,10 +59,10 @@ class RouterMetrics:
 
 
 class _TelemetryDelivery:
-    def __init__(self, counts) -> None:
+    def __init__(self, counts: TelemetryCounts) -> None:
         self.counts = counts
 
-    def collect(self):
+    def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily("headroom_router_telemetry_delivery", "Telemetry records handed to Kafka, by "
                                      "outcome: delivered, failed after buffering, dropped (buffer full).",
                                      labels=["outcome"])

@@ -157,7 +157,7 @@ class PodWatcher:
             except HTTPError as err:
                 version = None
                 self._failed(f"Kubernetes API: {type(err).__name__}: {err}")
-            except Exception as err:  # noqa: BLE001 - the watcher must outlive any one failure
+            except Exception as err:  # the watcher must outlive any one failure
                 version = None
                 self._failed(f"pod watch failed: {type(err).__name__}: {err}")
 
@@ -173,7 +173,7 @@ class PodWatcher:
             self._pods = pods
             self._publish()
             self.last_error = None
-        return listed.metadata.resource_version
+        return str(listed.metadata.resource_version)
 
     def _apply(self, name: str, pod: Any) -> None:
         spec = None if pod is None else server_of(pod, self.selector)

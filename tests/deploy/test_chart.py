@@ -331,7 +331,7 @@ def test_rbac_is_least_privilege(variants, variant):
 
 @pytest.mark.parametrize("variant", ["default", "secure"])
 def test_containers_run_unprivileged_on_a_read_only_root(variants, variant):
-    for component, (pod, container) in containers(variants[variant]).items():
+    for pod, container in containers(variants[variant]).values():
         assert pod["securityContext"]["runAsNonRoot"] is True
         context = container["securityContext"]
         assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False

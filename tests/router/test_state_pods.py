@@ -1,8 +1,7 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from kubernetes.client import (V1Container, V1ContainerPort, V1ObjectMeta, V1Pod, V1PodCondition, V1PodSpec,
-                               V1PodStatus)
+from kubernetes.client import V1Container, V1ContainerPort, V1ObjectMeta, V1Pod, V1PodCondition, V1PodSpec, V1PodStatus
 
 from headroom.router.errors import ConfigError
 from headroom.router.state.pods import PodSelector, parse_pods, server_of
@@ -14,7 +13,7 @@ SELECTOR = PodSelector("llm", {"app": "vllm"}, port=8000, metrics_port="metrics"
 def pod(name="p1", ip="10.0.0.5", ready="True", deleting=False, ports=(), labels=None) -> V1Pod:
     return V1Pod(
         metadata=V1ObjectMeta(name=name, labels={"app": "vllm", **(labels or {})},
-                              deletion_timestamp=datetime.now(timezone.utc) if deleting else None),
+                              deletion_timestamp=datetime.now(UTC) if deleting else None),
         spec=V1PodSpec(containers=[V1Container(name="vllm", ports=[V1ContainerPort(container_port=number, name=port_name)
                                                                    for port_name, number in ports])]),
         status=V1PodStatus(pod_ip=ip, conditions=[V1PodCondition(type="Ready", status=ready)] if ready else None))
