@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import free_port
 from tests.deploy.resources import ROOT
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(1200)]  # building the wheels of every dependency
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e, pytest.mark.timeout(1200)]  # builds every dependency's wheel
 
 
 @pytest.fixture(scope="module")

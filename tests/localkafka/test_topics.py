@@ -39,10 +39,10 @@ def test_a_topic_that_drifted_from_its_declaration_is_reported_then_altered(kafk
     assert drift.config == {"cleanup.policy": ("delete", "compact"), "retention.ms": ("60000", "-1")}
     assert drift.partitions == (1, 2)
     assert drift.describe() in caplog.text
-    assert topic_configs(kafka.bootstrap_servers, name)["cleanup.policy"] == "delete"  # a warning changes nothing
+    assert topic_configs(kafka, name)["cleanup.policy"] == "delete"  # a warning changes nothing
 
     ensure_topics(kafka, [declared], alter=True)
-    configs = topic_configs(kafka.bootstrap_servers, name)
+    configs = topic_configs(kafka, name)
     assert (configs["cleanup.policy"], configs["retention.ms"]) == ("compact", "-1")
     [left] = topic_drift(kafka, [declared])
     assert left.config == {} and left.partitions == (1, 2)  # partitions are never changed by ensure_topics
@@ -61,4 +61,4 @@ def test_the_topics_command_reports_drift_and_alters_it(kafka, fresh_topic):
     assert f"topic '{models}' differs from its declaration: cleanup.policy=delete (declared compact)" in reported.stdout
     altered = subprocess.run([*command, "--alter"], env=env, capture_output=True, text=True, timeout=120)
     assert altered.returncode == 0, altered.stdout + altered.stderr
-    assert topic_configs(kafka.bootstrap_servers, models)["cleanup.policy"] == "compact"
+    assert topic_configs(kafka, models)["cleanup.policy"] == "compact"
