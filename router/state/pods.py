@@ -2,7 +2,7 @@
 Gateway's endpoint picker.
 
 A pod is a server while it matches the selector, has an IP, is Ready and is not being deleted. Its id is
-the pod name, its address ``podIP:port`` (the InferencePool's target port), its metrics URL uses the
+the pod name (and its namespace and pod are the pod's), its address ``podIP:port`` (the InferencePool's target port), its metrics URL uses the
 container port named ``metricsPort`` in its spec (or that number; the target port when neither is
 there), and its pool key is the value of its ``poolLabel`` label (``default`` without one).
 
@@ -89,7 +89,8 @@ def server_of(pod: Any, selector: PodSelector) -> ServerSpec | None:
         metrics_port = named[0] if named else selector.port
     host = f"[{status.pod_ip}]" if ":" in status.pod_ip else status.pod_ip
     pool = (meta.labels or {}).get(selector.pool_label, "default") if selector.pool_label else "default"
-    return ServerSpec(meta.name, f"{host}:{selector.port}", pool, f"http://{host}:{metrics_port}/metrics")
+    return ServerSpec(meta.name, f"{host}:{selector.port}", pool, f"http://{host}:{metrics_port}/metrics",
+                      namespace=selector.namespace, pod=meta.name)
 
 
 class PodWatcher:

@@ -110,8 +110,8 @@ def test_the_router_follows_the_pools_pods_while_requests_flow(core, kube_api, m
                 set_ready(core, f"vllm-{i}", True, i)
             assert await wait_for(lambda: servers() == {"vllm-2", "vllm-3"}, 10.0)
             spec = router.pool.servers["vllm-2"]
-            assert (spec.address, spec.pool_key, spec.scrape_url) == (
-                f"127.0.0.2:{port}", "h100", f"http://127.0.0.2:{port}/metrics")
+            assert (spec.address, spec.pool_key, spec.scrape_url, spec.namespace, spec.pod) == (
+                f"127.0.0.2:{port}", "h100", f"http://127.0.0.2:{port}/metrics", NAMESPACE, "vllm-2")
             flow = asyncio.create_task(traffic())
             assert await served_by() <= {"vllm-2", "vllm-3"}
 

@@ -20,10 +20,10 @@ def pod(name="p1", ip="10.0.0.5", ready="True", deleting=False, ports=(), labels
 
 
 @pytest.mark.parametrize("given, expected", [
-    (pod(), ServerSpec("p1", "10.0.0.5:8000", "default", "http://10.0.0.5:8000/metrics")),
+    (pod(), ServerSpec("p1", "10.0.0.5:8000", "default", "http://10.0.0.5:8000/metrics", "llm", "p1")),
     (pod(ports=[("metrics", 9400), ("http", 8000)], labels={"pool": "h100"}),
-     ServerSpec("p1", "10.0.0.5:8000", "h100", "http://10.0.0.5:9400/metrics")),
-    (pod(ip="fd00::7"), ServerSpec("p1", "[fd00::7]:8000", "default", "http://[fd00::7]:8000/metrics")),
+     ServerSpec("p1", "10.0.0.5:8000", "h100", "http://10.0.0.5:9400/metrics", "llm", "p1")),
+    (pod(ip="fd00::7"), ServerSpec("p1", "[fd00::7]:8000", "default", "http://[fd00::7]:8000/metrics", "llm", "p1")),
     (pod(ready="False"), None),
     (pod(ready=None), None),
     (pod(ip=None), None),
