@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import xgboost as xgb
 
-from headroom.contract.features import RAW_COLUMNS, feature_matrix, target_value
+from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.contract.targets import target_value
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import ServerProfile

@@ -25,6 +25,7 @@ import polars as pl
 
 from headroom.contract.features import RAW_COLUMNS, feature_matrix
 from headroom.contract.model_update import ModelUpdate
+from headroom.contract.targets import OBSERVED, trains
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.contract.telemetry_frame import COLUMNS
 from headroom.streams.ingest import Ingestor, build_ingestor
@@ -34,8 +35,6 @@ from headroom.trainer.evaluation import score
 from headroom.trainer.fit import predict
 from headroom.trainer.live import LiveModels
 from headroom.trainer.rounds import RoundOutcome
-
-TARGET_COLUMNS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 
 
 class CollectingPublisher:
@@ -183,10 +182,9 @@ def prepare(records: pl.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     features = feature_matrix({name: records.get_column(name).to_numpy() for name in RAW_COLUMNS})
     stream = records.get_column("stream").to_numpy()
     actual = {}
-    for target, column in TARGET_COLUMNS.items():
+    for target, column in OBSERVED.items():
         values = records.get_column(column).fill_null(np.nan).to_numpy().astype(np.float64)
-        trains = stream if target != "e2e" else ~stream
-        actual[target] = np.where(trains, values, np.nan)
+        actual[target] = np.where(trains(target, stream), values, np.nan)
     return features, actual
 
 

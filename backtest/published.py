@@ -13,11 +13,10 @@ from typing import Any
 import polars as pl
 
 from headroom.contract.model_update import ModelUpdate
+from headroom.contract.targets import OBSERVED, PREDICTED, TARGETS, trains
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import read_all
 
-_PREDICTED = {"ttft": "predicted_ttft_ms", "tpot": "predicted_tpot_ms", "e2e": "predicted_e2e_ms"}
-_ACTUAL = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 UPDATE_SCHEMA = {"offset": pl.Int64, "pool_key": pl.String, "target": pl.String, "objective": pl.String,
                  "version": pl.Int64, "created_at": pl.Float64, "holdout_mae_ms": pl.Float64,
                  "holdout_mape": pl.Float64, "train_rows": pl.Float64, "drift_reason": pl.String}
@@ -42,16 +41,16 @@ def updates_frame(updates: list[ModelUpdate]) -> pl.DataFrame:
 def served(records: pl.DataFrame) -> pl.DataFrame:
     """One row per (record, target) whose prediction came from a named version: actual against predicted.
 
-    A record counts for the targets it trains (see :func:`contract.features.target_value`): TTFT and TPOT
-    when streaming, E2E otherwise — the residuals the drift detectors see.
+    A record counts for the targets it trains (:func:`contract.targets.trains`): TTFT and TPOT when
+    streaming, E2E otherwise — the residuals the drift detectors see.
     """
-    parts = [records.filter((pl.col("stream") if target != "e2e" else ~pl.col("stream"))
+    parts = [records.filter(trains(target, pl.col("stream"))
                             & pl.col("model_versions").struct.field(target).is_not_null()
-                            & pl.col(_PREDICTED[target]).is_not_null() & pl.col(_ACTUAL[target]).is_not_null())
+                            & pl.col(PREDICTED[target]).is_not_null() & pl.col(OBSERVED[target]).is_not_null())
              .select(pl.col("completion_ts"), pl.col("pool_key"), pl.lit(target).alias("target"),
                      pl.col("model_versions").struct.field(target).alias("version"),
-                     pl.col(_ACTUAL[target]).alias("actual_ms"), pl.col(_PREDICTED[target]).alias("predicted_ms"))
-             for target in _PREDICTED]
+                     pl.col(OBSERVED[target]).alias("actual_ms"), pl.col(PREDICTED[target]).alias("predicted_ms"))
+             for target in TARGETS]
     return pl.concat(parts) if records.height else pl.DataFrame(
         schema={"completion_ts": pl.Float64, "pool_key": pl.String, "target": pl.String, "version": pl.Int64,
                 "actual_ms": pl.Float64, "predicted_ms": pl.Float64})

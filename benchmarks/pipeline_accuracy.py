@@ -28,9 +28,10 @@ from headroom.process import configure
 
 configure()
 
-from headroom.contract.features import records_matrix, target_value  # noqa: E402
+from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.targets import TARGETS, target_value  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
@@ -91,7 +92,7 @@ def main() -> None:
     for index in sorted(chunks):
         chunk = chunks[index]
         features = records_matrix(chunk)
-        for target in ("ttft", "tpot", "e2e"):
+        for target in TARGETS:
             rows = [i for i, r in enumerate(chunk) if target_value(r, target) is not None]
             for objective in ("mean", "quantile"):
                 model = live.get(pool_key, target, objective)
@@ -103,7 +104,7 @@ def main() -> None:
         for record in chunk:
             ingestor.ingest(encode(record), 0, offset)
             offset += 1
-        for target in ("ttft", "tpot", "e2e"):
+        for target in TARGETS:
             samples = ingestor.windows.samples((pool_key, target))
             if len(samples) < settings.min_samples:
                 continue

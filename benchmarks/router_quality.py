@@ -37,8 +37,9 @@ import numpy as np  # noqa: E402
 import xgboost  # noqa: E402
 
 from headroom.backtest.router_policy import engine_pick  # noqa: E402
-from headroom.contract.features import FEATURE_SCHEMA, records_matrix, target_value  # noqa: E402
+from headroom.contract.features import FEATURE_SCHEMA, records_matrix  # noqa: E402
 from headroom.contract.model_update import encode_update, make_update  # noqa: E402
+from headroom.contract.targets import target_value  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402

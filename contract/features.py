@@ -22,8 +22,6 @@ RAW_COLUMNS = ("kv_cache_usage", "num_waiting", "num_running", "prompt_tokens", 
 FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")
 FEATURE_SCHEMA = "v2:" + ",".join(FEATURE_NAMES)
 
-TARGETS = ("ttft", "tpot", "e2e")
-
 
 def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
     """An ``(n, len(FEATURE_NAMES))`` float32 matrix from raw columns of equal length."""
@@ -39,22 +37,3 @@ def records_matrix(records: Iterable[TelemetryRecord]) -> np.ndarray:
     records = list(records)
     return feature_matrix({name: [getattr(r, name) for r in records] for name in RAW_COLUMNS})
 
-
-def target_value(record: TelemetryRecord, target: str) -> float | None:
-    """The observed value of ``target`` this record trains, or None when it trains no such model.
-
-    Streaming records train TTFT and TPOT; non-streaming ones train E2E (mixed traffic is fine).
-    """
-    if target == "ttft":
-        return record.ttft_ms if record.stream else None
-    if target == "tpot":
-        return record.tpot_ms if record.stream else None
-    if target == "e2e":
-        return None if record.stream else record.e2e_ms
-    raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
-
-
-def predicted_value(record: TelemetryRecord, target: str) -> float | None:
-    """The prediction of ``target`` that was used when the request was routed, if any."""
-    return {"ttft": record.predicted_ttft_ms, "tpot": record.predicted_tpot_ms,
-            "e2e": record.predicted_e2e_ms}[target]

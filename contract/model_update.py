@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from headroom.contract.features import FEATURE_SCHEMA, TARGETS
+from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.targets import TARGETS
 from headroom.errors import HeadroomError
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class RejectedUpdate(InvalidUpdate):
 class ModelUpdate:
     version: int
     pool_key: str
-    target: str  # one of contract.features.TARGETS
+    target: str  # one of contract.targets.TARGETS
     objective: str  # "mean" or "quantile"
     feature_schema: str  # contract.features.FEATURE_SCHEMA of the trainer
     model_format: str  # "ubj" or "json"

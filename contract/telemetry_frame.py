@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
-from headroom.contract.features import TARGETS
+from headroom.contract.targets import TARGETS
 from headroom.contract.telemetry import (
     FIELD_DEFAULTS,
     FIELD_KINDS,

@@ -23,6 +23,7 @@ from typing import overload
 
 import numpy as np
 
+from headroom.contract.targets import response_ms
 from headroom.router.roles import Candidate, Prediction, Scored, ServerSnapshot
 from headroom.router.server_table import ServerTable
 
@@ -109,12 +110,8 @@ class CandidateSet(Sequence[Candidate]):
         return self.column(self.tpot_headroom_ms_by_row)
 
     def response_ms(self, stream: bool) -> np.ndarray:
-        """Per member, :meth:`~router.roles.Prediction.response_ms` (NaN where unpredicted)."""
-        ttft = self.column(self.ttft_ms)
-        if stream:
-            return ttft
-        e2e = self.column(self.e2e_ms)
-        return np.where(np.isnan(e2e), ttft, e2e)
+        """Per member, when the response starts (:func:`contract.targets.response_ms`; NaN where unpredicted)."""
+        return response_ms(stream, self.column(self.ttft_ms), self.column(self.e2e_ms))
 
     def slo_verdicts(self) -> tuple[np.ndarray, np.ndarray]:
         """Per member, whether :attr:`~router.roles.Candidate.meets_slo` is known, and whether it is True."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headroom.contract.features import TARGETS
+from headroom.contract.targets import TARGETS
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.errors import PredictionUnavailable

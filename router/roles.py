@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from headroom.contract.targets import response_ms
 from headroom.contract.telemetry import NO_TOKEN_AGE_MS
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
@@ -87,8 +88,8 @@ class Prediction:
     versions: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def response_ms(self, stream: bool) -> float:
-        """When the client sees its first token: TTFT if streaming, else E2E (TTFT if E2E is unknown)."""
-        return self.ttft_ms if stream or self.e2e_ms is None else self.e2e_ms
+        """When the client's response starts (:func:`contract.targets.response_ms`)."""
+        return response_ms(stream, self.ttft_ms, self.e2e_ms)
 
 
 @dataclass(frozen=True, slots=True)

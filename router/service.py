@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from headroom.contract.targets import response_ms
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.router.engine import Decision, Engine
 from headroom.router.errors import AdmissionRejected
@@ -112,7 +113,7 @@ class RouterService:
     def _observe(self, dispatch: Dispatch, done: Completion) -> None:
         request, m = dispatch.request, self.metrics
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
-        first_ms = done.ttft_ms if request.stream and done.ttft_ms is not None else done.e2e_ms
+        first_ms = response_ms(request.stream, done.ttft_ms, done.e2e_ms)
         m.ttft.observe(first_ms / 1000.0)
         if prediction is not None:
             m.predicted_ttft.observe(prediction.response_ms(request.stream) / 1000.0)

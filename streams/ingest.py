@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from headroom.contract.features import RAW_COLUMNS, TARGETS, predicted_value, target_value
+from headroom.contract.features import RAW_COLUMNS
+from headroom.contract.targets import TARGETS, predicted_value, target_value
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.strata import stratum_key

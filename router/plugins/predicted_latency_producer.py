@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from headroom.contract.targets import TARGETS, response_ms
 from headroom.router.candidate_features import table_features
 from headroom.router.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.errors import PredictionUnavailable
@@ -108,7 +109,7 @@ class PredictedLatencyProducer:
             return missing, missing
         ttft_headroom = missing
         if request.slo_ttft_ms is not None:
-            first_ms = ttft if request.stream else np.where(np.isnan(e2e), ttft, e2e)
+            first_ms = response_ms(request.stream, ttft, e2e)
             ttft_headroom = np.where(predicted, request.slo_ttft_ms - first_ms, math.nan)
         tpot_headroom = missing
         if request.stream:
@@ -138,7 +139,7 @@ def _usable(batch: Any, n: int) -> tuple[np.ndarray, list[np.ndarray]]:
     values: Mapping[str, Any] = batch.values
     if "ttft" not in values or "tpot" not in values:
         return np.zeros(n, dtype=bool), []
-    columns = [np.asarray(values[t], dtype=np.float64) for t in ("ttft", "tpot", "e2e") if t in values]
+    columns = [np.asarray(values[t], dtype=np.float64) for t in TARGETS if t in values]
     usable = np.asarray(batch.ok, dtype=bool).copy()
     for column in columns:
         usable &= np.isfinite(column) & (column >= 0)

@@ -1,14 +1,8 @@
 import numpy as np
 import pytest
 
-from headroom.contract.features import (
-    FEATURE_NAMES,
-    RAW_COLUMNS,
-    feature_matrix,
-    predicted_value,
-    records_matrix,
-    target_value,
-)
+from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, feature_matrix, records_matrix
+from headroom.contract.targets import predicted_value, target_value
 from tests.contract.records import valid_record
 
 

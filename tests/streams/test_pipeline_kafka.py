@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix, target_value
+from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix
 from headroom.contract.model_update import load_booster, make_update
+from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord, encode
 from headroom.model_topic import read_all, read_latest
 from headroom.streams.app import REASON_HEADER, WINDOWS_TABLE

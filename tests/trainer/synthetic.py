@@ -11,7 +11,8 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from headroom.contract.features import RAW_COLUMNS, target_value
+from headroom.contract.features import RAW_COLUMNS
+from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.streams.strata import stratum_key
 from headroom.trainer.samples import Samples

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.contract.features import predicted_value, target_value
+from headroom.contract.targets import predicted_value, target_value
 from headroom.trainer.drift import ErrorDriftDetector, relative_error
 from tests.trainer.synthetic import oracle, synthetic_records
 
