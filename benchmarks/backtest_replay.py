@@ -37,7 +37,7 @@ from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # n
 from headroom.backtest.run import run_backtest  # noqa: E402
 from headroom.backtest.settings import BacktestSettings  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
@@ -64,8 +64,8 @@ def fill(kafka: KafkaSettings, records) -> None:
     admin.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
     producer = kafka_clients.producer(kafka, {"linger.ms": 20, "enable.idempotence": True,
                                                        "queue.buffering.max.messages": 1_000_000})
-    for record in records:
-        producer.produce(kafka.telemetry_topic, key=record.request_id.encode(), value=encode(record),
+    for i, record in enumerate(records):  # one pool: dealt out over the partitions, to time parallel reads
+        producer.produce(kafka.telemetry_topic, key=partition_key(record), value=encode(record), partition=i % 4,
                          timestamp=int(record.completion_ts * 1000))
         producer.poll(0)
     if producer.flush(120):

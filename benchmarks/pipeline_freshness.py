@@ -34,7 +34,7 @@ from pipeline_ingest import fresh_kafka  # noqa: E402
 from headroom import kafka_clients  # noqa: E402
 from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import load_booster  # noqa: E402
-from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.model_topic import read_latest, tail  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> None:
 
     def publish(batch):
         for r in batch:
-            producer.produce(kafka.telemetry_topic, key=r.pool_key.encode(), value=encode(r))
+            producer.produce(kafka.telemetry_topic, key=partition_key(r), value=encode(r))
             producer.poll(0)
         producer.flush(30)
 
@@ -121,7 +121,7 @@ def main() -> None:
                 if wait > 0:
                     producer.flush(1)
                     time.sleep(wait)
-                producer.produce(kafka.telemetry_topic, key=r.pool_key.encode(), value=encode(r))
+                producer.produce(kafka.telemetry_topic, key=partition_key(r), value=encode(r))
                 producer.poll(0)
                 fresh = first_fresh(arrivals, t0, change, old["ttft"], after)
                 if fresh or time.monotonic() - t0 > args.watch:

@@ -27,7 +27,7 @@ configure()
 
 from headroom import kafka_clients  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
 from headroom.localkafka.admin import ensure_topics  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
@@ -46,7 +46,7 @@ def fresh_kafka(bootstrap: str, partitions: int) -> KafkaSettings:
 def produce(kafka: KafkaSettings, records) -> None:
     producer = kafka_clients.producer(kafka, {"linger.ms": 20})
     for record in records:
-        producer.produce(kafka.telemetry_topic, key=record.pool_key.encode(), value=encode(record))
+        producer.produce(kafka.telemetry_topic, key=partition_key(record), value=encode(record))
         producer.poll(0)
     producer.flush(60)
 

@@ -4,7 +4,7 @@ It carries what the router knew at dispatch (the chosen server's state, the prom
 (TTFT, TPOT, E2E in milliseconds), and the prediction that was used, so the pipeline sees live error.
 
 Wire format: UTF-8 JSON object with ``"v": SCHEMA_VERSION`` and the fields below, at most
-``MAX_RECORD_BYTES``. :func:`decode` returns a record or raises :class:`InvalidRecord` whose ``reason``
+``MAX_RECORD_BYTES``, keyed on the telemetry topic by :func:`partition_key` (the pool key). :func:`decode` returns a record or raises :class:`InvalidRecord` whose ``reason``
 says exactly what is wrong; it never raises anything else on any input.
 
 Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streamed token) and ``tpot_ms``
@@ -104,6 +104,12 @@ def encode(record: TelemetryRecord) -> bytes:
         if value is not None:
             body[name] = value
     return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def partition_key(record: TelemetryRecord) -> bytes:
+    """The record's Kafka key: its pool key, so a pool's records share a partition and the worker that owns
+    it holds the pool's whole window."""
+    return record.pool_key.encode()
 
 
 def decode(raw: bytes) -> TelemetryRecord:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from headroom import kafka_clients
-from headroom.contract.telemetry import TelemetryRecord, decode, encode
+from headroom.contract.telemetry import TelemetryRecord, decode, encode, partition_key
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka.admin import end_offsets
 
@@ -66,7 +66,7 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
     start_offsets = end_offsets(settings, settings.telemetry_topic)
     began = time.monotonic()
     for record in records:
-        producer.produce(settings.telemetry_topic, key=record.server_id, value=encode(record))
+        producer.produce(settings.telemetry_topic, key=partition_key(record), value=encode(record))
         producer.poll(0)
     if producer.flush(timeout_s):
         raise RuntimeError("telemetry was not fully delivered to Kafka in time")

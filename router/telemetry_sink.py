@@ -15,7 +15,7 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError, Message
 
-from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings
 from headroom.kafka_clients import producer
 
@@ -65,7 +65,7 @@ class KafkaTelemetry:
 
     def send(self, record: TelemetryRecord) -> None:
         try:
-            self._producer.produce(self.topic, key=record.server_id.encode(), value=encode(record),
+            self._producer.produce(self.topic, key=partition_key(record), value=encode(record),
                                    on_delivery=self._on_delivery)
             self.counts.sent += 1
         except BufferError:

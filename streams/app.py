@@ -10,8 +10,8 @@ partitions (a standby would read the other workers' changelog through that per-e
 that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic with the
 original bytes, the reason and the source in headers; a drift detection wakes the retrainer.
 
-Telemetry producers should key records by pool key, so each pool's records share a partition and one
-worker holds a pool's whole window.
+Telemetry producers key records by :func:`contract.telemetry.partition_key` (the pool key), so each pool's
+records share a partition and one worker holds a pool's whole window.
 """
 
 from __future__ import annotations

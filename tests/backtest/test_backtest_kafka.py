@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from headroom.backtest.replay import Range, Source
 from headroom.backtest.run import run_backtest
 from headroom.backtest.settings import BacktestSettings
-from headroom.contract.telemetry import encode
+from headroom.contract.telemetry import encode, partition_key
 from headroom.model_topic import read_all
 from headroom.streams.ingest import build_ingestor
 from headroom.streams.retrain import Retrainer
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.kafka
 def fill(bootstrap: str, topic: str, records) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for record in records:
-        producer.produce(topic, key=record.pool_key.encode(), value=encode(record),
+        producer.produce(topic, key=partition_key(record), value=encode(record),
                          timestamp=int(record.completion_ts * 1000))
         producer.poll(0)
     assert producer.flush(30) == 0

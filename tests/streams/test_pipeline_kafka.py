@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix
 from headroom.contract.model_update import load_booster, make_update
 from headroom.contract.targets import target_value
-from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.model_topic import read_all, read_latest
 from headroom.streams.app import REASON_HEADER, WINDOWS_TABLE
 from headroom.streams.strata import stratum_key
@@ -29,13 +29,20 @@ from tests.trainer.synthetic import samples_of, synthetic_records
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 
-def produce(kafka, payloads: list[bytes], partitions: int | None = None) -> None:
+def produce(kafka, records: list) -> None:
+    """Records as a router sends them, keyed by pool."""
+    send(kafka, [{"key": partition_key(r), "value": encode(r)} for r in records])
+
+
+def produce_spread(kafka, payloads: list[bytes], partitions: int) -> None:
+    """Raw values dealt out over ``partitions`` in turn."""
+    send(kafka, [{"value": payload, "partition": i % partitions} for i, payload in enumerate(payloads)])
+
+
+def send(kafka, messages: list[dict]) -> None:
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 10})
-    for i, payload in enumerate(payloads):
-        if partitions:
-            producer.produce(kafka.telemetry_topic, value=payload, partition=i % partitions)
-        else:
-            producer.produce(kafka.telemetry_topic, key=b"pool-a", value=payload)
+    for message in messages:
+        producer.produce(kafka.telemetry_topic, **message)
         producer.poll(0)
     assert producer.flush(30) == 0
 
@@ -93,7 +100,7 @@ def test_learns_then_detects_a_slowdown_and_promotes_a_better_model(pipeline_kaf
     try:
         start = time.time()
         before = synthetic_records(1000, seed=21, stream_fraction=1.0, start_ts=start, rate_per_s=100.0)
-        produce(pipeline_kafka, [encode(r) for r in before])
+        produce(pipeline_kafka, before)
         old = {t: wait_for_version(pipeline_kafka, f"pool-a/{t}/mean", 0, worker) for t in ("ttft", "tpot")}
         assert old["ttft"].holdout_metrics["mape"] < 0.25
         old_boosters = {t: load_booster(u.model) for t, u in old.items()}
@@ -102,7 +109,7 @@ def test_learns_then_detects_a_slowdown_and_promotes_a_better_model(pipeline_kaf
         steady = synthetic_records(600, seed=24, stream_fraction=1.0, start_ts=start + 11.0, rate_per_s=100.0)
         after = synthetic_records(1500, seed=22, slowdown=2.0, stream_fraction=1.0, start_ts=start + 17.0,
                                   rate_per_s=100.0)
-        produce(pipeline_kafka, [encode(r) for r in with_predictions(steady + after, old_boosters)])
+        produce(pipeline_kafka, with_predictions(steady + after, old_boosters))
         worker.wait_for(lambda m: m.get('headroom_drift_events_total{pool_key="pool-a",target="ttft"}', 0) >= 1,
                         90, "drift on ttft")
         worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= 3100, 90, "all records")
@@ -155,7 +162,7 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
                 record, request_id=f"bad-{i}")))
             payloads.append(bad)
             garbage.append(bad)
-    produce(pipeline_kafka, payloads, partitions=4)
+    produce_spread(pipeline_kafka, payloads, 4)
     app_id = f"restart-{uuid.uuid4().hex[:8]}"
     no_training = {"HEADROOM_RETRAIN_MIN_SAMPLES": str(10**9)}
     first = WorkerProcess(pipeline_kafka, app_id, tmp_path, extra_env=no_training).start()
@@ -204,7 +211,7 @@ def test_warm_start_continues_the_published_versions(pipeline_kafka, tmp_path):
     ModelPublisher(pipeline_kafka).publish(make_update(
         model=model_bytes(weak), version=5, pool_key="pool-a", target="ttft", objective="mean",
         feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time()))
-    produce(pipeline_kafka, [encode(r) for r in records])
+    produce(pipeline_kafka, records)
     worker = WorkerProcess(pipeline_kafka, f"warm-{uuid.uuid4().hex[:8]}", tmp_path).start()
     try:
         update = wait_for_version(pipeline_kafka, "pool-a/ttft/mean", 5, worker, timeout_s=90)
