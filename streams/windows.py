@@ -8,7 +8,8 @@ that changed since the last flush and then the partition's high-water mark, whic
 same changelog partition in order. A restart rebuilds (:meth:`Windows.restore`) a window consistent with
 the mark and reads exactly the records after it; :meth:`Windows.seen` skips anything the window already
 holds. Each row is encoded for the table once, when it is made (:func:`encode_row`), so rewriting a
-stratum only joins bytes.
+stratum only joins bytes. A stratum's entry is stamped with the feature schema its raw columns follow
+(:data:`contract.features.FEATURE_SCHEMA`); a restart restores only entries of its own schema.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from headroom.contract.features import RAW_COLUMNS
+from headroom.contract.features import FEATURE_SCHEMA
 from headroom.streams.window_rules import Row, WindowLimits, admits, evictions, expired, snapshot
 from headroom.trainer.samples import Samples
 
@@ -43,12 +44,14 @@ def encode_row(time: float, value: float, seq: int, offset: int, raw: tuple[floa
 
 
 def entry_value(rows: Iterable[Row]) -> bytes:
-    """The JSON array of the rows' :func:`encode_row` arrays, as the table stores it (raw bytes)."""
-    return b"[" + b",".join(row.encoded or encode_row(row.time, row.value, row.seq, row.offset, row.raw)
-                            for row in rows) + b"]"
+    """``{"schema": FEATURE_SCHEMA, "rows": [...]}`` with the rows' :func:`encode_row` arrays, as the table
+    stores it (raw bytes)."""
+    return _STAMP + b",".join(row.encoded or encode_row(row.time, row.value, row.seq, row.offset, row.raw)
+                              for row in rows) + b"]}"
 
 
 _encode = msgspec.json.Encoder().encode
+_STAMP = b'{"schema":' + _encode(FEATURE_SCHEMA) + b',"rows":['
 
 
 def hwm_key(partition: int) -> str:
@@ -148,7 +151,7 @@ class Windows:
 
         Only entries of telemetry ``partitions`` are kept (None: all). Rows of records past their partition's
         high-water mark (a flush cut short by a crash) are dropped: those records will be read again. So are
-        rows written under another feature schema (a different number of raw columns): they cannot be trained on.
+        entries stamped with another feature schema, or with none: their rows cannot be trained on.
         """
         self._windows.clear()
         self.high_water.clear()
@@ -170,9 +173,11 @@ class Windows:
                 parts.append(((pool_key, target), stratum, partition, value))
         loaded: list[tuple[WindowKey, str, Row]] = []
         for window, stratum, partition, value in parts:
+            if not isinstance(value, dict) or value.get("schema") != FEATURE_SCHEMA:
+                continue
             high_water = self.high_water.get(partition, -1)
-            for time, observed, seq, offset, *raw in value:
-                if offset <= high_water and len(raw) == len(RAW_COLUMNS):
+            for time, observed, seq, offset, *raw in value["rows"]:
+                if offset <= high_water:
                     time, observed, raw = float(time), float(observed), tuple(float(v) for v in raw)
                     row = Row(time, observed, raw, row_key(partition, offset, window[1]), int(seq), partition,
                               offset, encode_row(time, observed, int(seq), offset, raw))

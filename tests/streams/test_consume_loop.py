@@ -5,6 +5,7 @@ import json
 
 import msgspec
 
+from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.telemetry import encode
 from headroom.contract.topics import KafkaSettings
 from headroom.streams.consume import IngestLoop
@@ -91,9 +92,10 @@ def test_a_stratum_is_stored_as_the_same_json_whether_rows_carry_their_encoding_
     rows = [Row(1.5, 20.0, (0.5, 2.0), "0:7:ttft", 3, 0, 7), Row(2.0, 30.0, (0.25, 1.0), "0:9:ttft", 4, 0, 9)]
     encoded = [Row(*[getattr(r, f) for f in ("time", "value", "raw", "key", "seq", "partition", "offset")],
                    encode_row(r.time, r.value, r.seq, r.offset, r.raw)) for r in rows]
-    expected = msgspec.json.encode([(r.time, r.value, r.seq, r.offset, *r.raw) for r in rows])
+    expected = msgspec.json.encode({"schema": FEATURE_SCHEMA,
+                                    "rows": [(r.time, r.value, r.seq, r.offset, *r.raw) for r in rows]})
     assert entry_value(rows) == entry_value(encoded) == expected
-    assert json.loads(expected) == [[1.5, 20.0, 3, 7, 0.5, 2.0], [2.0, 30.0, 4, 9, 0.25, 1.0]]
+    assert json.loads(expected)["rows"] == [[1.5, 20.0, 3, 7, 0.5, 2.0], [2.0, 30.0, 4, 9, 0.25, 1.0]]
 
 
 def test_restore_keeps_owned_partitions_and_drops_rows_past_the_high_water_mark():

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.telemetry import encode
 from headroom.streams.ingest import Ingestor
 from headroom.streams.window_rules import WindowLimits
@@ -28,7 +29,7 @@ class Table(dict):
                     self[key] = value
 
     def rows(self) -> int:
-        return sum(len(json.loads(v)) for k, v in self.items() if not k.startswith("hwm:"))
+        return sum(len(json.loads(v)["rows"]) for k, v in self.items() if not k.startswith("hwm:"))
 
 
 def test_streaming_records_train_ttft_and_tpot_and_others_train_e2e():
@@ -70,11 +71,13 @@ def test_rows_of_another_feature_schema_are_not_restored():
     for offset, record in enumerate(synthetic_records(20, seed=5, rate_per_s=100.0)):
         ing.ingest(encode(record), 0, offset)
     table.flush(ing.windows)
-    key, value = next((k, v) for k, v in table.items() if not k.startswith("hwm:"))
-    rows = json.loads(value)
-    older = [row[:-1] for row in rows[:-1]] + rows[-1:]  # all but the last row lack a raw column
-    assert Windows(WindowLimits()).restore({**table, key: json.dumps(older).encode()}.items()) == \
-        table.rows() - len(rows) + 1
+    (key, value), (other_key, other) = [(k, v) for k, v in table.items() if not k.startswith("hwm:")][:2]
+    rows, other_rows = json.loads(value)["rows"], json.loads(other)["rows"]
+    older = {"schema": FEATURE_SCHEMA.rsplit(",", 1)[0], "rows": [row[:-1] for row in rows]}  # one column less
+    unstamped = other_rows  # as stored before entries carried their schema
+    assert Windows(WindowLimits()).restore({**table, key: json.dumps(older).encode(),
+                                            other_key: json.dumps(unstamped).encode()}.items()) == \
+        table.rows() - len(rows) - len(other_rows)
 
 
 def test_table_entries_restore_the_same_windows_and_high_water_marks():
@@ -132,7 +135,7 @@ def test_on_drift_the_window_can_forget_the_old_regime(memory_s, old_rows_left):
     table.flush(ing.windows, (0,))
     times = ing.windows.samples(("pool-a", "ttft")).times
     assert bool(times.min() < 1_700_000_010.0) is old_rows_left
-    assert sum(len(json.loads(v)) for k, v in table.items() if '"ttft"' in k) == len(times)
+    assert sum(len(json.loads(v)["rows"]) for k, v in table.items() if '"ttft"' in k) == len(times)
 
 
 def test_a_crash_between_flushes_replays_exactly_the_unflushed_records():

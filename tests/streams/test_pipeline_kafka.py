@@ -185,7 +185,7 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
     finally:
         second.stop()
 
-    table: dict[str, list] = {}
+    table: dict[str, dict] = {}
     for message in read_topic(pipeline_kafka, f"{app_id}-{WINDOWS_TABLE}-changelog"):
         key = json.loads(message.key())
         if message.value() is None:
@@ -193,11 +193,12 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
         else:
             table[key] = json.loads(message.value())
     strata: Counter = Counter()
-    for key, rows in table.items():
+    for key, value in table.items():
         if not key.startswith("hwm:"):
             _, target, stratum, _ = json.loads(key)
-            strata[(target, stratum)] += len(rows)
-            assert all(len(row) == 4 + len(RAW_COLUMNS) for row in rows)
+            strata[(target, stratum)] += len(value["rows"])
+            assert value["schema"] == FEATURE_SCHEMA
+            assert all(len(row) == 4 + len(RAW_COLUMNS) for row in value["rows"])
     assert strata == expected
 
     letters = read_topic(pipeline_kafka, pipeline_kafka.dlq_topic)
