@@ -20,6 +20,7 @@ import numpy as np
 import xgboost as xgb
 
 from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.contract.server_state import SERVER_FIELDS
 from headroom.contract.targets import target_value
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
@@ -72,16 +73,8 @@ class LearnedTtft:
         rows = [(s.server_id, index[s.server_id]) for s in servers if s.server_id in index]
         if not rows:
             return {}
-        columns: dict[str, list[float]] = {name: [] for name in RAW_COLUMNS}
-        for _, i in rows:
-            snap = view.snapshots[i]
-            age, interval = view.token_rhythm(i)
-            for name, value in (("kv_cache_usage", snap.kv_cache_usage), ("num_waiting", snap.num_waiting),
-                                ("num_running", snap.num_running), ("prompt_tokens", self.prompt_tokens),
-                                ("prefix_match", 0.0), ("inflight_requests", view.inflight_requests[i]),
-                                ("inflight_prompt_tokens", view.inflight_prompt_tokens[i]), ("max_tokens", 0),
-                                ("inflight_prefill_tokens", view.inflight_prefill_tokens[i]),
-                                ("last_token_age_ms", age), ("token_interval_ms", interval)):
-                columns[name].append(value)
+        states = [view.server_state(i, prefix_match=0.0) for _, i in rows]
+        columns: dict[str, list[float]] = {name: [getattr(s, name) for s in states] for name in SERVER_FIELDS}
+        columns.update(prompt_tokens=[self.prompt_tokens] * len(rows), max_tokens=[0] * len(rows))
         predicted = predict(self.booster, feature_matrix(columns))
         return {sid: float(v) for (sid, _), v in zip(rows, predicted)}

@@ -13,6 +13,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from headroom.contract.server_state import state_values
 from headroom.router.engine import Engine
 from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
@@ -41,14 +42,13 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
     context = Context(rng=random.Random(seed), predictor=predictor)
 
     def pick(request: SimRequest, view: PoolView) -> Pick:
-        servers = [ServerSnapshot(s.server_id, "", s.pool_key, s.kv_cache_usage, s.num_waiting, s.num_running,
-                                  view.prefix_match(i), view.inflight_requests[i], view.inflight_prompt_tokens[i],
-                                  (), max(0.0, view.now - s.time_s), view.inflight_prefill_tokens[i],
-                                  *view.token_rhythm(i))
+        servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
+                                  metrics_age_s=max(0.0, view.now - s.time_s), **state_values(view.server_state(i)))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
-        decision = engine.decide(Request(request.request_id, request.prompt_tokens, request.max_tokens,
-                                         request.stream, ttft_slo, tpot_slo, 0, True), servers, context)
+        decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,
+                                         max_tokens=request.max_tokens, stream=request.stream, slo_ttft_ms=ttft_slo,
+                                         slo_tpot_ms=tpot_slo), servers, context)
         chosen = decision.chosen
         prediction = chosen.prediction
         return Pick(chosen.server.server_id, prediction.ttft_ms if prediction else None,

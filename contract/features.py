@@ -2,7 +2,8 @@
 
 Training (from telemetry records) and prediction (from candidate servers at scheduling time) both call
 :func:`feature_matrix`, so the two can never disagree. Its input is columns of raw values named as in
-:class:`~contract.telemetry.TelemetryRecord`; derived features are computed here.
+:class:`~contract.telemetry.TelemetryRecord`: the server's state (:class:`~contract.server_state.ServerState`)
+and the request's own raw features (:data:`REQUEST_FIELDS`); derived features are computed here.
 """
 
 from __future__ import annotations
@@ -11,12 +12,28 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from headroom.contract.server_state import SERVER_FIELDS, RawField
 from headroom.contract.telemetry import TelemetryRecord
 
-# Raw inputs, as named in the telemetry record.
-RAW_COLUMNS = ("kv_cache_usage", "num_waiting", "num_running", "prompt_tokens", "prefix_match",
-               "inflight_requests", "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens",
-               "last_token_age_ms", "token_interval_ms")
+# The request's raw features, as named in the telemetry record.
+REQUEST_FIELDS = {
+    "prompt_tokens": RawField("count", "prompt tokens of the request", (1, 32_768)),
+    "max_tokens": RawField("count", "the request's output cap; 0 when unknown", (1, 8_192)),
+}
+_V2_REQUEST_COLUMNS = {"prompt_tokens": 3, "max_tokens": 7}  # where schema v2 put them among the server's fields
+
+
+def _raw_columns() -> tuple[str, ...]:
+    """The server's fields in their order, the request's where schema v2 put them; later ones go last."""
+    columns = list(SERVER_FIELDS)
+    for name, column in sorted(_V2_REQUEST_COLUMNS.items(), key=lambda item: item[1]):
+        columns.insert(column, name)
+    return tuple(columns)
+
+
+# Raw inputs, in the order of the first columns of a feature matrix, and what each one is.
+RAW_COLUMNS = _raw_columns()
+RAW_FIELDS: dict[str, RawField] = {name: {**SERVER_FIELDS, **REQUEST_FIELDS}[name] for name in RAW_COLUMNS}
 
 # Model features, in the order of the columns of a feature matrix.
 FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")
@@ -25,11 +42,10 @@ FEATURE_SCHEMA = "v2:" + ",".join(FEATURE_NAMES)
 
 def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
     """An ``(n, len(FEATURE_NAMES))`` float32 matrix from raw columns of equal length."""
-    raw = [np.asarray(columns[name], dtype=np.float32) for name in RAW_COLUMNS]
-    _, waiting, _, prompt, prefix, *_ = raw
-    effective = prompt * (1.0 - prefix)
-    queued = (waiting > 0).astype(np.float32)
-    return np.column_stack(raw + [effective, queued]).astype(np.float32, copy=False)
+    raw = {name: np.asarray(columns[name], dtype=np.float32) for name in RAW_COLUMNS}
+    effective = raw["prompt_tokens"] * (1.0 - raw["prefix_match"])
+    queued = (raw["num_waiting"] > 0).astype(np.float32)
+    return np.column_stack([*raw.values(), effective, queued]).astype(np.float32, copy=False)
 
 
 def records_matrix(records: Iterable[TelemetryRecord]) -> np.ndarray:

@@ -4,8 +4,9 @@ It carries what the router knew at dispatch (the chosen server's state, the prom
 (TTFT, TPOT, E2E in milliseconds), and the prediction that was used, so the pipeline sees live error.
 
 Wire format: UTF-8 JSON object with ``"v": SCHEMA_VERSION`` and the fields below, at most
-``MAX_RECORD_BYTES``, keyed on the telemetry topic by :func:`partition_key` (the pool key). :func:`decode` returns a record or raises :class:`InvalidRecord` whose ``reason``
-says exactly what is wrong; it never raises anything else on any input.
+``MAX_RECORD_BYTES``, keyed on the telemetry topic by :func:`partition_key` (the pool key). :func:`decode`
+returns a record or raises :class:`InvalidRecord` whose ``reason`` says exactly what is wrong; it never
+raises anything else on any input.
 
 Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streamed token) and ``tpot_ms``
 (mean time per output token after the first, in tokens) and train the TTFT and TPOT models;
@@ -23,6 +24,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from headroom.contract.server_state import SERVER_FIELDS, ServerState
 from headroom.errors import HeadroomError
 
 SCHEMA_VERSION = 1
@@ -30,7 +32,6 @@ MAX_RECORD_BYTES = 16 * 1024
 MAX_ID_CHARS = 256
 MAX_INTEGER = 2**53 - 1  # integers JSON readers everywhere hold exactly
 TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
-NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
 
 class InvalidRecord(HeadroomError, ValueError):
@@ -41,8 +42,11 @@ class InvalidRecord(HeadroomError, ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class TelemetryRecord:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TelemetryRecord(ServerState):
+    """One completed request: the request, the chosen server's state at dispatch (the fields of
+    :class:`~contract.server_state.ServerState`), what was measured, and the prediction that was used."""
+
     request_id: str
     server_id: str
     pool_key: str
@@ -52,21 +56,8 @@ class TelemetryRecord:
     completion_ts: float
     prompt_tokens: int
     output_tokens: int
-    # The chosen server as the router saw it at dispatch.
-    kv_cache_usage: float  # fraction 0-1
-    num_waiting: int
-    num_running: int
-    prefix_match: float  # fraction of this prompt cached on the server, 0-1
-    inflight_requests: int  # dispatched by the router, not finished
-    inflight_prompt_tokens: int
     e2e_ms: float
     max_tokens: int = 0  # the request's output cap; 0 when unknown
-    # Prompt tokens of the streaming inflight_requests whose first token had not arrived: prefill queued ahead.
-    inflight_prefill_tokens: int = 0
-    # The server's step rhythm as seen in the streams the router relays: ms since the last token it streamed
-    # (at most NO_TOKEN_AGE_MS) and ms between its last two batch steps that streamed one (0 when unknown).
-    last_token_age_ms: float = NO_TOKEN_AGE_MS
-    token_interval_ms: float = 0.0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     predicted_ttft_ms: float | None = None
@@ -78,20 +69,20 @@ class TelemetryRecord:
     priority: int = 0
 
 
-# Each field's kind: "text", "flag", "integer", "count", "time", "fraction", "latency" or "versions".
-FIELD_KINDS = {
+_FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
+# Each field's kind: "text", "flag", "integer", "count", "time", "fraction", "latency" or "versions"; the
+# server's state declares the kinds of its fields (contract.server_state).
+_RECORD_KINDS = {
     **dict.fromkeys(("request_id", "server_id", "pool_key"), "text"),
     "stream": "flag",
     **dict.fromkeys(("arrival_ts", "dispatch_ts", "completion_ts"), "time"),
-    **dict.fromkeys(("prompt_tokens", "output_tokens", "num_waiting", "num_running", "inflight_requests",
-                     "inflight_prompt_tokens", "max_tokens", "inflight_prefill_tokens"), "count"),
-    **dict.fromkeys(("kv_cache_usage", "prefix_match"), "fraction"),
+    **dict.fromkeys(("prompt_tokens", "output_tokens", "max_tokens"), "count"),
     **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
-                     "slo_ttft_ms", "slo_tpot_ms", "last_token_age_ms", "token_interval_ms"), "latency"),
+                     "slo_ttft_ms", "slo_tpot_ms"), "latency"),
     "model_versions": "versions",
     "priority": "integer",
 }
-_FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
+FIELD_KINDS = {name: SERVER_FIELDS[name].kind if name in SERVER_FIELDS else _RECORD_KINDS[name] for name in _FIELDS}
 REQUIRED_FIELDS = tuple(n for n, f in _FIELDS.items() if f.default is dataclasses.MISSING)
 FIELD_DEFAULTS = {n: f.default for n, f in _FIELDS.items() if f.default is not dataclasses.MISSING}
 
@@ -125,7 +116,7 @@ def decode(raw: bytes) -> TelemetryRecord:
             pass
         else:
             if wire.v == SCHEMA_VERSION:
-                record = TelemetryRecord(*[getattr(wire, name) for name in _FIELDS])
+                record = msgspec.convert(wire, TelemetryRecord, from_attributes=True)  # same types: cannot fail
                 _check_consistency(record)
                 return record
     return _decode_field_by_field(raw)

@@ -56,7 +56,7 @@ class RouterSignals:
         self.exporter = SignalExporter(registry)
         self.predictor = predictor
         self.ttft_slo_ms = ttft_slo_ms
-        self.reference = Request("autoscale-reference", reference_prompt_tokens)
+        self.reference = Request(request_id="autoscale-reference", prompt_tokens=reference_prompt_tokens)
         self.memory_capacity_bytes = int(memory_capacity_gib * GIB)
 
     def read(self, pool: PoolState, now: float) -> tuple[list[ServerSignals], Sequence[ServerSnapshot],

@@ -122,8 +122,8 @@ class CandidateSet(Sequence[Candidate]):
         return known, meets
 
     def server_column(self, name: str) -> np.ndarray:
-        """The members' values of one numeric :class:`ServerTable` column, e.g. ``"kv_cache_usage"``."""
-        return self.column(getattr(self.servers, name))
+        """The members' values of one field of the servers' state, e.g. ``"kv_cache_usage"``."""
+        return self.column(self.servers.state[name])
 
     def pool_keys(self) -> list[str]:
         keys = self.servers.pool_key

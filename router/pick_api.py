@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import grpc
 
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.contract.server_state import SERVER_FIELDS
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import Completion
@@ -83,27 +83,35 @@ class PickServicer(router_pb2_grpc.RouterServicer):
 
 
 def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
+    """The snapshot of a caller's candidate: the message's fields carry the names of the snapshot's, and a
+    field of the server's state that the message leaves unset takes the contract's default."""
     if not state.server_id:
         raise RequestError("every candidate needs a server_id")
-    for name in ("kv_cache_usage", "prefix_match"):
-        value = getattr(state, name)
-        if not 0.0 <= value <= 1.0:
-            raise RequestError(f"candidate {state.server_id!r}: {name} must be within [0, 1], got {value}")
-    if min(state.num_waiting, state.num_running, state.inflight_requests, state.inflight_prompt_tokens,
-           state.inflight_prefill_tokens) < 0:
-        raise RequestError(f"candidate {state.server_id!r}: counts must not be negative")
-    for name in ("metrics_age_s", "last_token_age_ms", "token_interval_ms"):
-        value = getattr(state, name)
-        if not math.isfinite(value) or value < 0:
-            raise RequestError(f"candidate {state.server_id!r}: {name} must be finite and not negative, got {value}")
-    token_age_ms = state.last_token_age_ms if state.HasField("last_token_age_ms") else NO_TOKEN_AGE_MS
+    values = {}
+    for name, raw in SERVER_FIELDS.items():
+        if name not in _OPTIONAL or state.HasField(name):
+            value = _checked(state, name, raw.kind)
+            values[name] = value if raw.cap is None else min(raw.cap, value)
     return ServerSnapshot(
         server_id=state.server_id, address=state.address, pool_key=state.pool_key or "default",
-        kv_cache_usage=state.kv_cache_usage, num_waiting=state.num_waiting, num_running=state.num_running,
-        prefix_match=state.prefix_match, inflight_requests=state.inflight_requests,
-        inflight_prompt_tokens=state.inflight_prompt_tokens, running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
-        metrics_age_s=state.metrics_age_s, inflight_prefill_tokens=state.inflight_prefill_tokens,
-        last_token_age_ms=min(NO_TOKEN_AGE_MS, token_age_ms), token_interval_ms=state.token_interval_ms)
+        running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
+        metrics_age_s=_checked(state, "metrics_age_s", "latency"), **values)
+
+
+_OPTIONAL = {f.name for f in router_pb2.ServerState.DESCRIPTOR.fields if f.has_presence}
+_ALLOWED = {  # kind -> (whether a value is allowed, what the rule says)
+    "fraction": (lambda v: 0.0 <= v <= 1.0, "must be within [0, 1]"),
+    "count": (lambda v: v >= 0, "must not be negative"),
+    "latency": (lambda v: math.isfinite(v) and v >= 0, "must be finite and not negative"),
+}
+
+
+def _checked(state: router_pb2.ServerState, name: str, kind: str) -> float:
+    value = getattr(state, name)
+    allowed, rule = _ALLOWED[kind]
+    if not allowed(value):
+        raise RequestError(f"candidate {state.server_id!r}: {name} {rule}, got {value}")
+    return value
 
 
 def response_of(dispatch: Dispatch) -> router_pb2.PickResponse:

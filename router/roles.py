@@ -21,13 +21,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from headroom.contract.server_state import ServerState
 from headroom.contract.targets import response_ms
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Request:
     """What the router knows about a request when it schedules it."""
 
@@ -50,24 +50,17 @@ class Request:
         return self.priority < 0
 
 
-@dataclass(frozen=True, slots=True)
-class ServerSnapshot:
-    """One candidate server's state at scheduling time, from its metrics plus the router's accounting."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSnapshot(ServerState):
+    """One candidate server at scheduling time: its raw state (the fields of
+    :class:`~contract.server_state.ServerState`, from its metrics plus the router's accounting), who it is,
+    and what the router knows beyond the model's inputs."""
 
     server_id: str
     address: str = ""
     pool_key: str = "default"
-    kv_cache_usage: float = 0.0  # fraction 0-1
-    num_waiting: int = 0
-    num_running: int = 0
-    prefix_match: float = 0.0  # fraction of this request's prompt estimated cached there, 0-1
-    inflight_requests: int = 0  # dispatched by this router, not finished
-    inflight_prompt_tokens: int = 0
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
     metrics_age_s: float = 0.0  # how old the scraped metrics are
-    inflight_prefill_tokens: int = 0  # prompt tokens of streaming inflight_requests with no first token yet
-    last_token_age_ms: float = NO_TOKEN_AGE_MS  # since the server last streamed a token through this router
-    token_interval_ms: float = 0.0  # between its last two steps that streamed one (0: unknown)
 
     @property
     def is_idle(self) -> bool:

@@ -1,22 +1,26 @@
 """The candidate servers of one decision as columns: what plugins read, without one object per server.
 
 A :class:`ServerTable` is a sequence of :class:`~router.roles.ServerSnapshot` (indexing builds the
-snapshot on demand, or returns the original object when the table was made from snapshots), and it
-exposes each snapshot field as a column: a tuple for names, a float64 array for numbers (counts too).
-``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running. A table is a value: its
-columns are copies, never views of state that changes later.
+snapshot on demand, or returns the original object when the table was made from snapshots). ``state``
+holds one float64 column (counts too) per field of the contract's
+:class:`~contract.server_state.ServerState`, by name; names are tuples, and the router's own numbers are
+columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running. A table
+is a value: its columns are copies, never views of state that changes later.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
 
+from headroom.contract.server_state import SERVER_FIELDS
 from headroom.router.roles import COLD_KV_USAGE, ServerSnapshot
+
+_PYTHON_TYPE = {name: int if raw.kind == "count" else float for name, raw in SERVER_FIELDS.items()}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -24,18 +28,10 @@ class ServerTable(Sequence[ServerSnapshot]):
     server_id: tuple[str, ...]
     address: tuple[str, ...]
     pool_key: tuple[str, ...]
-    kv_cache_usage: np.ndarray
-    num_waiting: np.ndarray
-    num_running: np.ndarray
-    prefix_match: np.ndarray
-    inflight_requests: np.ndarray
-    inflight_prompt_tokens: np.ndarray
+    state: Mapping[str, np.ndarray]  # field of ServerState -> column
     running_tpot_slos_ms: tuple[tuple[float, ...], ...]
     tightest_tpot_slo_ms: np.ndarray
     metrics_age_s: np.ndarray
-    inflight_prefill_tokens: np.ndarray
-    last_token_age_ms: np.ndarray
-    token_interval_ms: np.ndarray
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -50,38 +46,33 @@ class ServerTable(Sequence[ServerSnapshot]):
 
         return cls(
             server_id=tuple(s.server_id for s in snaps), address=tuple(s.address for s in snaps),
-            pool_key=tuple(s.pool_key for s in snaps), kv_cache_usage=column("kv_cache_usage"),
-            num_waiting=column("num_waiting"), num_running=column("num_running"),
-            prefix_match=column("prefix_match"), inflight_requests=column("inflight_requests"),
-            inflight_prompt_tokens=column("inflight_prompt_tokens"),
+            pool_key=tuple(s.pool_key for s in snaps), state={name: column(name) for name in SERVER_FIELDS},
             running_tpot_slos_ms=tuple(s.running_tpot_slos_ms for s in snaps),
             tightest_tpot_slo_ms=np.array([min(s.running_tpot_slos_ms, default=math.nan) for s in snaps],
                                           dtype=np.float64).reshape(len(snaps)),
-            metrics_age_s=column("metrics_age_s"), inflight_prefill_tokens=column("inflight_prefill_tokens"),
-            last_token_age_ms=column("last_token_age_ms"), token_interval_ms=column("token_interval_ms"),
-            originals=snaps)
+            metrics_age_s=column("metrics_age_s"), originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
         """The servers at ``rows`` (row numbers), in that order."""
         picked = rows.tolist()
         return ServerTable(
-            tuple(self.server_id[i] for i in picked), tuple(self.address[i] for i in picked),
-            tuple(self.pool_key[i] for i in picked), self.kv_cache_usage[rows], self.num_waiting[rows],
-            self.num_running[rows], self.prefix_match[rows], self.inflight_requests[rows],
-            self.inflight_prompt_tokens[rows], tuple(self.running_tpot_slos_ms[i] for i in picked),
-            self.tightest_tpot_slo_ms[rows], self.metrics_age_s[rows], self.inflight_prefill_tokens[rows],
-            self.last_token_age_ms[rows], self.token_interval_ms[rows],
-            None if self.originals is None else tuple(self.originals[i] for i in picked))
+            server_id=tuple(self.server_id[i] for i in picked), address=tuple(self.address[i] for i in picked),
+            pool_key=tuple(self.pool_key[i] for i in picked),
+            state={name: column[rows] for name, column in self.state.items()},
+            running_tpot_slos_ms=tuple(self.running_tpot_slos_ms[i] for i in picked),
+            tightest_tpot_slo_ms=self.tightest_tpot_slo_ms[rows], metrics_age_s=self.metrics_age_s[rows],
+            originals=None if self.originals is None else tuple(self.originals[i] for i in picked))
 
     @property
     def is_idle(self) -> np.ndarray:
         """Per server: nothing waiting, running, or in flight from this router."""
-        idle: np.ndarray = (self.num_waiting == 0) & (self.num_running == 0) & (self.inflight_requests == 0)
+        state = self.state
+        idle: np.ndarray = (state["num_waiting"] == 0) & (state["num_running"] == 0) & (state["inflight_requests"] == 0)
         return idle
 
     @property
     def is_cold(self) -> np.ndarray:
-        return self.kv_cache_usage < COLD_KV_USAGE
+        return self.state["kv_cache_usage"] < COLD_KV_USAGE
 
     def __len__(self) -> int:
         return len(self.server_id)
@@ -99,8 +90,6 @@ class ServerTable(Sequence[ServerSnapshot]):
             return self.originals[index]
         i = range(len(self))[index]  # IndexError when out of range
         return ServerSnapshot(
-            self.server_id[i], self.address[i], self.pool_key[i], float(self.kv_cache_usage[i]),
-            int(self.num_waiting[i]), int(self.num_running[i]), float(self.prefix_match[i]),
-            int(self.inflight_requests[i]), int(self.inflight_prompt_tokens[i]), self.running_tpot_slos_ms[i],
-            float(self.metrics_age_s[i]), int(self.inflight_prefill_tokens[i]), float(self.last_token_age_ms[i]),
-            float(self.token_interval_ms[i]))
+            server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
+            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
+            **{name: _PYTHON_TYPE[name](column[i]) for name, column in self.state.items()})

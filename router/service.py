@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from headroom.contract.server_state import state_values
 from headroom.contract.targets import response_ms
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.router.engine import Decision, Engine
@@ -130,16 +131,11 @@ class RouterService:
         request, server = dispatch.request, dispatch.server
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
         fields = dict(
-            request_id=request.request_id, server_id=server.server_id, pool_key=server.pool_key,
-            stream=request.stream, arrival_ts=dispatch.arrival_ts, dispatch_ts=dispatch.dispatch_ts,
-            completion_ts=dispatch.dispatch_ts + done.e2e_ms / 1000.0,
+            state_values(server), request_id=request.request_id, server_id=server.server_id,
+            pool_key=server.pool_key, stream=request.stream, arrival_ts=dispatch.arrival_ts,
+            dispatch_ts=dispatch.dispatch_ts, completion_ts=dispatch.dispatch_ts + done.e2e_ms / 1000.0,
             prompt_tokens=done.prompt_tokens if done.prompt_tokens else request.prompt_tokens,
-            output_tokens=done.output_tokens, kv_cache_usage=server.kv_cache_usage,
-            num_waiting=server.num_waiting, num_running=server.num_running, prefix_match=server.prefix_match,
-            inflight_requests=server.inflight_requests, inflight_prompt_tokens=server.inflight_prompt_tokens,
-            inflight_prefill_tokens=server.inflight_prefill_tokens, last_token_age_ms=server.last_token_age_ms,
-            token_interval_ms=server.token_interval_ms,
-            e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
+            output_tokens=done.output_tokens, e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
             ttft_ms=done.ttft_ms if request.stream else None, tpot_ms=done.tpot_ms if request.stream else None,
             slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)
         if prediction is not None:

@@ -22,8 +22,8 @@ A pool, offline
     dispatch), ``dropped`` and ``metrics`` (every scrape of every server).
     ``pool`` is a list of :class:`~sim.pool.ServerSpec`; :func:`~sim.pool.uniform_pool` makes one.
     ``pick(request, view) -> server_id | Pick`` sees a :class:`~sim.view.PoolView`: scraped
-    ``snapshots``, the router's fresh ``inflight_requests`` / ``inflight_prompt_tokens`` and
-    ``prefix_match(i)``; returning a :class:`~sim.view.Pick` attaches predictions to the telemetry.
+    ``snapshots``, the router's fresh ``inflight_requests`` / ``inflight_prompt_tokens``,
+    ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick` attaches predictions to the telemetry.
     ``controller(control)`` / ``actions=[(t, fn)]`` get a :class:`~sim.pool.PoolControl` to add servers
     (after their load delay), remove them (drained) and slow them down (:func:`~sim.pool.slow_down`).
 
@@ -66,10 +66,10 @@ from headroom.sim.profile import PROFILES, ServerProfile, profile
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
 from headroom.sim.request import Request
 from headroom.sim.results import RunResult
-from headroom.sim.view import Candidate, Pick, PoolView
+from headroom.sim.view import Pick, PoolView
 
 __all__ = [
-    "Candidate", "Dropped", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES", "Request",
+    "Dropped", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES", "Request",
     "RunResult", "ServerEngine", "ServerProfile", "ServerSnapshot", "ServerSpec", "SharedPrefixes",
     "SimulationError", "oracle_pick", "oracle_ttfts", "policy", "profile", "run", "slow_down", "true_ttft_ms",
     "uniform_pool",

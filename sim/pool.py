@@ -27,7 +27,7 @@ from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
 from headroom.sim.request import Request
-from headroom.sim.results import RunResult, telemetry_record
+from headroom.sim.results import Dispatched, RunResult, telemetry_record
 from headroom.sim.view import PickFunction, PoolView
 
 
@@ -161,9 +161,9 @@ class _Run:
         self.routable: list[_Server] = []
         self.view = PoolView()
         self.control = PoolControl(self)
-        self.dispatched: dict[str, tuple] = {}
+        self.dispatched: dict[str, Dispatched] = {}
         self.outcomes: list[Outcome] = []
-        self.seen: list[tuple] = []
+        self.seen: list[Dispatched] = []
         self.dropped: list[Dropped] = []
         self.metrics: list[ServerSnapshot] = []
         for spec in pool:
@@ -310,9 +310,8 @@ class _Run:
         if srv is None or srv.state != "ready":
             raise SimulationError(f"pick chose {server_id!r}, which is not a routable server")
         i = srv.index
-        self.dispatched[request.request_id] = (view.snapshots[i], view.prefix_match(i), srv.inflight,
-                                               srv.inflight_tokens, srv.prefill_tokens, view.token_rhythm(i),
-                                               self.now, decision)
+        self.dispatched[request.request_id] = Dispatched(view.server_state(i), view.snapshots[i].pool_key,
+                                                         self.now, decision)
         srv.inflight += 1
         srv.inflight_tokens += request.prompt_tokens
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never

@@ -6,10 +6,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
+from headroom.contract.server_state import ServerState, state_values
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.sim.records import Dropped, Outcome, ServerSnapshot
-from headroom.sim.view import Pick
+from headroom.sim.view import Pick, PickResult
+
+
+class Dispatched(NamedTuple):
+    """What the router saw when it dispatched a request: the server's state and pool key, the virtual time,
+    and its decision."""
+
+    state: ServerState
+    pool_key: str
+    dispatch_s: float
+    decision: PickResult
 
 
 @dataclass
@@ -24,7 +36,7 @@ class RunResult:
     end_s: float  # virtual time of the last event
     wall_s: float  # wall-clock seconds the run took
     servers: dict[str, str] = field(default_factory=dict)  # server id -> final state
-    dispatches: list[tuple] = field(default_factory=list, repr=False)  # what the router saw, per outcome
+    dispatches: list[Dispatched] = field(default_factory=list, repr=False)  # what the router saw, per outcome
     epoch_unix: float = 0.0
 
     @cached_property
@@ -35,23 +47,23 @@ class RunResult:
                 for outcome, seen in zip(self.outcomes, self.dispatches)]
 
 
-def telemetry_record(outcome: Outcome, seen: tuple, epoch_unix: float) -> TelemetryRecord:
-    """The telemetry record of one outcome; ``seen`` is the router's view of the server at dispatch."""
+def telemetry_record(outcome: Outcome, seen: Dispatched, epoch_unix: float) -> TelemetryRecord:
+    """The telemetry record of one outcome; ``seen`` is what the router saw at dispatch."""
     request = outcome.request
-    snap, match, inflight, inflight_tokens, prefill_tokens, (token_age, token_interval), dispatch_s, decision = seen
     stream = request.stream
-    ttft = tpot = None
-    if stream:
-        ttft, tpot = outcome.ttft_ms, outcome.tpot_ms
-    predicted = decision if type(decision) is Pick else None
+    predicted = seen.decision if type(seen.decision) is Pick else None
     return TelemetryRecord(
-        request.request_id, outcome.server_id, snap.pool_key, stream, epoch_unix + request.arrival_s,
-        epoch_unix + dispatch_s, epoch_unix + outcome.completion_s, request.prompt_tokens, outcome.output_tokens,
-        snap.kv_cache_usage, snap.num_waiting, snap.num_running, match, inflight, inflight_tokens,
-        outcome.e2e_ms, request.max_tokens, prefill_tokens, token_age, token_interval, ttft, tpot,
-        predicted.predicted_ttft_ms if predicted else None, predicted.predicted_tpot_ms if predicted else None,
-        predicted.predicted_e2e_ms if predicted else None, predicted.model_versions if predicted else None,
-        request.slo_ttft_ms, request.slo_tpot_ms, request.priority)
+        **state_values(seen.state), request_id=request.request_id, server_id=outcome.server_id,
+        pool_key=seen.pool_key, stream=stream, arrival_ts=epoch_unix + request.arrival_s,
+        dispatch_ts=epoch_unix + seen.dispatch_s, completion_ts=epoch_unix + outcome.completion_s,
+        prompt_tokens=request.prompt_tokens, output_tokens=outcome.output_tokens, e2e_ms=outcome.e2e_ms,
+        max_tokens=request.max_tokens, ttft_ms=outcome.ttft_ms if stream else None,
+        tpot_ms=outcome.tpot_ms if stream else None,
+        predicted_ttft_ms=predicted.predicted_ttft_ms if predicted else None,
+        predicted_tpot_ms=predicted.predicted_tpot_ms if predicted else None,
+        predicted_e2e_ms=predicted.predicted_e2e_ms if predicted else None,
+        model_versions=predicted.model_versions if predicted else None,
+        slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)
 
 
 def quantile(values: Sequence[float], q: float) -> float:

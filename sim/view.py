@@ -8,11 +8,11 @@ predictions it used (they go into the telemetry record). The view holds, for eac
 - ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
   finished (fresh: the router's own accounting); ``inflight_prefill_tokens[i]`` — the prompt tokens of
   the streaming ones among them whose first token has not arrived (prefill queued ahead);
-- ``token_rhythm(i)`` — ms since the server last streamed a token and ms between its last two steps that
-  did (what relaying its streams shows), computed on demand;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
-  quantity from an index of its own past decisions, so this is the upper bound of that estimate.
+  quantity from an index of its own past decisions, so this is the upper bound of that estimate;
+- ``server_state(i)`` — all of it as the contract's :class:`~contract.server_state.ServerState`, with the
+  server's step rhythm (what relaying its streams shows): what a router would have seen of the server.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.sim.records import ServerSnapshot
 from headroom.sim.request import Request
 
@@ -38,21 +38,6 @@ class Pick:
     predicted_tpot_ms: float | None = None
     predicted_e2e_ms: float | None = None
     model_versions: dict[str, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """Everything the view knows about one server for one request, in one value."""
-
-    snapshot: ServerSnapshot
-    inflight_requests: int
-    inflight_prompt_tokens: int
-    prefix_match: float
-    inflight_prefill_tokens: int
-
-    @property
-    def server_id(self) -> str:
-        return self.snapshot.server_id
 
 
 class PoolView:
@@ -81,20 +66,24 @@ class PoolView:
             value = self._matches[i] = self._engines[i].prefix_match(self.request)
         return value
 
-    def token_rhythm(self, i: int) -> tuple[float, float]:
-        """``(last_token_age_ms, token_interval_ms)`` of server ``i`` now, as in the telemetry record."""
+    def server_state(self, i: int, prefix_match: float | None = None) -> ServerState:
+        """What a router would have seen of server ``i`` now (``prefix_match``: instead of the current
+        request's)."""
+        snapshot = self.snapshots[i]
         ends = self._engines[i].streamed_steps(self.now)
-        age = min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS
-        return age, (ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0
+        if prefix_match is None:
+            prefix_match = self.prefix_match(i)
+        return ServerState(
+            kv_cache_usage=snapshot.kv_cache_usage, num_waiting=snapshot.num_waiting,
+            num_running=snapshot.num_running, prefix_match=prefix_match,
+            inflight_requests=self.inflight_requests[i], inflight_prompt_tokens=self.inflight_prompt_tokens[i],
+            inflight_prefill_tokens=self.inflight_prefill_tokens[i],
+            last_token_age_ms=min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS,
+            token_interval_ms=(ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0)
 
     def engines(self) -> list[ServerEngine]:
         """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""
         return list(self._engines)
-
-    def candidates(self) -> list[Candidate]:
-        return [Candidate(s, self.inflight_requests[i], self.inflight_prompt_tokens[i], self.prefix_match(i),
-                          self.inflight_prefill_tokens[i])
-                for i, s in enumerate(self.snapshots)]
 
     def _start(self, request: Request, now: float) -> None:
         self.request, self.now = request, now

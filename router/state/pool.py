@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.router.roles import Request
 from headroom.router.server_table import ServerTable
 from headroom.router.state.inflight import Inflight
@@ -108,16 +108,17 @@ class PoolState:
         def names(values: Sequence[Any]) -> tuple[Any, ...]:
             return tuple(values) if picked is None else tuple(values[i] for i in picked)
 
+        state = {  # each field of contract.server_state.ServerState
+            "kv_cache_usage": column(self._kv), "num_waiting": column(self._waiting),
+            "num_running": column(self._running), "prefix_match": prefix[column(self._prefix_bits)],
+            "inflight_requests": column(self._inflight_requests), "inflight_prompt_tokens": column(self._inflight_tokens),
+            "inflight_prefill_tokens": column(self._prefill_tokens),
+            "last_token_age_ms": np.minimum(NO_TOKEN_AGE_MS, 1000.0 * (now - column(self._last_token))),
+            "token_interval_ms": column(self._token_interval)}
         return ServerTable(
-            server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools),
-            kv_cache_usage=column(self._kv), num_waiting=column(self._waiting), num_running=column(self._running),
-            prefix_match=prefix[column(self._prefix_bits)], inflight_requests=column(self._inflight_requests),
-            inflight_prompt_tokens=column(self._inflight_tokens), running_tpot_slos_ms=names(self._tpot_slos),
-            tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
-            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
-            inflight_prefill_tokens=column(self._prefill_tokens),
-            last_token_age_ms=np.minimum(NO_TOKEN_AGE_MS, 1000.0 * (now - column(self._last_token))),
-            token_interval_ms=column(self._token_interval))
+            server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
+            running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
+            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)))  # never scraped: inf
 
     def dispatched(self, request: Request, server_id: str, now: float) -> None:
         """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""

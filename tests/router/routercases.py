@@ -11,7 +11,8 @@ from headroom.router.roles import Candidate, Context, Prediction, PredictionBatc
 
 
 def server(name: str, **state) -> ServerSnapshot:
-    defaults = {"num_running": 1}  # busy unless a case says idle
+    defaults = {"kv_cache_usage": 0.0, "num_waiting": 0, "num_running": 1,  # busy unless a case says idle
+                "prefix_match": 0.0, "inflight_requests": 0, "inflight_prompt_tokens": 0}
     defaults.update(state)
     return ServerSnapshot(server_id=name, address=f"127.0.0.1:{8000 + abs(hash(name)) % 1000}", **defaults)
 

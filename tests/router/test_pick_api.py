@@ -1,14 +1,18 @@
 """The gRPC Pick/Report API over a real in-process grpc.aio server."""
 
 import asyncio
+import dataclasses
 import json
 
 import grpc
 import pytest
+from google.protobuf.descriptor import FieldDescriptor
 
+from headroom.contract.server_state import SERVER_FIELDS, ServerState
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.router.proto import router_pb2, router_pb2_grpc
+from headroom.router.roles import ServerSnapshot
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config
 
@@ -96,3 +100,14 @@ def test_report_unknown_request():
         return caught.value
     error, _ = run(calls)
     assert error.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_candidate_message_carries_the_snapshot_fields_by_name():
+    message = {f.name: f for f in router_pb2.ServerState.DESCRIPTOR.fields}
+    assert set(message) == {f.name for f in dataclasses.fields(ServerSnapshot)}
+    for field in dataclasses.fields(ServerState):
+        kind = SERVER_FIELDS[field.name].kind
+        assert message[field.name].type == (FieldDescriptor.TYPE_INT64 if kind == "count"
+                                            else FieldDescriptor.TYPE_DOUBLE), field.name
+        # a field whose default is not the message's zero must say when it is unset
+        assert message[field.name].has_presence == (field.default not in (dataclasses.MISSING, 0)), field.name

@@ -4,8 +4,8 @@ import asyncio
 
 import aiohttp
 
+from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.settings import from_env
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
 from headroom.contract.topics import KafkaSettings
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, in_flight, req, router_config, wait_for

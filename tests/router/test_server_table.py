@@ -4,7 +4,6 @@ import math
 import numpy as np
 import pytest
 
-from headroom.router.roles import ServerSnapshot
 from headroom.router.server_table import ServerTable
 from tests.router.routercases import server
 
@@ -17,7 +16,8 @@ SNAPS = (server("a", kv_cache_usage=0.5, num_waiting=2, num_running=3, prefix_ma
 def test_columns_of_snapshots():
     table = ServerTable.of(SNAPS)
     assert table.server_id == ("a", "b", "c") and table.pool_key == ("default", "h100", "default")
-    assert table.num_waiting.tolist() == [2.0, 0.0, 0.0] and table.prefix_match.tolist() == [0.25, 0.0, 0.0]
+    assert table.state["num_waiting"].tolist() == [2.0, 0.0, 0.0]
+    assert table.state["prefix_match"].tolist() == [0.25, 0.0, 0.0]
     assert table.tightest_tpot_slo_ms[0] == 25.0 and np.isnan(table.tightest_tpot_slo_ms[1:]).all()
     assert table.is_idle.tolist() == [s.is_idle for s in SNAPS] == [False, True, False]
     assert table.is_cold.tolist() == [s.is_cold for s in SNAPS] == [False, True, True]
@@ -40,4 +40,4 @@ def test_snapshots_built_from_columns_equal_the_originals():
 
 def test_index_out_of_range():
     with pytest.raises(IndexError):
-        ServerTable.of([ServerSnapshot("a")]).take(np.arange(1))[3]
+        ServerTable.of([server("a")]).take(np.arange(1))[3]

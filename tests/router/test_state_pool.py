@@ -5,7 +5,7 @@ import pytest
 from aiohttp import web
 
 from headroom.contract.prompt import token_block_hashes as block_hashes
-from headroom.contract.telemetry import NO_TOKEN_AGE_MS
+from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
 from headroom.router.errors import ConfigError
 from headroom.router.state.pool import PoolState
 from headroom.router.state.scraper import MetricsScraper
@@ -28,6 +28,7 @@ def test_snapshot_combines_metrics_inflight_and_prefix():
     assert a.prefix_match == 1.0 and b.prefix_match == 0.0
     assert a.metrics_age_s == 0.5 and b.pool_key == "h100"
     assert (a.inflight_prefill_tokens, b.inflight_prefill_tokens) == (64, 0)
+    assert list(pool.snapshots(req(), now=10.5).state) == list(SERVER_FIELDS)  # the router measures every field
     pool.first_token("r1")
     assert pool.snapshots(req(), now=10.6)[0].inflight_prefill_tokens == 0
     pool.completed("r1")
@@ -136,8 +137,8 @@ def test_snapshots_are_values_and_carry_prefix_on_a_partial_healthy_set():
     hashes = block_hashes(list(range(64)))
     pool.dispatched(req(request_id="r1", prompt_tokens=64, block_hashes=hashes), "c", now=9.5)
     table = pool.snapshots(req(prompt_tokens=128, block_hashes=hashes), now=10.0)  # "a" is unhealthy
-    assert table.server_id == ("b", "c") and table.prefix_match.tolist() == [0.0, 0.5]
-    assert table.metrics_age_s.tolist() == [1.0, 0.5] and table.inflight_requests.tolist() == [0.0, 1.0]
+    assert table.server_id == ("b", "c") and table.state["prefix_match"].tolist() == [0.0, 0.5]
+    assert table.metrics_age_s.tolist() == [1.0, 0.5] and table.state["inflight_requests"].tolist() == [0.0, 1.0]
     pool.completed("r1")
     pool.scraped("b", ServerMetrics(0.9, 7, 7), now=10.0)
     assert (table[1].inflight_requests, table[0].num_waiting) == (1, 1)  # taken before: unchanged

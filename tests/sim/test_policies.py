@@ -69,9 +69,9 @@ def test_unknown_policy() -> None:
         policy("nope")
 
 
-def test_candidates_bundle_what_the_view_knows() -> None:
+def test_server_state_bundles_what_the_view_knows() -> None:
     view, _ = _view([1, 0], [0.2, 0.4], [3, 1], [10, 0])
-    first, second = view.candidates()
-    assert (first.server_id, first.inflight_requests, first.prefix_match) == ("s0", 3, 0.25)
+    first, second = view.server_state(0), view.server_state(1)
+    assert (view.snapshots[0].server_id, first.inflight_requests, first.prefix_match) == ("s0", 3, 0.25)
     assert (first.inflight_prefill_tokens, second.inflight_prefill_tokens) == (300, 100)
-    assert (second.snapshot.kv_cache_usage, second.prefix_match) == (0.4, 0.0)
+    assert (second.kv_cache_usage, second.prefix_match) == (0.4, 0.0)

@@ -1,0 +1,67 @@
+"""What the router saw of a server at dispatch: the raw server state the latency models read.
+
+:class:`ServerState` declares each field once, with a :class:`RawField`: its kind (as the telemetry
+validator reads it), what it measures, and the range the predictor's probe rows span. The rest is derived
+from it by field iteration: the telemetry record's server fields, the raw feature columns, the router's
+server snapshot and its column table, the Pick API's candidate message (its fields carry the same names),
+the record the router and the simulator build at completion, and the probe rows.
+
+Adding a raw server feature: a field here, where the router measures it (:mod:`router.state.pool`), where
+the simulator measures it (:meth:`sim.view.PoolView.server_state`), and the field of ``ServerState`` in
+``router/proto/router.proto``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
+
+
+@dataclass(frozen=True, slots=True)
+class RawField:
+    """What a raw feature is: its kind (``count``, ``fraction`` or ``latency``), what it measures, the range
+    ``(low, high)`` the probe rows span (counts: integers from low to below high), and, when readings above
+    some value all mean the same, that ``cap``."""
+
+    kind: str
+    doc: str
+    probe: tuple[float, float]
+    cap: float | None = None
+
+
+def raw(kind: str, doc: str, probe: tuple[float, float], *, default: Any = dataclasses.MISSING,
+        cap: float | None = None) -> Any:
+    """A :class:`ServerState` field and its :class:`RawField`."""
+    return dataclasses.field(default=default, metadata={"raw": RawField(kind, doc, probe, cap)})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerState:
+    """One server's raw state as the router saw it when it dispatched a request there."""
+
+    kv_cache_usage: float = raw("fraction", "KV-cache usage, as last scraped", (0.0, 1.0))
+    num_waiting: int = raw("count", "requests waiting on the server, as last scraped", (0, 64))
+    num_running: int = raw("count", "requests running on the server, as last scraped", (0, 256))
+    prefix_match: float = raw("fraction", "fraction of this request's prompt cached on the server", (0.0, 1.0))
+    inflight_requests: int = raw("count", "requests the router dispatched there that have not finished", (0, 320))
+    inflight_prompt_tokens: int = raw("count", "prompt tokens of those requests", (0, 1_000_000))
+    inflight_prefill_tokens: int = raw(
+        "count", "prompt tokens of the streaming ones whose first token has not arrived: prefill queued ahead",
+        (0, 1_000_000), default=0)
+    last_token_age_ms: float = raw(
+        "latency", "ms since the server last streamed a token through the router", (0.0, NO_TOKEN_AGE_MS),
+        default=NO_TOKEN_AGE_MS, cap=NO_TOKEN_AGE_MS)
+    token_interval_ms: float = raw(
+        "latency", "ms between its last two batch steps that streamed a token (0: unknown)", (0.0, 1_000.0),
+        default=0.0)
+
+
+SERVER_FIELDS: dict[str, RawField] = {f.name: f.metadata["raw"] for f in dataclasses.fields(ServerState)}
+
+
+def state_values(source: object) -> dict[str, Any]:
+    """The :class:`ServerState` fields of ``source`` (any object that has them), by name."""
+    return {name: getattr(source, name) for name in SERVER_FIELDS}
