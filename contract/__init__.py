@@ -2,7 +2,8 @@
 
 - :mod:`contract.settings` — typed settings read once from the environment.
 - :mod:`contract.topics` — the Kafka topics, declared once.
-- :mod:`contract.telemetry` — the completed-request record, its wire format and its validator.
+- :mod:`contract.server_state` — what the router saw of a server at dispatch: the raw server state, once.
+- :mod:`contract.telemetry` — the completed-request record, its wire format, its validator and its Kafka key.
 - :mod:`contract.features` — the ordered feature names and the one record → features function.
 - :mod:`contract.targets` — the latency targets: which record field observes each, which records train it.
 - :mod:`contract.model_update` — the model-update message published to ``model-updates``.
