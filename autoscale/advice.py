@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from headroom.autoscale.closed_loop import LoopSettings
 from headroom.sim.capacity import capacity_rps
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 MIN_REPLAY_S = 300.0  # a replay shorter than this gives an HPA (15 s syncs, pods loading for tens of seconds)
 # too few decisions to tell targets apart
@@ -42,7 +42,7 @@ class ScalingAdvice:
                 f"{self.servers_at_peak} servers), or pick a busier slice of the trace")
 
 
-def scaling_advice(requests: Sequence[Request], settings: LoopSettings, speedup: float,
+def scaling_advice(requests: Sequence[SimRequest], settings: LoopSettings, speedup: float,
                    max_replicas: int) -> ScalingAdvice:
     """How the replay falls short, with a speed whose busiest minute needs half of ``max_replicas`` (≥ 2)."""
     server_rps = capacity_rps(requests, settings.profile, sample=2000)

@@ -36,12 +36,12 @@ from headroom.autoscale.metrics_source import ScrapedMetrics, StaticMetrics
 from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import Pod, PodPhase, PodSample
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, pool_signals_by_server
+from headroom.autoscale.signals import ReportedMetrics, Signal, SignalContext, pool_signals_by_server
 from headroom.autoscale.spec import HpaSpec, SourceType
 from headroom.sim.policies import policy
-from headroom.sim.pool import PoolControl, ServerSpec, run
+from headroom.sim.pool import PoolControl, SimServerSpec, run
 from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, ServerProfile, profile
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
 
 AGGREGATE = {"sum": sum, "max": max, "min": min, "avg": lambda values: sum(values) / len(values)}
@@ -212,7 +212,7 @@ class _Loop:
                             requests={"memory": memory_request}))
         return tuple(pods)
 
-    def _metrics(self, snapshots: Sequence[ServerMetrics], by_server: Mapping[str, Mapping[Signal, float]],
+    def _metrics(self, snapshots: Sequence[ReportedMetrics], by_server: Mapping[str, Mapping[Signal, float]],
                  now: float) -> StaticMetrics:
         pods, objects, external = {}, {}, {}
         for metric in self.spec.metrics:
@@ -265,7 +265,7 @@ def _aggregate(aggregation: str | None, values: list[int]) -> int | None:
     return int(AGGREGATE[aggregation or "sum"](values))
 
 
-def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[Request],
+def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[SimRequest],
                     settings: LoopSettings = LoopSettings(), *, ttft_model: xgb.Booster | None = None,
                     progress: Callable[[float, float], None] | None = None) -> LoopResult:
     """Play ``requests`` on a pool scaled by ``autoscaler``; the same inputs and seed give the same result.
@@ -283,7 +283,7 @@ def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[Request
     initial = [f"server-{i}" for i in range(initial_count)]
     end_s = requests[-1].arrival_s if requests else 0.0
     loop = _Loop(spec, bound, settings, initial, ttft_model if needs_ttft_model(bound) else None, end_s, progress)
-    pool = [ServerSpec(sid, loop.profile) for sid in initial]
+    pool = [SimServerSpec(sid, loop.profile) for sid in initial]
     result = run(requests, pool, policy(settings.pick, settings.seed), scrape_interval_s=settings.router_scrape_s,
                  seed=settings.seed, controller=loop, control_interval_s=settings.tick_s, telemetry=False)
     outcomes = sorted(result.outcomes, key=lambda o: o.request.arrival_s)

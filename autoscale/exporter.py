@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from headroom.autoscale.signals import ServerMetrics, Signal, SignalContext, pool_signals, pool_signals_by_server
+from headroom.autoscale.signals import ReportedMetrics, Signal, SignalContext, pool_signals, pool_signals_by_server
 
 PER_POD = (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS, Signal.ACCELERATOR_MEMORY)
 POD_LABELS = ("server", "namespace", "pod")
@@ -44,7 +44,7 @@ class SignalExporter:
                               ["state"], registry=registry)
         self._labels: set[tuple[Signal, tuple[str, str, str]]] = set()
 
-    def update(self, servers: Sequence[ServerMetrics], pods: Mapping[str, tuple[str, str]] = {}) -> None:
+    def update(self, servers: Sequence[ReportedMetrics], pods: Mapping[str, tuple[str, str]] = {}) -> None:
         """Refresh every series; ``pods`` maps a server id to its pod's ``(namespace, pod)`` when known."""
         labels = set()
         by_server = pool_signals_by_server(servers, self.context)

@@ -25,7 +25,7 @@ from headroom.contract.targets import target_value
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import ServerProfile
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.view import PoolView
 from headroom.trainer.fit import fit, predict
 from headroom.trainer.params import TrainParams
@@ -43,7 +43,7 @@ class TrainingPlan:
     reference_prompt_tokens: int = REFERENCE_PROMPT_TOKENS
 
 
-def learn_ttft_model(requests: Sequence[Request], server: ServerProfile, seed: int,
+def learn_ttft_model(requests: Sequence[SimRequest], server: ServerProfile, seed: int,
                      plan: TrainingPlan = TrainingPlan()) -> xgb.Booster:
     """A TTFT booster trained on the pool's simulated telemetry for the head of ``requests``."""
     head = list(requests[:plan.requests])

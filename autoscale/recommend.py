@@ -55,7 +55,7 @@ from headroom.autoscale.versions import tolerance_honored
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
 
 GIB = 2**30
@@ -82,7 +82,7 @@ class Goal:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class HpaCandidate:
     signal: Signal
     target: float  # in the signal's unit (bytes for accelerator memory)
     behavior: str
@@ -99,7 +99,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Evaluation:
-    candidate: Candidate
+    candidate: HpaCandidate
     replica_hours: float
     ttft_p99_ms: float
     tpot_p99_ms: float
@@ -129,7 +129,7 @@ class Recommendation:
         return passing + failing
 
 
-def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings, min_replicas: int,
+def warm_replicas(requests: Sequence[SimRequest], slo: Slo, settings: LoopSettings, min_replicas: int,
                   max_replicas: int, warmup_s: float = 120.0) -> int:
     """The smallest fixed pool meeting the TTFT SLO over the first ``warmup_s`` seconds."""
     head = [r for r in requests if r.arrival_s <= requests[0].arrival_s + warmup_s]
@@ -142,7 +142,7 @@ def warm_replicas(requests: Sequence[Request], slo: Slo, settings: LoopSettings,
     return max_replicas
 
 
-def seed_targets(requests: Sequence[Request], slo: Slo, settings: LoopSettings, warm: int,
+def seed_targets(requests: Sequence[SimRequest], slo: Slo, settings: LoopSettings, warm: int,
                  signals: Sequence[Signal]) -> dict[Signal, list[float]]:
     """Candidate targets per signal (see the module docstring)."""
     prof = settings.profile
@@ -201,7 +201,7 @@ def make_autoscaler(signal: Signal, target: float, behavior: Behavior | None, go
                       {metric.name: parse_query(series_query(signal, workload))})
 
 
-def evaluate(candidate: Candidate, requests: Sequence[Request], slo: Slo, settings: LoopSettings,
+def evaluate(candidate: HpaCandidate, requests: Sequence[SimRequest], slo: Slo, settings: LoopSettings,
              ttft_model: xgb.Booster | None = None) -> Evaluation:
     result = run_closed_loop(candidate.autoscaler, requests, settings, ttft_model=ttft_model)
     ttft_p99, tpot_p99 = result.ttft_quantile(0.99), result.tpot_quantile(0.99)
@@ -215,7 +215,7 @@ def evaluate(candidate: Candidate, requests: Sequence[Request], slo: Slo, settin
 Progress = Callable[[int, int, str], None]  # (runs done, runs planned, what runs next)
 
 
-def recommend(requests: Sequence[Request], goal: Goal, settings: LoopSettings = LoopSettings(), refinements: int = 2,
+def recommend(requests: Sequence[SimRequest], goal: Goal, settings: LoopSettings = LoopSettings(), refinements: int = 2,
               progress: Progress | None = None) -> Recommendation:
     """Search signals, targets, behaviors and tolerances; see the module docstring."""
     slo = goal.slo
@@ -235,7 +235,7 @@ def recommend(requests: Sequence[Request], goal: Goal, settings: LoopSettings = 
     evaluations: list[Evaluation] = []
 
     def try_candidate(signal: Signal, target: float, name: str, behavior: Behavior) -> Evaluation:
-        candidate = Candidate(signal, target, name, make_autoscaler(signal, target, behavior, goal))
+        candidate = HpaCandidate(signal, target, name, make_autoscaler(signal, target, behavior, goal))
         if progress is not None:
             progress(len(evaluations), planned[0], f"{signal.value} target {candidate.target_text}, {name}")
         evaluation = evaluate(candidate, requests, slo, settings, ttft_model)
@@ -273,7 +273,7 @@ def scaling_exercised(evaluations: Sequence[Evaluation], chosen: Evaluation | No
     return max(costs) - min(costs) > COST_NOISE * max(costs)
 
 
-def mean_prefill_ms(requests: Sequence[Request], settings: LoopSettings) -> float:
+def mean_prefill_ms(requests: Sequence[SimRequest], settings: LoopSettings) -> float:
     """One server's prefill time of the trace's mean prompt, uncached."""
     prof = settings.profile
     return prof.a_ms + prof.b_ms_per_prefill_token * sum(r.prompt_tokens for r in requests) / len(requests)

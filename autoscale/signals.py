@@ -1,6 +1,6 @@
 """The signals an LLM pool can scale on, per server and pool-wide, from server metric snapshots.
 
-Input is any object shaped like :class:`ServerMetrics` — ``sim.records.ServerSnapshot`` is one, and so
+Input is any object shaped like :class:`ReportedMetrics` — ``sim.records.MetricsSnapshot`` is one, and so
 is a scrape of a real vLLM / JetStream ``/metrics`` endpoint mapped to those fields. Servers still
 loading the model (``ready`` false) expose no metrics, so they report no signal: the HPA counts them
 as missing pods.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-class ServerMetrics(Protocol):
-    """What one server reports at one moment (the fields of ``sim.records.ServerSnapshot``)."""
+class ReportedMetrics(Protocol):
+    """What one server reports at one moment (the fields of ``sim.records.MetricsSnapshot``)."""
 
     @property
     def server_id(self) -> str: ...
@@ -53,7 +53,7 @@ class ServerMetrics(Protocol):
 class TtftPredictor(Protocol):
     """Predicts the TTFT (ms) a reference request would see on each of the given servers."""
 
-    def predict_ttft_ms(self, servers: Sequence[ServerMetrics]) -> Mapping[str, float]:
+    def predict_ttft_ms(self, servers: Sequence[ReportedMetrics]) -> Mapping[str, float]:
         """Server id → predicted TTFT in ms; servers without a prediction are left out."""
 
 
@@ -92,7 +92,7 @@ class SignalContext:
     kv_capacity_bytes: int | None = None
 
 
-def pool_signals_by_server(servers: Sequence[ServerMetrics],
+def pool_signals_by_server(servers: Sequence[ReportedMetrics],
                            context: SignalContext = SignalContext()) -> dict[str, dict[Signal, float]]:
     """Every signal of every ready server (servers still loading are left out)."""
     ready = [s for s in servers if s.ready]
@@ -102,12 +102,12 @@ def pool_signals_by_server(servers: Sequence[ServerMetrics],
     return {s.server_id: _signals(s, context, predicted.get(s.server_id)) for s in ready}
 
 
-def server_signals(server: ServerMetrics, context: SignalContext = SignalContext()) -> dict[Signal, float]:
+def server_signals(server: ReportedMetrics, context: SignalContext = SignalContext()) -> dict[Signal, float]:
     """Every signal one ready server reports; empty for a server still loading."""
     return pool_signals_by_server([server], context).get(server.server_id, {})
 
 
-def _signals(server: ServerMetrics, context: SignalContext, predicted_ms: float | None) -> dict[Signal, float]:
+def _signals(server: ReportedMetrics, context: SignalContext, predicted_ms: float | None) -> dict[Signal, float]:
     usage = server.kv_cache_usage
     reported = ((Signal.QUEUE_SIZE, server.num_waiting), (Signal.BATCH_SIZE, server.num_running),
                 (Signal.KV_CACHE_USAGE, usage), (Signal.GPU_CACHE_USAGE, usage),
@@ -135,7 +135,7 @@ class PoolSignal:
     servers: int
 
 
-def pool_signals(servers: Sequence[ServerMetrics], context: SignalContext = SignalContext(),
+def pool_signals(servers: Sequence[ReportedMetrics], context: SignalContext = SignalContext(),
                  by_server: Mapping[str, Mapping[Signal, float]] | None = None) -> dict[Signal, PoolSignal]:
     """Every signal aggregated over the pool (servers still loading are counted but do not report);
     ``by_server`` is :func:`pool_signals_by_server` of the same servers when already computed."""
@@ -148,7 +148,7 @@ def pool_signals(servers: Sequence[ServerMetrics], context: SignalContext = Sign
     return result
 
 
-def per_pod_milli(servers: Iterable[ServerMetrics], signal: Signal,
+def per_pod_milli(servers: Iterable[ReportedMetrics], signal: Signal,
                   context: SignalContext = SignalContext()) -> Mapping[str, int]:
     """Per-pod values as a custom-metrics adapter serves them: milli-units, truncated."""
     by_server = pool_signals_by_server(list(servers), context)

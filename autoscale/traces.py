@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.traces import TraceError, load_azure, load_mooncake
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -41,7 +41,7 @@ def trace_format(path: Path) -> str:
     raise TraceError(f"{path}: not a trace headroom reads; {EXPECTED}")
 
 
-def load_trace(path: Path, *, speedup: float = 1.0, limit: int | None = None, seed: int = 0) -> list[Request]:
+def load_trace(path: Path, *, speedup: float = 1.0, limit: int | None = None, seed: int = 0) -> list[SimRequest]:
     """The requests of a trace file in either format (see the module docstring)."""
     if trace_format(path) == "mooncake":
         return load_mooncake(path, speedup=speedup, limit=limit, seed=seed)

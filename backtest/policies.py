@@ -1,6 +1,6 @@
 """Policy comparison: the recorded arrivals replayed through the offline simulator under several policies.
 
-Each telemetry record becomes a :class:`sim.request.Request` with its arrival time (relative to the first),
+Each telemetry record becomes a :class:`sim.request.SimRequest` with its arrival time (relative to the first),
 prompt and output tokens, output cap, stream flag, SLOs and priority. Records carry no prompt prefix
 hashes, so replayed requests share no cached prefixes: prefix-aware effects are not reproduced. The pool
 is ``servers`` uniform simulated servers (by default as many as the records name).
@@ -17,7 +17,7 @@ from headroom.backtest.router_policy import engine_pick
 from headroom.router.roles import LatencyPredictor
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
 
 PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
@@ -27,11 +27,11 @@ OUTCOME_SCHEMA = {"policy": pl.String, "request_id": pl.String, "ttft_ms": pl.Fl
                   "met_slo": pl.Boolean, "has_slo": pl.Boolean}
 
 
-def requests_from(records: pl.DataFrame) -> list[Request]:
+def requests_from(records: pl.DataFrame) -> list[SimRequest]:
     """The recorded arrivals as simulator requests, in arrival order."""
     ordered = records.sort("arrival_ts")
     start = ordered.get_column("arrival_ts").min() if ordered.height else 0.0
-    return [Request(request_id=r["request_id"], arrival_s=r["arrival_ts"] - start,
+    return [SimRequest(request_id=r["request_id"], arrival_s=r["arrival_ts"] - start,
                     prompt_tokens=max(r["prompt_tokens"], 1), output_tokens=max(r["output_tokens"], 1),
                     max_tokens=r["max_tokens"], stream=r["stream"], slo_ttft_ms=r["slo_ttft_ms"],
                     slo_tpot_ms=r["slo_tpot_ms"], priority=r["priority"])

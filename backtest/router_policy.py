@@ -17,7 +17,7 @@ from headroom.contract.server_state import state_values
 from headroom.router.engine import Engine
 from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
-from headroom.sim.request import Request as SimRequest
+from headroom.sim.request import SimRequest
 from headroom.sim.view import Pick, PickFunction, PoolView
 
 

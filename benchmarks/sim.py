@@ -10,12 +10,12 @@ from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.report import PolicyRow, summarize
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 WARMUP_REQUESTS = 2000
 
 
-def bench_policies(trace: str, load: Callable[[float | None], list[Request]], *, servers: int = 16,
+def bench_policies(trace: str, load: Callable[[float | None], list[SimRequest]], *, servers: int = 16,
                    utilization: float = 0.8, policies: Sequence[str] = tuple(POLICIES), seed: int = 0,
                    server_type: str = "h100") -> list[PolicyRow]:
     """One row per policy: ``load(rate)`` gives the trace at a rate (None: native timing).

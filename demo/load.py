@@ -1,6 +1,6 @@
 """Trace-driven load through the router's OpenAI-compatible proxy, measured as a client sees it.
 
-Each :class:`~sim.request.Request` is sent at its arrival time (bounded by a count and a wall-clock
+Each :class:`~sim.request.SimRequest` is sent at its arrival time (bounded by a count and a wall-clock
 limit) as a ``/v1/completions`` call carrying the trace's exact token counts and prefix block hashes in
 the ``headroom`` extension, with the routing headers a :class:`Mix` assigns it. TTFT is measured at the
 first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from headroom.router.headers import OPT_IN, PRIORITY, SLO_TPOT, SLO_TTFT
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Mix:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ClientOutcome:
     request_id: str
     sent_at: float  # seconds since the load started
     status: int  # HTTP status; 0 when the connection failed
@@ -48,7 +48,7 @@ class Outcome:
     error: str = ""
 
 
-def dress(requests: Sequence[Request], mix: Mix) -> list[tuple[Request, dict[str, str]]]:
+def dress(requests: Sequence[SimRequest], mix: Mix) -> list[tuple[SimRequest, dict[str, str]]]:
     """The requests with their stream flag and routing headers decided by ``mix`` (seeded)."""
     rng = random.Random(mix.seed)
     dressed = []
@@ -64,8 +64,8 @@ def dress(requests: Sequence[Request], mix: Mix) -> list[tuple[Request, dict[str
     return dressed
 
 
-async def drive(base_url: str, dressed: Sequence[tuple[Request, dict[str, str]]], *, max_seconds: float,
-                on_outcome: Callable[[Outcome], None], max_in_flight: int = 512) -> list[Outcome]:
+async def drive(base_url: str, dressed: Sequence[tuple[SimRequest, dict[str, str]]], *, max_seconds: float,
+                on_outcome: Callable[[ClientOutcome], None], max_in_flight: int = 512) -> list[ClientOutcome]:
     """Send every request at its arrival time (until ``max_seconds``); returns the outcomes in send order."""
     limit = asyncio.Semaphore(max_in_flight)
     connector = aiohttp.TCPConnector(limit=max_in_flight)
@@ -85,8 +85,8 @@ async def drive(base_url: str, dressed: Sequence[tuple[Request, dict[str, str]]]
         return list(await asyncio.gather(*tasks))
 
 
-async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[str, str], began: float,
-               limit: asyncio.Semaphore) -> Outcome:
+async def _one(session: aiohttp.ClientSession, request: SimRequest, headers: dict[str, str], began: float,
+               limit: asyncio.Semaphore) -> ClientOutcome:
     async with limit:
         sent = time.monotonic()
         body = {"model": "demo", "prompt": "", "max_tokens": request.output_tokens, "stream": request.stream,
@@ -101,7 +101,7 @@ async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[s
             async with session.post("/v1/completions", json=body, headers=headers) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
-                    return Outcome(**base, status=response.status, error=text)
+                    return ClientOutcome(**base, status=response.status, error=text)
                 if request.stream:
                     first, last, tokens = await _read_stream(response)
                 else:
@@ -109,16 +109,16 @@ async def _one(session: aiohttp.ClientSession, request: Request, headers: dict[s
                     first = last = time.monotonic()
                     tokens = payload.get("usage", {}).get("completion_tokens", 0)
         except (TimeoutError, aiohttp.ClientError) as err:
-            return Outcome(**base, status=0, error=f"{type(err).__name__}: {err}")
+            return ClientOutcome(**base, status=0, error=f"{type(err).__name__}: {err}")
         if first is None:
-            return Outcome(**base, status=200, error="stream carried no token")
+            return ClientOutcome(**base, status=200, error="stream carried no token")
         ttft = (first - sent) * 1000
         tpot = (last - first) * 1000 / (tokens - 1) if request.stream and tokens > 1 else None
         met = None
         if has_slo:
             met = ttft <= float(headers[SLO_TTFT[0]]) and (
                 tpot is None or SLO_TPOT[0] not in headers or tpot <= float(headers[SLO_TPOT[0]]))
-        return Outcome(**base, status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000,
+        return ClientOutcome(**base, status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000,
                        output_tokens=tokens, slo_met=met)
 
 

@@ -55,7 +55,7 @@ class Tick:
 
     elapsed: float
     change_at: float
-    outcomes: list[load.Outcome]
+    outcomes: list[load.ClientOutcome]
     router: Samples
     worker: Samples
 
@@ -183,15 +183,15 @@ def _router_config(settings: DemoSettings, ports: Ports, servers: list[tuple[str
 
 def _drive(settings: DemoSettings, trace: Path, ports: Ports, servers: list[tuple[str, str, str]],
            supervisor: Supervisor, on_tick: Callable[[Tick], None] | None
-           ) -> tuple[list[load.Outcome], float, list[Tick]]:
+           ) -> tuple[list[load.ClientOutcome], float, list[Tick]]:
     requests = load_azure(trace, rate=settings.rate, seed=settings.seed,
                           limit=int(settings.rate * settings.duration_s * 1.2) + 10)
     dressed = load.dress([r for r in requests if r.arrival_s < settings.duration_s], load.Mix(seed=settings.seed))
     change_at = settings.duration_s * settings.regime_change_at
-    outcomes: list[load.Outcome] = []
+    outcomes: list[load.ClientOutcome] = []
     timeline: list[Tick] = []
 
-    async def main() -> list[load.Outcome]:
+    async def main() -> list[load.ClientOutcome]:
         async def regime_change() -> None:
             await asyncio.sleep(change_at)
             for _, address, pool in servers:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headroom.demo.load import Outcome
+from headroom.demo.load import ClientOutcome
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Summary:
     goodput_per_s: float  # completed requests per second that met their SLO (or had none)
 
 
-def summarize(outcomes: Sequence[Outcome], seconds: float) -> Summary:
+def summarize(outcomes: Sequence[ClientOutcome], seconds: float) -> Summary:
     done = [o for o in outcomes if o.status == 200 and o.ttft_ms is not None]
     ttft = np.array([o.ttft_ms for o in done if o.stream]) if done else np.array([])
     tpot = np.array([o.tpot_ms for o in done if o.tpot_ms is not None])

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 PROBE_RTOL = 1e-5  # evaluator vs XGBoost on the probe rows, relative to the prediction's magnitude
 
 
-class Outcome(Enum):
+class ApplyOutcome(Enum):
     APPLIED = "applied"
     STALE = "stale"  # not newer than the live version: ignored
     REJECTED = "rejected"
@@ -53,7 +53,7 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class ApplyResult:
-    outcome: Outcome
+    outcome: ApplyOutcome
     key: str | None = None
     version: int | None = None
     reason: str | None = None  # rejection category, e.g. "checksum", "schema", "probe"
@@ -97,7 +97,7 @@ class PoolModels:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class PoolPrediction:
     """Predictions in milliseconds for each row, one float32 array per model of the pool."""
 
     pool_key: str
@@ -144,7 +144,7 @@ class ModelRuntime:
                 return model.version
         return None
 
-    def predict(self, pool_key: str, features: np.ndarray) -> Prediction:
+    def predict(self, pool_key: str, features: np.ndarray) -> PoolPrediction:
         """Predict every live model of ``pool_key`` for the rows of ``features`` (n × len(FEATURE_NAMES))."""
         pools = self._pools
         pool = pools.get(pool_key)
@@ -159,7 +159,7 @@ class ModelRuntime:
         else:
             for index in pool.logged:
                 np.exp(values[index], out=values[index])
-        return Prediction(pool_key, pool.models, values)
+        return PoolPrediction(pool_key, pool.models, values)
 
     # --- writing -------------------------------------------------------------------------------------
     def apply(self, message: bytes) -> ApplyResult:
@@ -172,7 +172,7 @@ class ModelRuntime:
         live_version = self.version(update.pool_key, update.target, update.objective)
         if live_version is not None and update.version <= live_version:
             self.stale += 1
-            return ApplyResult(Outcome.STALE, update.key, update.version)
+            return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
         try:
             model = self._verify(update)
         except _Rejected as err:
@@ -186,11 +186,11 @@ class ModelRuntime:
             current = next((m for m in pool.models if m.key == model.key), None) if pool else None
             if current is not None and current.version >= model.version:  # lost a race to a newer one
                 self.stale += 1
-                return ApplyResult(Outcome.STALE, update.key, update.version)
+                return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
             self._pools = {**self._pools, model.pool_key: PoolModels.of(model.pool_key, others + [model])}
             self.applied += 1
         log.info("model %s version %d is live", model.key, model.version)
-        return ApplyResult(Outcome.APPLIED, model.key, model.version)
+        return ApplyResult(ApplyOutcome.APPLIED, model.key, model.version)
 
     def _verify(self, update: ModelUpdate) -> ServingModel:
         try:
@@ -224,7 +224,7 @@ class ModelRuntime:
     def _reject(self, reason: str, detail: str, key: str | None, version: int | None) -> ApplyResult:
         self.rejected[reason] += 1
         log.warning("rejected model update %s version %s (%s): %s", key or "?", version, reason, detail)
-        return ApplyResult(Outcome.REJECTED, key, version, reason, detail)
+        return ApplyResult(ApplyOutcome.REJECTED, key, version, reason, detail)
 
 
 class _Rejected(Exception):

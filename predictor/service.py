@@ -14,7 +14,7 @@ from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
 from headroom.predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
-from headroom.predictor.runtime import ModelRuntime, Prediction
+from headroom.predictor.runtime import ModelRuntime, PoolPrediction
 
 STATUS_OF = {
     NotReady: grpc.StatusCode.UNAVAILABLE,
@@ -51,7 +51,7 @@ def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
     return values.reshape(-1, width)
 
 
-def response_of(prediction: Prediction, n_rows: int) -> prediction_pb2.PredictResponse:
+def response_of(prediction: PoolPrediction, n_rows: int) -> prediction_pb2.PredictResponse:
     return prediction_pb2.PredictResponse(pool_key=prediction.pool_key, n_rows=n_rows, predictions=[
         prediction_pb2.ModelPrediction(target=model.target, objective=model.objective,
                                        quantile=model.quantile or 0.0, version=model.version,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from headroom.autoscale.exporter import SignalExporter
-from headroom.autoscale.signals import ServerMetrics, SignalContext
+from headroom.autoscale.signals import ReportedMetrics, SignalContext
 from headroom.router.candidate_features import candidate_features
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
@@ -46,7 +46,7 @@ class _Known:
     def __init__(self, ttft_ms: dict[str, float]):
         self.ttft_ms = ttft_ms
 
-    def predict_ttft_ms(self, servers: Sequence[ServerMetrics]) -> dict[str, float]:
+    def predict_ttft_ms(self, servers: Sequence[ReportedMetrics]) -> dict[str, float]:
         return self.ttft_ms
 
 

@@ -16,6 +16,7 @@ from headroom.router.candidate_set import CandidateSet
 from headroom.router.roles import Candidate, Request
 from headroom.router.server_table import ServerTable
 
+
 def candidate_features(request: Request, group: Sequence[Candidate]) -> np.ndarray:
     """The feature matrix of ``request`` on each candidate's server, one row per candidate."""
     cands = CandidateSet.of(group)

@@ -4,11 +4,11 @@ One engine, two faces: an offline discrete-event run on a virtual clock (fast, s
 live servers behind real OpenAI-compatible HTTP on loopback.
 
 Values
-    :class:`~sim.request.Request` — a frozen request (arrival, prompt/output tokens, ``max_tokens``,
+    :class:`~sim.request.SimRequest` — a frozen request (arrival, prompt/output tokens, ``max_tokens``,
     chained 16-token prefix-block hashes, ``stream``, optional SLOs, priority, pool key).
     :class:`~sim.profile.ServerProfile` — a server type: the calibrated step-time model and limits;
     built-ins ``PROFILES["h100"]`` and ``PROFILES["a100"]``; ``profile.with_(noise=0.1)`` for variants.
-    :class:`~sim.records.Outcome`, :class:`~sim.records.ServerSnapshot`, :class:`~sim.records.Dropped`.
+    :class:`~sim.records.Outcome`, :class:`~sim.records.MetricsSnapshot`, :class:`~sim.records.Dropped`.
 
 One server
     :class:`~sim.engine.ServerEngine` — ``submit(request, now)``, ``advance_to(t)``, ``next_wake(now)``,
@@ -20,10 +20,11 @@ A pool, offline
     control_interval_s=10.0, actions=(), ...) -> RunResult`` with ``outcomes``, ``records``
     (:class:`contract.telemetry.TelemetryRecord`, one per completed request, features as seen at
     dispatch), ``dropped`` and ``metrics`` (every scrape of every server).
-    ``pool`` is a list of :class:`~sim.pool.ServerSpec`; :func:`~sim.pool.uniform_pool` makes one.
+    ``pool`` is a list of :class:`~sim.pool.SimServerSpec`; :func:`~sim.pool.uniform_pool` makes one.
     ``pick(request, view) -> server_id | Pick`` sees a :class:`~sim.view.PoolView`: scraped
     ``snapshots``, the router's fresh ``inflight_requests`` / ``inflight_prompt_tokens``,
-    ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick` attaches predictions to the telemetry.
+    ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick` attaches
+    predictions to the telemetry.
     ``controller(control)`` / ``actions=[(t, fn)]`` get a :class:`~sim.pool.PoolControl` to add servers
     (after their load delay), remove them (drained) and slow them down (:func:`~sim.pool.slow_down`).
 
@@ -50,8 +51,8 @@ Live
 
 Command line: ``headroom sim run | serve`` (:mod:`sim.cli`); its benchmark is ``headroom bench sim``.
 
->>> from sim import Request, run, uniform_pool, policy
->>> requests = [Request(f"r{i}", 0.1 * i, 1000, 50) for i in range(20)]
+>>> from sim import SimRequest, run, uniform_pool, policy
+>>> requests = [SimRequest(f"r{i}", 0.1 * i, 1000, 50) for i in range(20)]
 >>> result = run(requests, uniform_pool(2), policy("least-queue"))
 >>> len(result.records), round(result.outcomes[0].ttft_ms, 1)
 (20, 27.1)
@@ -60,17 +61,17 @@ Command line: ``headroom sim run | serve`` (:mod:`sim.cli`); its benchmark is ``
 from headroom.sim.engine import ServerEngine
 from headroom.sim.oracle import oracle_pick, oracle_ttfts, true_ttft_ms
 from headroom.sim.policies import POLICIES, policy
-from headroom.sim.pool import PoolControl, ServerSpec, SimulationError, run, slow_down, uniform_pool
+from headroom.sim.pool import PoolControl, SimServerSpec, SimulationError, run, slow_down, uniform_pool
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import PROFILES, ServerProfile, profile
-from headroom.sim.records import Dropped, Outcome, ServerSnapshot
-from headroom.sim.request import Request
+from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
+from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult
 from headroom.sim.view import Pick, PoolView
 
 __all__ = [
-    "Dropped", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES", "Request",
-    "RunResult", "ServerEngine", "ServerProfile", "ServerSnapshot", "ServerSpec", "SharedPrefixes",
+    "Dropped", "MetricsSnapshot", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES",
+    "RunResult", "ServerEngine", "ServerProfile", "SharedPrefixes", "SimRequest", "SimServerSpec",
     "SimulationError", "oracle_pick", "oracle_ttfts", "policy", "profile", "run", "slow_down", "true_ttft_ms",
     "uniform_pool",
 ]

@@ -27,8 +27,8 @@ from collections import deque
 
 from headroom.sim.kvcache import BlockCache
 from headroom.sim.profile import BLOCK_TOKENS, ServerProfile
-from headroom.sim.records import Dropped, Outcome, ServerSnapshot
-from headroom.sim.request import Request
+from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
+from headroom.sim.request import SimRequest
 from headroom.sim.sequence import SeqState
 
 _IDLE, _SEGMENT, _STEP = 0, 1, 2
@@ -58,7 +58,7 @@ class ServerEngine:
         self._type, self._slots, self._memory = profile.name, profile.max_num_seqs, profile.memory_used_bytes
         self.finished: list[Outcome] = []
         self.dropped: list[Dropped] = []
-        self.first_tokens: list[tuple[Request, float]] = []  # (request, time of its first token)
+        self.first_tokens: list[tuple[SimRequest, float]] = []  # (request, time of its first token)
         self.prefix_queries = 0
         self.prefix_hits = 0
         self._rng = random.Random(seed)
@@ -96,7 +96,7 @@ class ServerEngine:
     def busy(self) -> bool:
         return bool(self._running or self._waiting)
 
-    def submit(self, request: Request, now: float) -> bool:
+    def submit(self, request: SimRequest, now: float) -> bool:
         """Queue ``request`` arriving at ``now``; False (and a :class:`Dropped` entry) if it can never fit."""
         self.advance_to(now)
         blocks = -(-(request.prompt_tokens + request.output_tokens) // BLOCK_TOKENS)
@@ -160,13 +160,13 @@ class ServerEngine:
         if self._kind == _SEGMENT:
             self._dirty = True
 
-    def prefix_match(self, request: Request) -> float:
+    def prefix_match(self, request: SimRequest) -> float:
         """Fraction of the request's prompt whose blocks are in this server's cache now (0-1)."""
         if not request.prefix_hashes:
             return 0.0
         return min(1.0, self.cache.match(request.prefix_hashes) * BLOCK_TOKENS / request.prompt_tokens)
 
-    def snapshot(self, now: float) -> ServerSnapshot:
+    def snapshot(self, now: float) -> MetricsSnapshot:
         """The server's metrics at ``now`` (between commits, the KV usage of a decode segment is
         interpolated from the steps that have started)."""
         used = self.cache.used
@@ -174,7 +174,7 @@ class ServerEngine:
             used += self._blocks_needed(self._steps_before(now - self.clock))
         running, waiting = len(self._running), len(self._waiting)
         usage = used / self.cache.capacity
-        return _new_tuple(ServerSnapshot, (
+        return _new_tuple(MetricsSnapshot, (
             self.server_id, self._type, self.pool_key, now, waiting, running, usage if usage < 1.0 else 1.0,
             self.prefix_queries, self.prefix_hits, waiting + len(self._prefilling), running / self._slots,
             self._memory, True))

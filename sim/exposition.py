@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from headroom.sim.records import ServerSnapshot
+from headroom.sim.records import MetricsSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def metric_families(snap: ServerSnapshot, model: str) -> Iterator[Metric]:
+def metric_families(snap: MetricsSnapshot, model: str) -> Iterator[Metric]:
     labels = ["model_name"]
 
     def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -46,14 +46,14 @@ def metric_families(snap: ServerSnapshot, model: str) -> Iterator[Metric]:
 
 
 class _Collector:
-    def __init__(self, source: Callable[[], ServerSnapshot], model: str):
+    def __init__(self, source: Callable[[], MetricsSnapshot], model: str):
         self._source, self._model = source, model
 
     def collect(self) -> Iterator[Metric]:
         yield from metric_families(self._source(), self._model)
 
 
-def metrics_registry(source: Callable[[], ServerSnapshot], model: str) -> CollectorRegistry:
+def metrics_registry(source: Callable[[], MetricsSnapshot], model: str) -> CollectorRegistry:
     """A registry whose every scrape reads a fresh snapshot from ``source``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(source, model))

@@ -32,7 +32,7 @@ from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.exposition import CONTENT_TYPE, metrics_registry, render
 from headroom.sim.profile import ServerProfile
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.sequence import SeqState
 
 DEFAULT_MAX_TOKENS = 16
@@ -176,7 +176,7 @@ class LiveServer:
         while len(seq.times) < count:
             await self._progress.wait()
 
-    async def _stream(self, http: web.Request, req: Request, seq: SeqState, ident: str,
+    async def _stream(self, http: web.Request, req: SimRequest, seq: SeqState, ident: str,
                       chat: bool) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(http)
@@ -202,14 +202,14 @@ class LiveServer:
         await response.write_eof()
         return response
 
-    def _timings(self, req: Request, seq: SeqState) -> dict[str, Any]:
+    def _timings(self, req: SimRequest, seq: SeqState) -> dict[str, Any]:
         times = seq.times
         tpot = (times[-1] - times[0]) * 1000.0 / (len(times) - 1) if len(times) > 1 else None
         return {"server_id": self.server_id, "ttft_ms": (times[0] - req.arrival_s) * 1000.0, "tpot_ms": tpot,
                 "e2e_ms": (times[-1] - req.arrival_s) * 1000.0, "cached_tokens": seq.cached_tokens,
                 "preemptions": seq.preemptions}
 
-    def _parse(self, body: Any, chat: bool) -> Request:
+    def _parse(self, body: Any, chat: bool) -> SimRequest:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         ext = body.get("headroom") or {}
@@ -241,7 +241,7 @@ class LiveServer:
                 raise BadRequest("'headroom.hash_ids' must be a list of integers")
             hashes = tuple(ids)
         hashes = hashes[:tokens // 16]
-        return Request(str(body.get("request_id") or uuid.uuid4().hex), self.virtual_now(), tokens, output,
+        return SimRequest(str(body.get("request_id") or uuid.uuid4().hex), self.virtual_now(), tokens, output,
                        max_tokens=max_tokens, prefix_hashes=hashes, stream=bool(body.get("stream")))
 
 
@@ -251,7 +251,7 @@ def _positive(value: Any, name: str) -> int:
     return value
 
 
-def _usage(req: Request) -> dict[str, int]:
+def _usage(req: SimRequest) -> dict[str, int]:
     return {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.output_tokens,
             "total_tokens": req.prompt_tokens + req.output_tokens}
 

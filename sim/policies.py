@@ -18,14 +18,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.view import PickFunction, PoolView
 
 
 def round_robin(seed: int = 0) -> PickFunction:
     state = {"next": seed}
 
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         i = state["next"] % len(view.snapshots)
         state["next"] = i + 1
         return view.snapshots[i].server_id
@@ -36,21 +36,21 @@ def round_robin(seed: int = 0) -> PickFunction:
 def random_choice(seed: int = 0) -> PickFunction:
     rng = random.Random(seed)
 
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         return view.snapshots[rng.randrange(len(view.snapshots))].server_id
 
     return pick
 
 
 def least_queue(seed: int = 0) -> PickFunction:
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         return _argmin(view, [s.num_waiting for s in view.snapshots])
 
     return pick
 
 
 def least_kv(seed: int = 0) -> PickFunction:
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         return _argmin(view, [s.kv_cache_usage for s in view.snapshots])
 
     return pick
@@ -69,7 +69,7 @@ def _argmin(view: PoolView, values: list) -> str:
 
 def composite(seed: int = 0, kv_weight: float = 1.0, queue_weight: float = 1.0,
               prefix_weight: float = 1.0) -> PickFunction:
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         snaps, inflight = view.snapshots, view.inflight_requests
         queues = [s.num_waiting for s in snaps]
         low, high = min(queues), max(queues)

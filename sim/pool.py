@@ -25,8 +25,8 @@ from headroom.contract.telemetry import TelemetryRecord
 from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
-from headroom.sim.records import Dropped, Outcome, ServerSnapshot
-from headroom.sim.request import Request
+from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
+from headroom.sim.request import SimRequest
 from headroom.sim.results import Dispatched, RunResult, telemetry_record
 from headroom.sim.view import PickFunction, PoolView
 
@@ -36,7 +36,7 @@ class SimulationError(HeadroomError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class ServerSpec:
+class SimServerSpec:
     """One server of a pool: its id, type and the pool/variant key its telemetry carries."""
 
     server_id: str
@@ -48,24 +48,24 @@ class ServerSpec:
         return self.pool_key or self.profile.name
 
 
-def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str = "server") -> list[ServerSpec]:
+def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str = "server") -> list[SimServerSpec]:
     """``n`` identical servers named ``{prefix}-0`` … ``{prefix}-{n-1}``."""
     prof = profile(server_type) if isinstance(server_type, str) else server_type
-    return [ServerSpec(f"{prefix}-{i}", prof) for i in range(n)]
+    return [SimServerSpec(f"{prefix}-{i}", prof) for i in range(n)]
 
 
 class _Server:
     __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
                  "wake", "version", "snapshot")
 
-    def __init__(self, spec: ServerSpec, engine: ServerEngine, state: str):
+    def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
         self.inflight = self.inflight_tokens = self.prefill_tokens = 0
         self.prefilling: dict[str, int] = {}  # streaming request id -> prompt tokens, until its first token
         self.wake: float | None = None
         self.version = 0
-        self.snapshot: ServerSnapshot | None = None
+        self.snapshot: MetricsSnapshot | None = None
 
 
 _WAKE, _DONE, _READY, _ACTION, _FIRST = 0, 1, 2, 3, 4
@@ -92,7 +92,7 @@ class PoolControl:
         view.now = self._run.now
         return view
 
-    def snapshots(self) -> list[ServerSnapshot]:
+    def snapshots(self) -> list[MetricsSnapshot]:
         """The latest scraped metrics of every server that is loading, ready or draining."""
         return [s.snapshot for s in self._run.servers.values() if s.snapshot is not None and s.state != "removed"]
 
@@ -120,7 +120,7 @@ def slow_down(server_id: str, factor: float) -> Controller:
     return lambda control: control.set_slowdown(server_id, factor)
 
 
-def run(requests: Sequence[Request], pool: Iterable[ServerSpec], pick: PickFunction, *,
+def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: PickFunction, *,
         scrape_interval_s: float = 0.05, seed: int = 0, controller: Controller | None = None,
         control_interval_s: float = 10.0, actions: Iterable[Action] = (), epoch_unix: float = 1_700_000_000.0,
         record_tokens: bool = False, telemetry: bool = True,
@@ -165,7 +165,7 @@ class _Run:
         self.outcomes: list[Outcome] = []
         self.seen: list[Dispatched] = []
         self.dropped: list[Dropped] = []
-        self.metrics: list[ServerSnapshot] = []
+        self.metrics: list[MetricsSnapshot] = []
         for spec in pool:
             self._create(spec, "ready")
         self._reindex()
@@ -180,7 +180,7 @@ class _Run:
         except KeyError:
             raise SimulationError(f"no server {server_id!r} in the pool") from None
 
-    def _create(self, spec: ServerSpec, state: str) -> _Server:
+    def _create(self, spec: SimServerSpec, state: str) -> _Server:
         if spec.server_id in self.servers:
             raise SimulationError(f"server id {spec.server_id!r} is already in the pool")
         engine = ServerEngine(spec.profile, spec.server_id, pool_key=spec.key,
@@ -200,7 +200,7 @@ class _Run:
             while f"server-{n}" in self.servers:
                 n += 1
             server_id = f"server-{n}"
-        srv = self._create(ServerSpec(server_id, prof, pool_key), "loading")
+        srv = self._create(SimServerSpec(server_id, prof, pool_key), "loading")
         self.push(self.now + prof.load_delay_s, _READY, srv, 0)
         return server_id
 
@@ -259,12 +259,12 @@ class _Run:
             self.counter += 1
             heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
 
-    def _first_token(self, srv: _Server, request: Request) -> None:
+    def _first_token(self, srv: _Server, request: SimRequest) -> None:
         srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":
             self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
 
-    def _forget(self, srv: _Server, request: Request) -> None:
+    def _forget(self, srv: _Server, request: SimRequest) -> None:
         self.dispatched.pop(request.request_id, None)
         srv.inflight -= 1
         srv.inflight_tokens -= request.prompt_tokens
@@ -298,7 +298,7 @@ class _Run:
             if srv.state == "ready":
                 view.snapshots[srv.index] = snap
 
-    def _dispatch(self, request: Request) -> None:
+    def _dispatch(self, request: SimRequest) -> None:
         view = self.view
         if not view.snapshots:
             self.dropped.append(Dropped(request, "", self.now, "no routable server"))

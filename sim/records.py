@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 
 class Outcome(NamedTuple):
     """How one request went on one server (virtual seconds). Immutable (a named tuple: cheap to make)."""
 
-    request: Request
+    request: SimRequest
     server_id: str
     submitted_s: float
     first_token_s: float
@@ -41,13 +41,13 @@ class Outcome(NamedTuple):
 class Dropped:
     """A request the server refused, and why."""
 
-    request: Request
+    request: SimRequest
     server_id: str
     time_s: float
     reason: str
 
 
-class ServerSnapshot(NamedTuple):
+class MetricsSnapshot(NamedTuple):
     """One server's metrics at one moment, with vLLM's and JetStream's semantics.
 
     ``kv_cache_usage`` is ``vllm:kv_cache_usage_perc`` (0-1); the prefix-cache counters count prompt

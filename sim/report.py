@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult, quantile
 from headroom.sim.settings import SimSettings
 
@@ -30,7 +30,7 @@ class PolicyRow:
     sim_cpu_rps: float  # simulated requests per CPU second of this process
 
 
-def summarize(trace: str, name: str, requests: Sequence[Request], result: RunResult, cpu_s: float) -> PolicyRow:
+def summarize(trace: str, name: str, requests: Sequence[SimRequest], result: RunResult, cpu_s: float) -> PolicyRow:
     outcomes = result.outcomes
     span = max(o.completion_s for o in outcomes) - min(r.arrival_s for r in requests)
     prompt = sum(o.request.prompt_tokens for o in outcomes)

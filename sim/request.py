@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class SimRequest:
     """One request of a trace or generator.
 
     ``prefix_hashes`` are chained hashes of the prompt's full 16-token blocks that other requests may

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from headroom.contract.server_state import ServerState, state_values
 from headroom.contract.telemetry import TelemetryRecord
-from headroom.sim.records import Dropped, Outcome, ServerSnapshot
+from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.view import Pick, PickResult
 
 
@@ -32,7 +32,7 @@ class RunResult:
 
     outcomes: list[Outcome]
     dropped: list[Dropped]
-    metrics: list[ServerSnapshot]
+    metrics: list[MetricsSnapshot]
     end_s: float  # virtual time of the last event
     wall_s: float  # wall-clock seconds the run took
     servers: dict[str, str] = field(default_factory=dict)  # server id -> final state

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 
 class SeqState:
@@ -17,7 +17,7 @@ class SeqState:
                  "g_join", "kv_join", "gen_join", "epoch", "submitted_s", "first_token_s", "cached_tokens",
                  "preemptions", "queried", "times")
 
-    def __init__(self, request: Request, uid: int, now: float, record: bool):
+    def __init__(self, request: SimRequest, uid: int, now: float, record: bool):
         self.request = request
         self.uid = uid
         self.target = request.prompt_tokens  # tokens to prefill (prompt, plus generated ones after preemption)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import BLOCK_TOKENS
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 
 @dataclass(frozen=True)
@@ -93,20 +93,20 @@ def bursty_arrivals(rate: float, duration_s: float, seed: int = 0, burst_factor:
 
 def generate(arrivals: Sequence[float], prompts: Lengths = Lengths(1024, 0.8), outputs: Lengths = Lengths(128, 1.0),
              *, seed: int = 0, prefixes: SharedPrefixes | None = SharedPrefixes(), stream_fraction: float = 1.0,
-             id_prefix: str = "syn", **fields: object) -> list[Request]:
+             id_prefix: str = "syn", **fields: object) -> list[SimRequest]:
     """One request per arrival time, with drawn lengths, shared prefixes and stream flags."""
     rng = random.Random(seed)
     sampler = prefixes.sampler(seed + 1) if prefixes else None
     requests = []
     for i, t in enumerate(sorted(arrivals)):
         prompt = prompts.draw(rng)
-        requests.append(Request(f"{id_prefix}-{i}", t, prompt, outputs.draw(rng),
+        requests.append(SimRequest(f"{id_prefix}-{i}", t, prompt, outputs.draw(rng),
                                 prefix_hashes=sampler.hashes(prompt) if sampler else (),
                                 stream=rng.random() < stream_fraction, **fields))
     return requests
 
 
-def shift_prompts(requests: Sequence[Request], from_s: float, factor: float) -> list[Request]:
+def shift_prompts(requests: Sequence[SimRequest], from_s: float, factor: float) -> list[SimRequest]:
     """Prompt lengths multiplied by ``factor`` for requests arriving at or after ``from_s`` (a regime change)."""
     if factor <= 0:
         raise ValueError(f"prompt shift factor must be positive, got {factor}")
@@ -119,7 +119,7 @@ def shift_prompts(requests: Sequence[Request], from_s: float, factor: float) -> 
     return shifted
 
 
-def scale_rate(requests: Sequence[Request], factor: float, from_s: float = 0.0) -> list[Request]:
+def scale_rate(requests: Sequence[SimRequest], factor: float, from_s: float = 0.0) -> list[SimRequest]:
     """Arrivals after ``from_s`` compressed ``factor`` times (a rate step on an existing trace)."""
     if factor <= 0:
         raise ValueError(f"rate factor must be positive, got {factor}")

@@ -1,4 +1,4 @@
-"""Loaders for the public traces (see :mod:`sim.trace_files` for where they are), as :class:`~sim.request.Request`s.
+"""Loaders for the public traces (see :mod:`sim.trace_files` for where they are), as :class:`~sim.request.SimRequest`s.
 
 Both loaders rescale time to a target mean arrival rate (``rate``, requests/s; None keeps the trace's
 own timing) by dividing every inter-arrival gap by the same factor, so burstiness is kept; ``speedup``
@@ -29,7 +29,7 @@ from headroom.errors import HeadroomError
 from headroom.sim import trace_files
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import BLOCK_TOKENS
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -78,7 +78,7 @@ def _rescale(times: list[float], rate: float | None, speedup: float = 1.0) -> li
 
 def load_azure(path: Path | str | None = None, *, rate: float | None = None, limit: int | None = None,
                prefixes: SharedPrefixes | None = SharedPrefixes(), stream_fraction: float = 1.0,
-               seed: int = 0, id_prefix: str = "az", speedup: float = 1.0) -> list[Request]:
+               seed: int = 0, id_prefix: str = "az", speedup: float = 1.0) -> list[SimRequest]:
     """The Azure LLM inference trace (conversation by default); see the module docstring."""
     path = Path(path) if path is not None else from_env(TraceSettings).path("azure")
     rows: list[tuple[float, int, int]] = []
@@ -102,14 +102,14 @@ def load_azure(path: Path | str | None = None, *, rate: float | None = None, lim
     for i, (t, (_, prompt, output)) in enumerate(zip(times, rows)):
         prompt, output = max(1, prompt), max(1, output)
         hashes = sampler.hashes(prompt) if sampler else ()
-        requests.append(Request(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
+        requests.append(SimRequest(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
                                 stream=rng.random() < stream_fraction))
     return requests
 
 
 def load_mooncake(path: Path | str | None = None, *, rate: float | None = None, limit: int | None = None,
                   stream_fraction: float = 1.0, seed: int = 0, id_prefix: str = "mc",
-                  speedup: float = 1.0) -> list[Request]:
+                  speedup: float = 1.0) -> list[SimRequest]:
     """The Mooncake trace with its prefix hashes mapped onto 16-token blocks; see the module docstring."""
     path = Path(path) if path is not None else from_env(TraceSettings).path("mooncake")
     per_block = MOONCAKE_BLOCK_TOKENS // BLOCK_TOKENS
@@ -137,6 +137,6 @@ def load_mooncake(path: Path | str | None = None, *, rate: float | None = None, 
         prompt, output = max(1, prompt), max(1, output)
         full = prompt // BLOCK_TOKENS
         hashes = tuple(h * per_block + j for h in ids for j in range(per_block))[:full]
-        requests.append(Request(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
+        requests.append(SimRequest(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
                                 stream=rng.random() < stream_fraction))
     return requests

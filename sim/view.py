@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
-from headroom.sim.records import ServerSnapshot
-from headroom.sim.request import Request
+from headroom.sim.records import MetricsSnapshot
+from headroom.sim.request import SimRequest
 
 if TYPE_CHECKING:
     from headroom.sim.engine import ServerEngine
@@ -48,8 +48,8 @@ class PoolView:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.request: Request | None = None
-        self.snapshots: list[ServerSnapshot] = []
+        self.request: SimRequest | None = None
+        self.snapshots: list[MetricsSnapshot] = []
         self.inflight_requests: list[int] = []
         self.inflight_prompt_tokens: list[int] = []
         self.inflight_prefill_tokens: list[int] = []
@@ -85,10 +85,10 @@ class PoolView:
         """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""
         return list(self._engines)
 
-    def _start(self, request: Request, now: float) -> None:
+    def _start(self, request: SimRequest, now: float) -> None:
         self.request, self.now = request, now
         self._matches = [None] * len(self.snapshots)
 
 
 PickResult = str | Pick
-PickFunction = Callable[[Request, PoolView], PickResult]
+PickFunction = Callable[[SimRequest, PoolView], PickResult]

@@ -15,9 +15,9 @@ from headroom.autoscale.manifest import spec_to_dict
 from headroom.autoscale.pipelines import Pipeline, Workload
 from headroom.autoscale.recommend import (
     KUBERNETES_DEFAULT,
-    Candidate,
     Evaluation,
     Goal,
+    HpaCandidate,
     Slo,
     _bisect,
     behaviors,
@@ -28,15 +28,15 @@ from headroom.autoscale.recommend import (
 from headroom.autoscale.servers import ModelServer
 from headroom.autoscale.signals import Signal
 from headroom.autoscale.traps import find_traps
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 SETTINGS = LoopSettings(load_delay_s=20.0)
 
 
-def burst_trace() -> list[Request]:
+def burst_trace() -> list[SimRequest]:
     """60 s at 3 req/s (one server carries it), then 120 s at 40 req/s (about four servers' worth)."""
-    requests = [Request(f"a{i}", i / 3.0, 2000, 200) for i in range(180)]
-    requests += [Request(f"b{i}", 60.0 + i / 40.0, 2000, 200) for i in range(120 * 40)]
+    requests = [SimRequest(f"a{i}", i / 3.0, 2000, 200) for i in range(180)]
+    requests += [SimRequest(f"b{i}", 60.0 + i / 40.0, 2000, 200) for i in range(120 * 40)]
     return requests
 
 
@@ -122,7 +122,7 @@ def test_tolerance_candidates_only_where_the_cluster_honours_them() -> None:
 
 
 def test_a_trace_one_server_carries_is_reported_not_recommended() -> None:
-    quiet = [Request(f"q{i}", i / 2.0, 800, 80) for i in range(700)]  # 350 s at 2 req/s
+    quiet = [SimRequest(f"q{i}", i / 2.0, 800, 80) for i in range(700)]  # 350 s at 2 req/s
     result = recommend(quiet, Goal(Slo(2000.0), 1, 6, router_signals=False), SETTINGS, refinements=0)
     assert not result.exercised and result.best is None
     advice = scaling_advice(quiet, SETTINGS, 1.0, 6)
@@ -130,13 +130,13 @@ def test_a_trace_one_server_carries_is_reported_not_recommended() -> None:
 
 
 def test_a_replay_too_short_for_the_hpa_says_so() -> None:
-    short = [Request(f"s{i}", i / 50.0, 800, 80) for i in range(1000)]  # 20 s
+    short = [SimRequest(f"s{i}", i / 50.0, 800, 80) for i in range(1000)]  # 20 s
     assert "too short" in scaling_advice(short, SETTINGS, 20.0, 6).message
 
 
 def _evaluation(target: float, meets: bool, rescales: int = 1, cost: float = 1.0) -> Evaluation:
     goal = Goal(Slo(1000.0), 1, 4)
-    candidate = Candidate(Signal.SLOTS_USED, target, "kubernetes-default",
+    candidate = HpaCandidate(Signal.SLOTS_USED, target, "kubernetes-default",
                           make_autoscaler(Signal.SLOTS_USED, target, None, goal))
     return Evaluation(candidate, cost, 100.0, 10.0, 1.0 if meets else 0.5, rescales, meets, result=None)
 

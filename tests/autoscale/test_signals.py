@@ -14,13 +14,13 @@ from headroom.autoscale.signals import (
     pool_signals,
     server_signals,
 )
-from headroom.sim.records import ServerSnapshot
+from headroom.sim.records import MetricsSnapshot
 
 GIB = 2**30
 
 
-def snapshot(server_id: str, waiting: int, running: int, kv: float, ready: bool = True) -> ServerSnapshot:
-    return ServerSnapshot(server_id=server_id, server_type="h100", pool_key="default", time_s=0.0,
+def snapshot(server_id: str, waiting: int, running: int, kv: float, ready: bool = True) -> MetricsSnapshot:
+    return MetricsSnapshot(server_id=server_id, server_type="h100", pool_key="default", time_s=0.0,
                           num_waiting=waiting, num_running=running, kv_cache_usage=kv, prefix_cache_queries=0,
                           prefix_cache_hits=0, prefill_backlog=waiting, slots_used=running / 256,
                           memory_used_bytes=72 * GIB, ready=ready)

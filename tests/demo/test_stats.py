@@ -2,14 +2,14 @@ import math
 
 import pytest
 
-from headroom.demo.load import Outcome
+from headroom.demo.load import ClientOutcome
 from headroom.demo.stats import summarize
 
 
 def outcome(i, **fields):
     base = dict(request_id=f"r{i}", sent_at=float(i), status=200, stream=True, has_slo=False)
     base.update(fields)
-    return Outcome(**base)
+    return ClientOutcome(**base)
 
 
 def test_summary_counts_and_percentiles():

@@ -7,7 +7,7 @@ import xgboost
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.predictor.runtime import ModelRuntime, Outcome
+from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(50, seed=3)
@@ -21,10 +21,10 @@ def boosters():
 
 def test_applies_and_predicts_every_model_of_the_pool(boosters):
     runtime = ModelRuntime()
-    assert runtime.apply(message(boosters["v1"], 1)).outcome is Outcome.APPLIED
+    assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.APPLIED
     assert runtime.apply(message(boosters["p90"], 1, objective="quantile", model_format="json")).outcome \
-        is Outcome.APPLIED
-    assert runtime.apply(message(boosters["tpot"], 5, target="tpot")).outcome is Outcome.APPLIED
+        is ApplyOutcome.APPLIED
+    assert runtime.apply(message(boosters["tpot"], 5, target="tpot")).outcome is ApplyOutcome.APPLIED
     prediction = runtime.predict("pool-a", ROWS)
     np.testing.assert_allclose(prediction.get("ttft"), boosters["v1"].inplace_predict(ROWS), rtol=1e-6)
     np.testing.assert_allclose(prediction.get("ttft", "quantile"), boosters["p90"].inplace_predict(ROWS), rtol=1e-6)
@@ -37,8 +37,8 @@ def test_applies_and_predicts_every_model_of_the_pool(boosters):
 def test_older_or_equal_versions_are_ignored(boosters):
     runtime = ModelRuntime()
     runtime.apply(message(boosters["v2"], 2))
-    assert runtime.apply(message(boosters["v1"], 2)).outcome is Outcome.STALE
-    assert runtime.apply(message(boosters["v1"], 1)).outcome is Outcome.STALE
+    assert runtime.apply(message(boosters["v1"], 2)).outcome is ApplyOutcome.STALE
+    assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.STALE
     assert runtime.stale == 2
     np.testing.assert_allclose(runtime.predict("pool-a", ROWS).get("ttft"), boosters["v2"].inplace_predict(ROWS),
                                rtol=1e-6)
@@ -79,13 +79,13 @@ def test_bad_updates_are_rejected_and_the_old_version_keeps_serving(boosters):
     bad = _bad_updates(boosters)
     for name, (raw, reason) in bad.items():
         result = runtime.apply(raw)
-        assert (result.outcome, result.reason) == (Outcome.REJECTED, reason), name
+        assert (result.outcome, result.reason) == (ApplyOutcome.REJECTED, reason), name
         assert result.detail
         prediction = runtime.predict("pool-a", ROWS)
         assert prediction.models[0].version == 1
         np.testing.assert_allclose(prediction.get("ttft"), expected, rtol=1e-6)
     assert sum(runtime.rejected.values()) == len(bad)
-    assert runtime.apply(message(boosters["v2"], 2)).outcome is Outcome.APPLIED
+    assert runtime.apply(message(boosters["v2"], 2)).outcome is ApplyOutcome.APPLIED
 
 
 def test_prediction_errors_say_what_is_wrong(boosters):
@@ -127,7 +127,7 @@ def test_swap_under_concurrent_reads(boosters):
     for reader in readers:
         reader.start()
     for version in (2, 3, 4):
-        assert runtime.apply(messages[version]).outcome is Outcome.APPLIED
+        assert runtime.apply(messages[version]).outcome is ApplyOutcome.APPLIED
     stop.set()
     for reader in readers:
         reader.join(timeout=30)
@@ -138,7 +138,7 @@ def test_swap_under_concurrent_reads(boosters):
 
 def test_the_pure_engine_serves_the_same_predictions(boosters):
     runtime = ModelRuntime(engine="numpy")
-    assert runtime.apply(message(boosters["v1"], 1)).outcome is Outcome.APPLIED
+    assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.APPLIED
     np.testing.assert_allclose(runtime.predict("pool-a", ROWS).get("ttft"), boosters["v1"].inplace_predict(ROWS),
                                rtol=1e-6)
     with pytest.raises(ValueError, match="tree engine 'gpu' is unknown"):

@@ -7,7 +7,7 @@ import xgboost
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, encode_update, make_update
-from headroom.predictor.runtime import ModelRuntime, Outcome
+from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from tests.predictor.models import candidate_rows, latency_ms, train
 
 ROWS = candidate_rows(50, seed=3)
@@ -38,9 +38,9 @@ def message(booster: xgboost.Booster, version: int, transform: str, objective: s
 def test_log_models_are_exponentiated_beside_identity_models():
     runtime = ModelRuntime()
     mean, p90, tpot = log_model(), log_model(objective="quantile", seed=1), train("tpot", seed=4)
-    assert runtime.apply(message(mean, 1, "log")).outcome is Outcome.APPLIED
-    assert runtime.apply(message(p90, 1, "log", objective="quantile")).outcome is Outcome.APPLIED
-    assert runtime.apply(message(tpot, 1, "identity", target="tpot")).outcome is Outcome.APPLIED
+    assert runtime.apply(message(mean, 1, "log")).outcome is ApplyOutcome.APPLIED
+    assert runtime.apply(message(p90, 1, "log", objective="quantile")).outcome is ApplyOutcome.APPLIED
+    assert runtime.apply(message(tpot, 1, "identity", target="tpot")).outcome is ApplyOutcome.APPLIED
     prediction = runtime.predict("pool-a", ROWS)
     np.testing.assert_allclose(prediction.get("ttft"), np.exp(mean.inplace_predict(ROWS)), rtol=1e-5)
     np.testing.assert_allclose(prediction.get("ttft", "quantile"), np.exp(p90.inplace_predict(ROWS)), rtol=1e-5)
@@ -52,7 +52,7 @@ def test_a_log_model_with_negative_raw_outputs_passes_the_probe():
     shifted = log_model(seed=2)
     shifted.set_param({"base_score": -5.0})  # raw outputs below zero: sub-millisecond, still positive
     runtime = ModelRuntime()
-    assert runtime.apply(message(shifted, 1, "log")).outcome is Outcome.APPLIED
+    assert runtime.apply(message(shifted, 1, "log")).outcome is ApplyOutcome.APPLIED
     assert (runtime.predict("pool-a", ROWS).get("ttft") > 0).all()
 
 
@@ -62,8 +62,8 @@ def test_a_transform_the_model_was_not_trained_with_is_rejected():
     before = runtime.predict("pool-a", ROWS).get("ttft")
     unlabelled = runtime.apply(message(log_model(seed=3, declared=None), 2, "log"))
     mislabelled = runtime.apply(message(log_model(seed=3), 3, "identity"))
-    assert (unlabelled.outcome, unlabelled.reason) == (Outcome.REJECTED, "transform")
-    assert (mislabelled.outcome, mislabelled.reason) == (Outcome.REJECTED, "transform")
+    assert (unlabelled.outcome, unlabelled.reason) == (ApplyOutcome.REJECTED, "transform")
+    assert (mislabelled.outcome, mislabelled.reason) == (ApplyOutcome.REJECTED, "transform")
     assert "trained with 'log'" in mislabelled.detail
     assert runtime.rejected["transform"] == 2 and runtime.version("pool-a", "ttft", "mean") == 1
     np.testing.assert_array_equal(runtime.predict("pool-a", ROWS).get("ttft"), before)

@@ -4,7 +4,7 @@ import pytest
 
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import H100
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 
 def drain(engine: ServerEngine, until: float = 600.0) -> None:
@@ -15,19 +15,19 @@ def drain(engine: ServerEngine, until: float = 600.0) -> None:
 def test_prefix_hit_skips_prefill_and_is_counted() -> None:
     shared = tuple(range(100, 164))  # 64 blocks = 1,024 tokens
     engine = ServerEngine(H100)
-    engine.submit(Request("a", 0.0, 2000, 1, prefix_hashes=shared), 0.0)
-    engine.submit(Request("b", 1.0, 2000, 1, prefix_hashes=shared), 1.0)
+    engine.submit(SimRequest("a", 0.0, 2000, 1, prefix_hashes=shared), 0.0)
+    engine.submit(SimRequest("b", 1.0, 2000, 1, prefix_hashes=shared), 1.0)
     drain(engine)
     first, second = engine.finished
     assert second.cached_prompt_tokens == 1024
     assert second.ttft_ms < first.ttft_ms - 15.0  # 1,024 tokens at 0.02 ms each are skipped
     assert (engine.prefix_queries, engine.prefix_hits) == (4000, 1024)
-    assert engine.prefix_match(Request("c", 2.0, 4096, 1, prefix_hashes=shared)) == pytest.approx(0.25)
+    assert engine.prefix_match(SimRequest("c", 2.0, 4096, 1, prefix_hashes=shared)) == pytest.approx(0.25)
 
 
 def test_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
     engine = ServerEngine(H100)
-    engine.submit(Request("long", 0.0, 3 * 2048, 1), 0.0)
+    engine.submit(SimRequest("long", 0.0, 3 * 2048, 1), 0.0)
     drain(engine)
     # three chunks, each about a fresh 2,048-token prefill plus its attention over earlier chunks
     assert engine.finished[0].ttft_ms == pytest.approx(3 * 47.46 + 1.3e-6 * 2048 * (1024 + 3072 + 5120), rel=0.01)
@@ -36,7 +36,7 @@ def test_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
 def test_slot_limit_queues_requests() -> None:
     engine = ServerEngine(H100.with_(max_num_seqs=2, token_budget=2048))
     for i in range(3):
-        engine.submit(Request(f"r{i}", 0.0, 100, 50), 0.0)
+        engine.submit(SimRequest(f"r{i}", 0.0, 100, 50), 0.0)
     engine.advance_to(0.1)
     assert (engine.num_running, engine.num_waiting) == (2, 1)
     drain(engine)
@@ -47,7 +47,7 @@ def test_slot_limit_queues_requests() -> None:
 def test_block_exhaustion_preempts_the_newest_and_everything_still_completes() -> None:
     engine = ServerEngine(H100.with_(kv_blocks=40), record_tokens=True)  # 640 tokens of KV
     for i in range(4):
-        engine.submit(Request(f"r{i}", i * 0.001, 100, 120), i * 0.001)
+        engine.submit(SimRequest(f"r{i}", i * 0.001, 100, 120), i * 0.001)
     drain(engine)
     assert len(engine.finished) == 4
     assert sum(o.preemptions for o in engine.finished) > 0
@@ -59,14 +59,14 @@ def test_block_exhaustion_preempts_the_newest_and_everything_still_completes() -
 
 def test_request_larger_than_the_cache_is_dropped_with_a_reason() -> None:
     engine = ServerEngine(H100.with_(kv_blocks=10, max_num_seqs=4, token_budget=256))
-    assert not engine.submit(Request("big", 0.0, 200, 1), 0.0)
+    assert not engine.submit(SimRequest("big", 0.0, 200, 1), 0.0)
     assert "needs 13 KV blocks" in engine.dropped[0].reason
 
 
 def test_token_times_match_ttft_and_tpot() -> None:
     engine = ServerEngine(H100, record_tokens=True)
     for i in range(5):
-        engine.submit(Request(f"r{i}", i * 0.01, 300 + 50 * i, 20 + i), i * 0.01)
+        engine.submit(SimRequest(f"r{i}", i * 0.01, 300 + 50 * i, 20 + i), i * 0.01)
     drain(engine)
     for o in engine.finished:
         times = o.token_times
@@ -79,7 +79,7 @@ def test_token_times_match_ttft_and_tpot() -> None:
 def test_streamed_steps_are_the_last_two_token_steps_a_router_has_seen() -> None:
     def engine(record_tokens: bool = False, stream: bool = True) -> ServerEngine:
         server = ServerEngine(H100, record_tokens=record_tokens)
-        server.submit(Request("r", 0.0, 500, 200, stream=stream), 0.0)
+        server.submit(SimRequest("r", 0.0, 500, 200, stream=stream), 0.0)
         return server
 
     def advance_as_the_pool_does(server: ServerEngine, now: float) -> ServerEngine:
@@ -106,7 +106,7 @@ def test_event_jumping_gives_the_same_times_as_stepping() -> None:
     def finish_times(max_jump: int) -> list[float]:
         engine = ServerEngine(H100, max_jump=max_jump)
         for i in range(30):
-            engine.submit(Request(f"r{i}", i * 0.013, 200 + 37 * i, 5 + 13 * i), i * 0.013)
+            engine.submit(SimRequest(f"r{i}", i * 0.013, 200 + 37 * i, 5 + 13 * i), i * 0.013)
         drain(engine)
         return sorted(o.completion_s for o in engine.finished)
 
@@ -117,7 +117,7 @@ def test_slowdown_stretches_steps() -> None:
     fast, slow = ServerEngine(H100), ServerEngine(H100)
     slow.set_slowdown(2.0, 0.0)
     for engine in (fast, slow):
-        engine.submit(Request("r", 0.0, 1000, 50), 0.0)
+        engine.submit(SimRequest("r", 0.0, 1000, 50), 0.0)
         drain(engine)
     assert slow.finished[0].e2e_ms == pytest.approx(2 * fast.finished[0].e2e_ms)
 
@@ -125,7 +125,7 @@ def test_slowdown_stretches_steps() -> None:
 def test_noise_is_seeded() -> None:
     def e2e(seed: int) -> float:
         engine = ServerEngine(H100.with_(noise=0.2), seed=seed)
-        engine.submit(Request("r", 0.0, 1000, 50), 0.0)
+        engine.submit(SimRequest("r", 0.0, 1000, 50), 0.0)
         drain(engine)
         return engine.finished[0].e2e_ms
 
@@ -136,13 +136,13 @@ def test_noise_is_seeded() -> None:
 def test_fork_runs_independently() -> None:
     def started() -> ServerEngine:
         engine = ServerEngine(H100)
-        engine.submit(Request("a", 0.0, 1000, 100), 0.0)
+        engine.submit(SimRequest("a", 0.0, 1000, 100), 0.0)
         engine.advance_to(0.2)
         return engine
 
     engine, untouched = started(), started()
     twin = engine.fork()
-    twin.submit(Request("b", 0.2, 1000, 10), 0.2)
+    twin.submit(SimRequest("b", 0.2, 1000, 10), 0.2)
     drain(twin)
     drain(engine)
     drain(untouched)

@@ -12,20 +12,20 @@ from headroom.sim.engine import ServerEngine
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import H100
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 
 request_specs = st.lists(
     st.tuples(st.floats(0.0, 0.3), st.integers(1, 700), st.integers(1, 150), st.integers(0, 3), st.booleans()),
     min_size=1, max_size=25)
 
 
-def _requests(specs) -> list[Request]:
+def _requests(specs) -> list[SimRequest]:
     requests, t = [], 0.0
     for i, (gap, prompt, output, prefix, stream) in enumerate(specs):
         t += gap
         blocks = min(prompt // 16, 8 * prefix)
         hashes = tuple(prefix * 1000 + j for j in range(blocks)) if prefix else ()
-        requests.append(Request(f"r{i}", t, prompt, output, prefix_hashes=hashes, stream=stream))
+        requests.append(SimRequest(f"r{i}", t, prompt, output, prefix_hashes=hashes, stream=stream))
     return requests
 
 

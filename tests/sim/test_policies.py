@@ -5,14 +5,14 @@ import pytest
 from headroom.sim.engine import ServerEngine
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.profile import H100
-from headroom.sim.records import ServerSnapshot
-from headroom.sim.request import Request
+from headroom.sim.records import MetricsSnapshot
+from headroom.sim.request import SimRequest
 from headroom.sim.view import PoolView
 
 
 def _view(waiting: list[int], kv: list[float], inflight: list[int],
-          cached_blocks: list[int]) -> tuple[PoolView, Request]:
-    request = Request("r", 0.0, 640, 10, prefix_hashes=tuple(range(40)))
+          cached_blocks: list[int]) -> tuple[PoolView, SimRequest]:
+    request = SimRequest("r", 0.0, 640, 10, prefix_hashes=tuple(range(40)))
     view = PoolView()
     engines = []
     for i, blocks in enumerate(cached_blocks):
@@ -21,7 +21,7 @@ def _view(waiting: list[int], kv: list[float], inflight: list[int],
         for h in range(blocks):
             engine.cache.register(h)
         engines.append(engine)
-    view.snapshots = [ServerSnapshot(f"s{i}", "h100", "h100", 0.0, w, 0, k, 0, 0, w, 0.0, 0)
+    view.snapshots = [MetricsSnapshot(f"s{i}", "h100", "h100", 0.0, w, 0, k, 0, 0, w, 0.0, 0)
                       for i, (w, k) in enumerate(zip(waiting, kv))]
     view.inflight_requests = list(inflight)
     view.inflight_prompt_tokens = [0] * len(waiting)

@@ -7,13 +7,13 @@ from headroom.sim.oracle import oracle_pick, true_ttft_ms
 from headroom.sim.policies import policy
 from headroom.sim.pool import PoolControl, SimulationError, run, slow_down, uniform_pool
 from headroom.sim.profile import H100
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import Lengths, generate, poisson_arrivals
 from headroom.sim.traces import load_mooncake
 from headroom.sim.view import Pick, PoolView
 
 
-def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[Request]:
+def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[SimRequest]:
     return generate(poisson_arrivals(rate, duration, seed), Lengths(800, 0.6, high=4000), Lengths(100, 0.8, high=600),
                     seed=seed, **kw)
 
@@ -35,7 +35,7 @@ def test_telemetry_has_one_valid_record_per_request_with_stream_semantics() -> N
 def test_features_are_what_the_router_saw_at_dispatch() -> None:
     seen = {}
 
-    def pick(request: Request, view: PoolView) -> Pick:
+    def pick(request: SimRequest, view: PoolView) -> Pick:
         seen[request.request_id] = (view.snapshots[0].num_running, view.inflight_requests[0])
         return Pick(view.snapshots[0].server_id, predicted_ttft_ms=12.5, model_versions={"ttft": 3})
 
@@ -65,7 +65,7 @@ def test_prefill_tokens_in_flight_are_the_streaming_prompts_still_without_a_firs
 def test_snapshots_are_as_stale_as_the_scrape_interval() -> None:
     times = []
 
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         times.append((view.now, view.snapshots[0].time_s))
         return view.snapshots[0].server_id
 
@@ -147,7 +147,7 @@ def test_oracle_ttft_is_the_ttft_the_request_then_gets() -> None:
     requests = _load(15.0, 6.0, seed=2)
     predicted = {}
 
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         engine = view.engines()[0]
         predicted[request.request_id] = true_ttft_ms(engine, request, view.now)
         return view.snapshots[0].server_id

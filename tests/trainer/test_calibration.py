@@ -5,7 +5,7 @@ import pytest
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, load_booster, make_update
-from headroom.predictor.runtime import ModelRuntime, Outcome
+from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from headroom.trainer.calibration import conformal_shift, fit_calibrated_quantile, newest_split, shifted
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
@@ -44,7 +44,7 @@ def test_shift_moves_every_output_and_survives_the_wire_and_the_predictor():
     result = runtime.apply(encode_update(make_update(
         model=model_bytes(moved), version=1, pool_key="pool-a", target="ttft", objective="quantile", quantile=0.9,
         feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=1.0, output_transform="log")))
-    assert result.outcome is Outcome.APPLIED, result.detail
+    assert result.outcome is ApplyOutcome.APPLIED, result.detail
     np.testing.assert_allclose(runtime.predict("pool-a", features[:64]).get("ttft", "quantile"),
                                predict(moved, features[:64]), rtol=1e-4)
 
