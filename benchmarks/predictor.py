@@ -13,7 +13,7 @@ from functools import partial
 
 import numpy as np
 
-from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, feature_matrix
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, RAW_FIELDS, feature_matrix
 from headroom.contract.model_update import encode_update, make_update
 
 REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
@@ -25,16 +25,21 @@ EFFECTIVE_PROMPT = FEATURE_NAMES.index("effective_prompt_tokens")
 
 
 def candidates(n: int, seed: int = 0) -> np.ndarray:
-    """Feature rows of ``n`` plausible candidate servers (synthetic, for benchmarks and tests)."""
+    """Feature rows of ``n`` plausible candidate servers (synthetic, for benchmarks and tests); a raw feature
+    without a distribution of its own here is drawn over its probe range."""
     rng = np.random.default_rng(seed)
     inflight_tokens = rng.integers(0, 200_000, n)
-    return feature_matrix({
+    columns = {
         "kv_cache_usage": rng.uniform(0, 1, n), "num_waiting": rng.integers(0, 20, n),
         "num_running": rng.integers(0, 64, n), "prompt_tokens": rng.integers(1, 8000, n),
         "prefix_match": rng.uniform(0, 1, n), "inflight_requests": rng.integers(0, 80, n),
         "inflight_prompt_tokens": inflight_tokens, "max_tokens": rng.integers(1, 2048, n),
         "inflight_prefill_tokens": (inflight_tokens * rng.uniform(0, 1, n)).astype(np.int64),
-        "last_token_age_ms": rng.exponential(20, n), "token_interval_ms": rng.uniform(5, 60, n)})
+        "last_token_age_ms": rng.exponential(20, n), "token_interval_ms": rng.uniform(5, 60, n)}
+    for name, raw in RAW_FIELDS.items():
+        if name not in columns:
+            columns[name] = raw.draw(rng, n)
+    return feature_matrix(columns)
 
 
 def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:

@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
 
@@ -30,6 +32,10 @@ class RawField:
     doc: str
     probe: tuple[float, float]
     cap: float | None = None
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` values drawn uniformly over the probe range (integers for a count)."""
+        return rng.integers(*self.probe, n) if self.kind == "count" else rng.uniform(*self.probe, n)
 
 
 def raw(kind: str, doc: str, probe: tuple[float, float], *, default: Any = dataclasses.MISSING,

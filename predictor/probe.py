@@ -20,9 +20,8 @@ def probe_rows() -> np.ndarray:
     rng = np.random.default_rng(_SEED)
     columns = {}
     for name, field in RAW_FIELDS.items():
-        low, high = field.probe
-        values = rng.integers(low, high, _ROWS) if field.kind == "count" else rng.uniform(low, high, _ROWS)
-        values[0] = low  # row 0: an idle server, smallest request; row 1: saturated
+        values = field.draw(rng, _ROWS)
+        values[0] = field.probe[0]  # row 0: an idle server, smallest request; row 1: saturated
         values[1] = values.max()
         columns[name] = values
     return feature_matrix(columns)
