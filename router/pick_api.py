@@ -87,7 +87,7 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
     field of the server's state that the message leaves unset takes the contract's default."""
     if not state.server_id:
         raise RequestError("every candidate needs a server_id")
-    values = {}
+    values: dict[str, float] = {}
     for name, raw in SERVER_FIELDS.items():
         if name not in _OPTIONAL or state.HasField(name):
             value = _checked(state, name, raw.kind)
