@@ -35,7 +35,8 @@ class RawField:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` values drawn uniformly over the probe range (integers for a count)."""
-        return rng.integers(*self.probe, n) if self.kind == "count" else rng.uniform(*self.probe, n)
+        low, high = self.probe
+        return rng.integers(int(low), int(high), n) if self.kind == "count" else rng.uniform(low, high, n)
 
 
 def raw(kind: str, doc: str, probe: tuple[float, float], *, default: Any = dataclasses.MISSING,

@@ -41,7 +41,8 @@ def target_value(record: Any, target: str) -> float | None:
 
 def predicted_value(record: Any, target: str) -> float | None:
     """The prediction of ``target`` that was used when the request was routed, if any."""
-    return getattr(record, PREDICTED[target])
+    value: float | None = getattr(record, PREDICTED[target])
+    return value
 
 
 @overload

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -87,7 +89,7 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
     field of the server's state that the message leaves unset takes the contract's default."""
     if not state.server_id:
         raise RequestError("every candidate needs a server_id")
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}
     for name, raw in SERVER_FIELDS.items():
         if name not in _OPTIONAL or state.HasField(name):
             value = _checked(state, name, raw.kind)
@@ -99,7 +101,7 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
 
 
 _OPTIONAL = {f.name for f in router_pb2.ServerState.DESCRIPTOR.fields if f.has_presence}
-_ALLOWED = {  # kind -> (whether a value is allowed, what the rule says)
+_ALLOWED: dict[str, tuple[Callable[[float], bool], str]] = {  # kind -> (whether a value is allowed, the rule)
     "fraction": (lambda v: 0.0 <= v <= 1.0, "must be within [0, 1]"),
     "count": (lambda v: v >= 0, "must not be negative"),
     "latency": (lambda v: math.isfinite(v) and v >= 0, "must be finite and not negative"),
@@ -107,7 +109,7 @@ _ALLOWED = {  # kind -> (whether a value is allowed, what the rule says)
 
 
 def _checked(state: router_pb2.ServerState, name: str, kind: str) -> float:
-    value = getattr(state, name)
+    value: float = getattr(state, name)
     allowed, rule = _ALLOWED[kind]
     if not allowed(value):
         raise RequestError(f"candidate {state.server_id!r}: {name} {rule}, got {value}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -89,7 +89,7 @@ class ServerTable(Sequence[ServerSnapshot]):
         if self.originals is not None:
             return self.originals[index]
         i = range(len(self))[index]  # IndexError when out of range
+        state: dict[str, Any] = {name: _PYTHON_TYPE[name](column[i]) for name, column in self.state.items()}
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
-            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
-            **{name: _PYTHON_TYPE[name](column[i]) for name, column in self.state.items()})
+            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]), **state)
