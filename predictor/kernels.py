@@ -40,6 +40,7 @@ MAX_FEATURES = 1 << 16  # a node word keeps the feature index in its low 16 bits
 BLOCK_ROWS = 8  # rows walked interleaved (the compiled walk is written out for eight)
 CHUNK_ROWS = 256  # rows walked through every tree at a time: their words (20 KiB at 10 features) fit L1
 MISSING_WORD = 0  # a row word no value produces (real ones end in 0x7FFFFFFF): the value is NaN
+_ROW_SHAPES: dict[int, tuple[None, ...]] = {}  # row width -> the tuple whose type carries it (see _predict)
 
 
 def default_engine() -> str:
@@ -111,18 +112,18 @@ def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None, threa
         raise ValueError(f"unknown or unavailable engine {engine!r}; available: {available_engines()}")
     n = len(x)
     out = np.empty((len(stack.forests), n), dtype=np.float32)
-    width = x.shape[1]
+    row = _ROW_SHAPES.setdefault(x.shape[1], (None,) * x.shape[1])
     bits = x.view(np.uint32)
     arrays = (stack.nodes, stack.default_left, stack.leaves, stack.node_offset, stack.leaf_offset,
               stack.tree_start, stack.depth, stack.base_score, out)
     parts = min(threads, n // MIN_ROWS_PER_THREAD)
     if parts <= 1:
-        _predict(bits, *arrays, 0, n, width)
+        _predict(bits, *arrays, 0, n, row)
         return out
     bounds = [n * part // parts for part in range(parts + 1)]
-    helpers = [_pool(threads).submit(_predict, bits, *arrays, start, stop, width)
+    helpers = [_pool(threads).submit(_predict, bits, *arrays, start, stop, row)
                for start, stop in itertools.pairwise(bounds[1:])]
-    _predict(bits, *arrays, bounds[0], bounds[1], width)
+    _predict(bits, *arrays, bounds[0], bounds[1], row)
     for helper in helpers:
         helper.result()
     return out
@@ -198,13 +199,15 @@ def _jit(function):
         return numba.njit(nogil=True, boundscheck=False)(function)
 
 
-# The compiled walk. ``width`` (features per row) is a compile-time constant (numba.literally): each row
-# width gets its own specialization, whose row stride keeps the eight interleaved rows' addresses as constant
+# The compiled walk. ``row`` is a tuple of ``width`` Nones (features per row): its length is part of its type,
+# so ``width = len(row)`` is a compile-time constant and each row width gets its own specialization (found by
+# the dispatcher's ordinary type lookup, and cached on disk like any other), whose row stride keeps the eight
+# interleaved rows' addresses as constant
 # offsets of one register.
 
-def _row_words(bits, start, stop, words, width):  # pragma: no cover - compiled
+def _row_words(bits, start, stop, words, row):  # pragma: no cover - compiled
     """The rows' words (see :func:`order_keys`); returns whether any value is missing."""
-    numba.literally(width)
+    width = len(row)
     u = numba.uint64
     low = u(0x7FFFFFFF)
     missing = False
@@ -225,9 +228,9 @@ def _row_words(bits, start, stop, words, width):  # pragma: no cover - compiled
 
 
 def _walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score, acc,
-                 width):  # pragma: no cover - compiled
+                 row):  # pragma: no cover - compiled
     """Blocks of eight rows (``n`` is a multiple of eight); a right turn is the sign bit of node - value."""
-    numba.literally(width)
+    width = len(row)
     u = numba.uint64  # unsigned indices: no negative-index wraparound in the dependency chain
     one, two, sign = u(1), u(2), u(63)
     feature = u(MAX_FEATURES - 1)
@@ -280,8 +283,8 @@ def _walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, 
 
 
 def _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth,
-                       base_score, acc, width):  # pragma: no cover - compiled
-    numba.literally(width)
+                       base_score, acc, row):  # pragma: no cover - compiled
+    width = len(row)
     u = numba.uint64
     one, feature = u(1), u(MAX_FEATURES - 1)
     for m in range(base_score.shape[0]):
@@ -304,26 +307,26 @@ def _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_
 
 
 def _predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth, base_score, out,
-             start, stop, width):  # pragma: no cover - compiled
+             start, stop, row):  # pragma: no cover - compiled
     """Rows ``start:stop`` of ``bits`` (float32 rows of ``width`` features viewed as uint32) into columns
     ``start:stop`` of out, in chunks whose row words stay in the L1 cache while every tree is walked over
     them. A chunk is padded to whole blocks with copies of its first row, whose results are dropped."""
-    numba.literally(width)
+    width = len(row)
     chunk = min(stop - start, CHUNK_ROWS)
     padded = chunk + (BLOCK_ROWS - chunk % BLOCK_ROWS) % BLOCK_ROWS
     words = np.empty(padded * width, dtype=np.uint64)
     acc = np.empty((base_score.shape[0], padded), dtype=np.float32)
     for first in range(start, stop, CHUNK_ROWS):
         n = min(first + CHUNK_ROWS, stop) - first
-        if _row_words(bits, first, first + n, words, width):
+        if _row_words(bits, first, first + n, words, row):
             _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start,
-                               depth, base_score, acc, width)
+                               depth, base_score, acc, row)
         else:
             blocks = n + (BLOCK_ROWS - n % BLOCK_ROWS) % BLOCK_ROWS
             for k in range(n * width, blocks * width):
                 words[k] = words[k % width]
             _walk_finite(words, blocks, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score,
-                         acc, width)
+                         acc, row)
         out[:, first:first + n] = acc[:, :n]
 
 
