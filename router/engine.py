@@ -1,11 +1,12 @@
 """The scheduling engine: runs a profile's producer → filters → scorers → admitter → picker.
 
-Which profile: a request that does not ask for prediction takes the heuristic profile. One that does
-takes the predicted profile, whose producer predicts per candidate. When no candidate could be
-predicted (predictor unavailable, no model for the pool yet, stale metrics, ...), the whole request
-falls back to the heuristic profile; when only some could, those few are scored by the heuristic
-profile's scorers and the rest by the predicted profile's (degraded per candidate). Either way the
-decision lists the fallback reasons, so callers count every fallback by reason.
+Which profile: every request takes the predicted profile, whose producer predicts per candidate, unless
+it opted out (or, on a router configured to predict only requests that opt in, did not opt in). When no
+candidate could be predicted (warm-up, predictor unavailable, no model for the pool, stale metrics, ...),
+the whole request falls back to the heuristic profile; when only some could, those few are scored by the
+heuristic profile's scorers and the rest by the predicted profile's (degraded per candidate). A decision
+the heuristic profile made carries one ``heuristic_reason`` (:data:`HEURISTIC_REASONS` orders them);
+one the predicted profile made with some candidates degraded lists their ``fallback_reasons``.
 
 The engine, not plugins, clamps every score to [0, 1] (NaN → 0) and takes the weighted mean over a
 profile's scorers. The admitter sees every produced candidate (before filtering), so exploration in a
@@ -42,6 +43,14 @@ class Decision:
     fallback: str | None = None  # None, "partial" (some candidates) or "full" (the whole request)
     fallback_reasons: tuple[str, ...] = ()
     rejection: str | None = None  # why admission rejected the request
+    heuristic_reason: str | None = None  # why the heuristic profile decided (None when the predicted one did)
+
+
+# Why the heuristic profile made a decision. A request no candidate of which could be predicted is
+# counted under the first of its candidates' reasons in this order; the predictor's reasons come from
+# :class:`~router.errors.PredictionUnavailable`, the producer's own from its docstring.
+HEURISTIC_REASONS = ("opted-out", "not-opted-in", "warm-up", "predictor-unavailable", "no-model-for-pool",
+                     "stale-metrics", "prediction-failed", "invalid-batch")
 
 
 class Engine:
@@ -51,7 +60,8 @@ class Engine:
         self.pipeline = pipeline
 
     def wants_prediction(self, opted_in: bool, opted_out: bool) -> bool:
-        """Whether a request with these header choices takes the predicted profile."""
+        """Whether a request with these header choices takes the predicted profile: every request unless it
+        opts out, or on a router that predicts only on request, one that opts in and not out."""
         return (self.pipeline.predict_all or opted_in) and not opted_out
 
     def decide(self, request: Request, servers: Sequence[ServerSnapshot], context: Context) -> Decision:
@@ -61,12 +71,13 @@ class Engine:
         candidates = CandidateSet.unpredicted(servers)
         heuristic, predicted = self.pipeline.heuristic, self.pipeline.predicted
         if not request.predict:
-            return self._run(heuristic, heuristic, request, candidates, context)
+            decision = self._run(heuristic, heuristic, request, candidates, context)
+            return replace(decision, heuristic_reason="opted-out" if self.pipeline.predict_all else "not-opted-in")
         produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
         reasons = tuple(sorted({r for r in produced.fallback_reasons() if r}))
         if not produced.is_predicted.any():
             decision = self._run(heuristic, heuristic, request, produced, context)
-            return _with_fallback(decision, "full", reasons)
+            return replace(_with_fallback(decision, "full", reasons), heuristic_reason=_first_reason(reasons))
         decision = self._run(predicted, heuristic, request, produced, context)
         return _with_fallback(decision, "partial", reasons) if reasons else decision
 
@@ -118,6 +129,12 @@ def _clamp(values: np.ndarray) -> np.ndarray:
     clamped = np.clip(values, 0.0, 1.0)
     missing = np.isnan(clamped)
     return np.where(missing, 0.0, clamped) if missing.any() else clamped
+
+
+def _first_reason(reasons: tuple[str, ...]) -> str:
+    """The reason a fully degraded request is counted under (an unknown one after the known ones)."""
+    rank = {reason: i for i, reason in enumerate(HEURISTIC_REASONS)}
+    return min(reasons, key=lambda r: (rank.get(r, len(rank)), r), default="prediction-failed")
 
 
 def _with_fallback(decision: Decision, scope: str, reasons: tuple[str, ...]) -> Decision:

@@ -38,7 +38,7 @@ class NoCandidates(RouterError):
 
 
 class PredictionUnavailable(RouterError):
-    """The predictor gave no answer for a pool; ``reason`` is a short label such as ``no-model``."""
+    """The predictor gave no answer for a pool; ``reason`` is a short label such as ``warm-up``."""
 
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)

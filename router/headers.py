@@ -1,9 +1,11 @@
 """Request headers that steer scheduling, parsed strictly.
 
-``x-prediction-based-scheduling: true|false`` opts in (or explicitly not), ``x-prediction-based-scheduling-off:
-true`` opts out when the router predicts every request; ``x-slo-ttft-ms`` / ``x-slo-tpot-ms`` (aliases
-``x-llm-d-slo-ttft-ms`` / ``x-llm-d-slo-tpot-ms``) are positive finite milliseconds; ``x-request-priority`` is
-an integer (negative = sheddable). A malformed value raises :class:`~router.errors.RequestError` naming
+A router predicts every request unless it opts out with ``x-prediction-based-scheduling-off: true`` or
+``x-prediction-based-scheduling: false``; one configured with ``predictAll: false`` predicts only those that
+opt in with ``x-prediction-based-scheduling: true`` (opting out wins over opting in). ``x-slo-ttft-ms`` /
+``x-slo-tpot-ms`` (aliases ``x-llm-d-slo-ttft-ms`` / ``x-llm-d-slo-tpot-ms``) are positive finite
+milliseconds; ``x-request-priority`` is an integer (negative = sheddable); ``x-request-id`` names the
+request in telemetry. A malformed value raises :class:`~router.errors.RequestError` naming
 the header and the value; it is never ignored. Header names are matched case-insensitively.
 """
 
@@ -41,16 +43,18 @@ def parse_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> Sch
     lowered: dict[str, str] = {}
     for name, value in pairs:
         lowered[name.lower()] = value.strip()
+    opt_in = _flag(lowered, OPT_IN)
     return SchedulingHeaders(
-        opted_in=_flag(lowered, OPT_IN), opted_out=_flag(lowered, OPT_OUT),
+        opted_in=opt_in is True, opted_out=_flag(lowered, OPT_OUT) is True or opt_in is False,
         slo_ttft_ms=_slo(lowered, SLO_TTFT), slo_tpot_ms=_slo(lowered, SLO_TPOT),
         priority=_priority(lowered), request_id=lowered.get(REQUEST_ID) or None)
 
 
-def _flag(headers: Mapping[str, str], name: str) -> bool:
+def _flag(headers: Mapping[str, str], name: str) -> bool | None:
+    """The header's true or false; None when it is absent."""
     value = headers.get(name)
     if value is None:
-        return False
+        return None
     if value.lower() in _TRUE:
         return True
     if value.lower() in _FALSE:

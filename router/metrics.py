@@ -36,8 +36,14 @@ class RouterMetrics:
                                        "Requests whose observed TPOT exceeded their TPOT SLO.", registry=r)
         self.decisions = Counter("headroom_router_decisions", "Scheduling decisions by profile.", ["profile"],
                                  registry=r)
-        self.fallbacks = Counter("headroom_router_fallbacks", "Fallbacks to the heuristic, by scope and reason.",
-                                 ["scope", "reason"], registry=r)
+        self.heuristic_decisions = Counter(
+            "headroom_router_heuristic_decisions",
+            "Decisions the heuristic profile made, by reason (opted-out, not-opted-in, warm-up, "
+            "predictor-unavailable, no-model-for-pool, stale-metrics, prediction-failed, ...).", ["reason"], registry=r)
+        self.partial_fallbacks = Counter(
+            "headroom_router_partial_fallbacks",
+            "Predicted decisions that scored some candidates with the heuristic, by those candidates' reason.",
+            ["reason"], registry=r)
         self.rejections = Counter("headroom_router_admissions_rejected", "Sheddable requests rejected.", registry=r)
         self.decision_latency = Histogram("headroom_router_decision_seconds", "Time to schedule one request.",
                                           registry=r, buckets=DECISION_BUCKETS)

@@ -2,7 +2,7 @@
 
 Config shape (YAML or a dict)::
 
-    predictAll: false              # predict every request unless it opts out (newer llm-d behaviour)
+    predictAll: true               # predict every request unless it opts out; false: only those that opt in
     predictedProfile: predicted    # the predicted-latency profile
     heuristicProfile: heuristic    # the fallback and default profile
     plugins:  [{type: latency-scorer, name: latency, params: {headroomSelectionStrategy: least}}, ...]
@@ -39,7 +39,7 @@ class Profile:
 class Pipeline:
     predicted: Profile
     heuristic: Profile
-    predict_all: bool = False
+    predict_all: bool = True
 
 
 # The predicted profile picks with probability ∝ score² rather than the reference's ∝ score: with the
@@ -49,7 +49,7 @@ class Pipeline:
 PREDICTED_SHARPNESS = 2.0
 
 DEFAULT_PIPELINE: dict[str, Any] = {
-    "predictAll": False,
+    "predictAll": True,
     "predictedProfile": "predicted",
     "heuristicProfile": "heuristic",
     "plugins": [
@@ -91,7 +91,7 @@ def load_pipeline(raw: Mapping[str, Any] | None) -> Pipeline:
     heuristic = _profile_ref(raw, "heuristicProfile", profiles)
     if predicted.producer is None:
         raise ConfigError(f"scheduling.predictedProfile: profile {predicted.name!r} has no producer plugin")
-    predict_all = raw.get("predictAll", False)
+    predict_all = raw.get("predictAll", DEFAULT_PIPELINE["predictAll"])
     if not isinstance(predict_all, bool):
         raise ConfigError(f"scheduling.predictAll must be true or false, got {predict_all!r}")
     return Pipeline(predicted=predicted, heuristic=heuristic, predict_all=predict_all)

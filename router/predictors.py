@@ -2,8 +2,8 @@
 
 :class:`EmbeddedPredictor` calls an in-process :class:`predictor.runtime.ModelRuntime`;
 :class:`RemotePredictor` calls prediction servers over gRPC. Its errors become
-:class:`~router.errors.PredictionUnavailable` with the fallback reason the router counts: ``no-model``
-(nothing trained yet: warm-up), ``no-model-for-pool``, ``invalid-batch``.
+:class:`~router.errors.PredictionUnavailable` with the fallback reason the router counts: ``warm-up``
+(no model trained yet), ``no-model-for-pool``, ``invalid-batch``, ``predictor-unavailable``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EmbeddedPredictor:
         try:
             prediction = self.runtime.predict(pool_key, features)
         except NotReady as err:
-            raise PredictionUnavailable("no-model", str(err)) from err
+            raise PredictionUnavailable("warm-up", str(err)) from err
         except UnknownPool as err:
             raise PredictionUnavailable("no-model-for-pool", str(err)) from err
         except InvalidBatch as err:
@@ -60,7 +60,8 @@ class RemotePredictor:
         answer = self.client.predict(pool_key, features)
         if not answer.ok.any():
             detail = next((e for e in answer.errors if e), "no prediction")
-            reason = "no-model" if "no model" in detail else "predictor-unavailable"
+            reason = ("no-model-for-pool" if "no model for pool" in detail else
+                      "warm-up" if "no model version" in detail else "predictor-unavailable")
             raise PredictionUnavailable(reason, detail)
         values = {t: column for t in TARGETS if (column := answer.get(t, self.objective)) is not None}
         versions = {t: v for (t, objective), v in answer.versions.items() if objective == self.objective}

@@ -78,8 +78,11 @@ class RouterService:
         decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
         self.metrics.decision_latency.observe(time.perf_counter() - started)
         self.metrics.decisions.labels(decision.profile).inc()
-        for reason in decision.fallback_reasons:
-            self.metrics.fallbacks.labels(decision.fallback or "none", reason).inc()
+        if decision.heuristic_reason is not None:
+            self.metrics.heuristic_decisions.labels(decision.heuristic_reason).inc()
+        elif decision.fallback_reasons:
+            for reason in decision.fallback_reasons:
+                self.metrics.partial_fallbacks.labels(reason).inc()
         if decision.rejection is not None:
             self.metrics.rejections.inc()
             raise AdmissionRejected(decision.rejection)

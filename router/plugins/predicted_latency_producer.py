@@ -7,9 +7,9 @@ token arrives with its last, the predicted E2E when the predictor gives one); TP
 tightest of the request's TPOT SLO and those already running on that server, times ``sloBufferFactor``.
 
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
-that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``no-model``,
-...); a row the predictor marks not ok or that is not finite gets ``prediction-failed``; a server whose
-metrics are older than ``maxMetricsAgeMs`` gets ``stale-metrics``. Unpredicted candidates keep
+that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
+``no-model-for-pool``, ...); a row the predictor marks not ok or that is not finite gets
+``prediction-failed``; a server whose metrics are older than ``maxMetricsAgeMs`` gets ``stale-metrics``. Unpredicted candidates keep
 ``fallback_reason`` and are scored by the heuristic profile.
 
 Parameters:

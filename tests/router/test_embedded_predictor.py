@@ -31,7 +31,7 @@ def test_predicts_with_versions(runtime):
 
 
 @pytest.mark.parametrize("make_runtime, pool, reason", [
-    pytest.param(ModelRuntime, "default", "no-model", id="warm-up"),
+    pytest.param(ModelRuntime, "default", "warm-up", id="warm-up"),
     pytest.param(None, "elsewhere", "no-model-for-pool", id="unknown-pool"),
 ])
 def test_unavailable_reasons(runtime, make_runtime, pool, reason):

@@ -12,14 +12,14 @@ def test_default_pipeline():
     assert pipeline.predicted.producer is not None and pipeline.predicted.admitter is not None
     assert [f.name for f in pipeline.predicted.filters] == ["affinity", "tiers"]
     assert [(s.name, w) for s, w in pipeline.heuristic.scorers] == [("kv-free", 1.0), ("queue", 1.0), ("prefix", 1.0)]
-    assert pipeline.predict_all is False
+    assert pipeline.predict_all is True  # every request is predicted unless it opts out
     assert pipeline.predicted.picker.params.sharpness == 2.0  # sharper than the reference, measured
     assert pipeline.heuristic.picker.params.sharpness == 1.0  # the reference's proportional pick
 
 
 def test_loads_from_yaml_with_params():
     text = """
-predictAll: true
+predictAll: false
 plugins:
   - {type: predicted-latency-producer, name: producer}
   - {type: latency-scorer, name: latency, params: {headroomSelectionStrategy: most}}
@@ -32,7 +32,7 @@ profiles:
     plugins: [{ref: queue}, {ref: picker}]
 """
     pipeline = load_pipeline(yaml.safe_load(text))
-    assert pipeline.predict_all is True
+    assert pipeline.predict_all is False
     ((scorer, weight),) = pipeline.predicted.scorers
     assert scorer.params.headroom_selection_strategy == "most" and weight == 2.0
 

@@ -51,10 +51,10 @@ def test_slo_buffer_factor_tightens_tpot():
 
 
 def test_degrades_per_candidate():
-    predictor = TablePredictor(unavailable={"broken": "no-model"}, failing_rows={1})
+    predictor = TablePredictor(unavailable={"broken": "warm-up"}, failing_rows={1})
     out = build("p").produce(req(), candidates(server("a"), server("b"), server("c", pool_key="broken"),
                                                server("d", metrics_age_s=60.0)), ctx(predictor=predictor))
-    assert [c.fallback_reason for c in out] == [None, "prediction-failed", "no-model", "stale-metrics"]
+    assert [c.fallback_reason for c in out] == [None, "prediction-failed", "warm-up", "stale-metrics"]
     assert [c.predicted for c in out] == [True, False, False, False]
 
 

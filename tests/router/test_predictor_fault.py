@@ -77,5 +77,8 @@ def test_predictor_killed_mid_load_then_back():
     assert before == [200] * 10 and during == [200] * 10  # zero failed requests
     assert predicted_before == 10
     assert heuristic_during == 10  # every request during the outage took the heuristic
-    assert 'reason="predictor-unavailable",scope="full"' in router.metrics.exposition().decode()
+    heuristic = router.metrics.decisions.labels("heuristic")._value.get()  # the outage and the recovery's probes
+    counted = [line for line in router.metrics.exposition().decode().splitlines()
+               if line.startswith("headroom_router_heuristic_decisions_total")]
+    assert counted == [f'headroom_router_heuristic_decisions_total{{reason="predictor-unavailable"}} {heuristic}']
     assert back

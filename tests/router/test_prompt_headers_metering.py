@@ -45,6 +45,9 @@ def test_read_body_errors(body, chat, message):
     pytest.param({"x-request-priority": "-3"}, "priority", -3, id="priority"),
     pytest.param({"x-prediction-based-scheduling": "TRUE"}, "opted_in", True, id="opt-in"),
     pytest.param({"x-prediction-based-scheduling-off": "true"}, "opted_out", True, id="opt-out"),
+    pytest.param({"x-prediction-based-scheduling": "false"}, "opted_out", True, id="opt-in-false-opts-out"),
+    pytest.param({"x-prediction-based-scheduling-off": "false"}, "opted_out", False, id="opt-out-false"),
+    pytest.param({}, "opted_in", False, id="no-header"),
 ])
 def test_headers(headers, field, value):
     assert getattr(parse_headers(headers), field) == value

@@ -41,7 +41,7 @@ def test_non_streaming_request_is_proxied_and_recorded():
     (record,) = router.telemetry.records
     assert record.server_id == chosen and record.stream is False
     assert record.output_tokens == 4 and record.prompt_tokens == 11 and record.e2e_ms > 0
-    assert record.predicted_ttft_ms is None  # not opted in: heuristic profile
+    assert record.predicted_ttft_ms is None  # no predictor: the heuristic profile decided
     assert len(router.pool.inflight) == 0
 
 
@@ -131,7 +131,7 @@ def test_same_prompt_sticks_to_the_warm_server():
 def test_fallback_when_predictor_has_no_model_and_upstream_failure_releases_inflight():
     async def scenario():
         async with upstreams(Upstream("a")) as servers:
-            router = await started(servers, predictor=TablePredictor(unavailable={"default": "no-model"}))
+            router = await started(servers, predictor=TablePredictor(unavailable={"default": "warm-up"}))
             url = f"http://127.0.0.1:{router.http_port}/v1/completions"
             async with aiohttp.ClientSession() as http:
                 async with http.post(url, headers=PREDICT, json={"prompt": "x", "max_tokens": 2}) as response:
@@ -144,9 +144,29 @@ def test_fallback_when_predictor_has_no_model_and_upstream_failure_releases_infl
     ok, failed, router = run(scenario)
     assert ok == 200 and failed[0] == 502 and "s0" in failed[1]["error"]["message"]
     text = router.metrics.exposition().decode()
-    assert 'headroom_router_fallbacks_total{reason="no-model",scope="full"} 1.0' in text
+    assert 'headroom_router_heuristic_decisions_total{reason="warm-up"} 2.0' in text  # predicted by default
     assert 'headroom_router_request_errors_total{kind="upstream-connection"} 1.0' in text
     assert len(router.pool.inflight) == 0
+
+
+def test_every_request_is_predicted_unless_it_opts_out_and_each_heuristic_decision_is_counted():
+    async def scenario():
+        async with upstreams(Upstream("a"), Upstream("b")) as servers:
+            router = await started(servers, predictor=TablePredictor())
+            async with aiohttp.ClientSession() as http:
+                for headers in ({}, {"x-slo-ttft-ms": "500"}, {"x-prediction-based-scheduling-off": "true"},
+                                {"X-Prediction-Based-Scheduling": "true"}):
+                    async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions", headers=headers,
+                                         json={"prompt": "x", "max_tokens": 1}) as response:
+                        assert response.status == 200
+            await router.stop()
+            return router
+    router = run(scenario)
+    text = router.metrics.exposition().decode()
+    assert 'headroom_router_decisions_total{profile="predicted"} 3.0' in text
+    assert 'headroom_router_decisions_total{profile="heuristic"} 1.0' in text
+    assert 'headroom_router_heuristic_decisions_total{reason="opted-out"} 1.0' in text
+    assert [r.predicted_ttft_ms is not None for r in router.telemetry.records] == [True, True, False, True]
 
 
 def test_server_file_changes_reach_the_running_router(tmp_path):

@@ -27,10 +27,9 @@ def test_proxy_over_live_simulated_servers():
             async with aiohttp.ClientSession() as http:
                 for i, (path, body, headers) in enumerate([
                     ("/v1/completions", {"prompt": "a shared system prompt " * 20 + "q1", "max_tokens": 8,
-                                         "stream": True}, {"x-prediction-based-scheduling": "true",
-                                                           "x-slo-ttft-ms": "2000", "x-slo-tpot-ms": "200"}),
+                                         "stream": True}, {"x-slo-ttft-ms": "2000", "x-slo-tpot-ms": "200"}),
                     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5},
-                     {}),
+                     {"x-prediction-based-scheduling-off": "true"}),
                 ]):
                     async with http.post(url + path, json=body, headers={**headers, "x-request-id": f"live-{i}"}) as r:
                         await r.read()

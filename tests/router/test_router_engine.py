@@ -24,18 +24,40 @@ def test_predicted_profile_picks_fastest(engine):
     assert "c" not in picks and "b" in picks  # the slowest scores 0
 
 
-def test_not_opted_in_takes_heuristic(engine):
+@pytest.mark.parametrize("predict_all, reason", [
+    pytest.param(True, "opted-out", id="predict-all"),
+    pytest.param(False, "not-opted-in", id="opt-in-router"),
+])
+def test_unpredicted_request_takes_heuristic_with_reason(predict_all, reason):
+    engine = Engine(load_pipeline({**NO_EXPLORATION, "predictAll": predict_all}))
     decision = engine.decide(req(predict=False), [server("a")], ctx(0, TablePredictor()))
-    assert decision.profile == "heuristic" and decision.fallback is None
+    assert (decision.profile, decision.fallback, decision.heuristic_reason) == ("heuristic", None, reason)
     assert decision.candidates[0].prediction is None
 
 
 def test_warm_up_falls_back_fully_with_reason(engine):
-    predictor = TablePredictor(unavailable={"default": "no-model"})
+    predictor = TablePredictor(unavailable={"default": "warm-up"})
     decision = engine.decide(req(), [server("a"), server("b")], ctx(0, predictor))
-    assert decision.profile == "heuristic"
-    assert (decision.fallback, decision.fallback_reasons) == ("full", ("no-model",))
+    assert decision.profile == "heuristic" and decision.heuristic_reason == "warm-up"
+    assert (decision.fallback, decision.fallback_reasons) == ("full", ("warm-up",))
     assert decision.chosen is not None
+
+
+@pytest.mark.parametrize("unavailable, reason", [
+    pytest.param({"h100": "warm-up", "a100": "no-model-for-pool"}, "warm-up", id="warm-up-first"),
+    pytest.param({"h100": "no-model-for-pool", "a100": "predictor-unavailable"}, "predictor-unavailable",
+                 id="unavailable-before-pool"),
+    pytest.param({"h100": "something-new", "a100": "no-model-for-pool"}, "no-model-for-pool", id="unknown-last"),
+])
+def test_a_fully_degraded_request_is_counted_under_one_reason(engine, unavailable, reason):
+    servers = [server("a", pool_key="h100"), server("b", pool_key="a100")]
+    decision = engine.decide(req(), servers, ctx(0, TablePredictor(unavailable=unavailable)))
+    assert decision.heuristic_reason == reason and set(decision.fallback_reasons) == set(unavailable.values())
+
+
+def test_a_partly_degraded_request_is_no_heuristic_decision(engine):
+    decision = engine.decide(req(), [server("a"), server("b")], ctx(0, TablePredictor(failing_rows={1})))
+    assert decision.profile == "predicted" and decision.heuristic_reason is None
 
 
 def test_partial_fallback_scores_unpredicted_with_heuristic(engine):
@@ -74,8 +96,14 @@ def test_no_servers(engine):
         engine.decide(req(), [], ctx())
 
 
-def test_wants_prediction():
-    engine = Engine(load_pipeline(None))
-    assert (engine.wants_prediction(False, False), engine.wants_prediction(True, False)) == (False, True)
-    engine_all = Engine(load_pipeline({**DEFAULT_PIPELINE, "predictAll": True}))
-    assert (engine_all.wants_prediction(False, False), engine_all.wants_prediction(False, True)) == (True, False)
+@pytest.mark.parametrize("predict_all, opted_in, opted_out, predicted", [
+    pytest.param(None, False, False, True, id="default-predicts-every-request"),
+    pytest.param(None, False, True, False, id="default-opt-out"),
+    pytest.param(None, True, False, True, id="default-opt-in-changes-nothing"),
+    pytest.param(False, False, False, False, id="opt-in-router-without-header"),
+    pytest.param(False, True, False, True, id="opt-in-router-opted-in"),
+    pytest.param(False, True, True, False, id="opt-in-router-out-wins"),
+])
+def test_wants_prediction(predict_all, opted_in, opted_out, predicted):
+    raw = None if predict_all is None else {**DEFAULT_PIPELINE, "predictAll": predict_all}
+    assert Engine(load_pipeline(raw)).wants_prediction(opted_in, opted_out) is predicted

@@ -48,12 +48,13 @@ async def send(port, requests):
     return statuses
 
 
+OPT_OUT = {"x-prediction-based-scheduling-off": "true"}
 MIXED = [
-    ("/v1/completions", {}, {"prompt": "plain", "max_tokens": 3}),
-    ("/v1/completions", {"x-prediction-based-scheduling": "true"}, {"prompt": "predicted", "max_tokens": 3}),
-    ("/v1/chat/completions", {"x-prediction-based-scheduling": "true", "x-slo-ttft-ms": "5000", "x-slo-tpot-ms": "100"},
+    ("/v1/completions", OPT_OUT, {"prompt": "plain", "max_tokens": 3}),
+    ("/v1/completions", {}, {"prompt": "predicted", "max_tokens": 3}),
+    ("/v1/chat/completions", {"x-slo-ttft-ms": "5000", "x-slo-tpot-ms": "100"},
      {"messages": [{"role": "user", "content": "slo stream"}], "max_tokens": 5, "stream": True}),
-    ("/v1/completions", {}, {"prompt": "plain stream", "max_tokens": 4, "stream": True}),
+    ("/v1/completions", OPT_OUT, {"prompt": "plain stream", "max_tokens": 4, "stream": True}),
 ]
 
 
