@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from headroom.router.headers import OPT_IN, PRIORITY, SLO_TPOT, SLO_TTFT
+from headroom.router.headers import PRIORITY, SLO_TPOT, SLO_TTFT
 from headroom.sim.request import SimRequest
 
 
@@ -53,7 +53,7 @@ def dress(requests: Sequence[SimRequest], mix: Mix) -> list[tuple[SimRequest, di
     rng = random.Random(mix.seed)
     dressed = []
     for request in requests:
-        headers = {OPT_IN: "true"}
+        headers: dict[str, str] = {}
         stream = rng.random() < mix.stream_share
         if stream and rng.random() < mix.slo_share:  # SLOs are for streaming clients (TTFT means E2E otherwise)
             headers[SLO_TTFT[0]] = f"{mix.slo_ttft_ms:g}"

@@ -128,7 +128,7 @@ def run(settings: DemoSettings, trace: Path, on_tick: Callable[[Tick], None] | N
         promotions=total(worker_metrics, "headroom_model_promotions_total"),
         drift_events=by_label(worker_metrics, "headroom_drift_events_total", "target"),
         drift_events_before_change=_drift_events_by(timeline, change_at),
-        fallbacks=by_label(router_metrics, "headroom_router_fallbacks_total", "reason"),
+        fallbacks=by_label(router_metrics, "headroom_router_heuristic_decisions_total", "reason"),
         decisions=decisions,
         fallback_share_after_warmup=_fallback_share(timeline, settings.duration_s * WARMUP_SHARE, router_metrics),
         processes_left=left, seconds=time.monotonic() - began)
