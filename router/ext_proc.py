@@ -29,6 +29,7 @@ from google.protobuf import struct_pb2
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.openai_api import error_body
 from headroom.router.prompt import PromptInfo, read_body
 from headroom.router.service import Dispatch, RouterService
 
@@ -122,7 +123,7 @@ class _Exchange:
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
             self.dispatch = self.service.pick(request)
         except RequestError as err:
-            return immediate(400, "invalid_request_error", str(err))
+            return immediate(400, "invalid_request", str(err))
         except AdmissionRejected as err:
             return immediate(429, "admission_rejected", err.reason)
         except NoCandidates as err:
@@ -165,9 +166,10 @@ class _Exchange:
             self.service.abandon(self.dispatch, "ext-proc-stream-ended")
 
 
-def immediate(status: int, kind: str, message: str) -> ep.ProcessingResponse:
-    body = json.dumps({"error": {"message": message, "type": kind, "code": status}})
+def immediate(status: int, code: str, message: str) -> ep.ProcessingResponse:
+    """An answer Envoy sends the client itself, with an OpenAI error body."""
+    body = json.dumps(error_body(status, code, message))
     return ep.ProcessingResponse(immediate_response=ep.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status), body=body.encode(), details=kind,
+        status=http_status_pb2.HttpStatus(code=status), body=body.encode(), details=code,
         headers=ep.HeaderMutation(set_headers=[base_pb2.HeaderValueOption(
             header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json"))])))

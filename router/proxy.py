@@ -4,8 +4,9 @@ Per request: parse the scheduling headers and the body (400 with the reason when
 server (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server),
 forward the body there, and relay the response — JSON, or the SSE stream chunk by chunk — while metering
 TTFT / TPOT / E2E. Streaming requests ask the server for a final ``usage`` chunk so TPOT is measured in
-tokens. The chosen server is named in the ``x-headroom-server`` response header. ``GET /metrics``
-serves the router's Prometheus metrics and ``GET /healthz`` its liveness.
+tokens. The chosen server is named in the ``x-headroom-server`` response header. Every error the router
+answers itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`).
+``GET /metrics`` serves the router's Prometheus metrics and ``GET /healthz`` its liveness.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -21,6 +23,7 @@ from aiohttp import web
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.openai_api import error_body
 from headroom.router.prompt import read_body
 from headroom.router.service import Dispatch, RouterService
 
@@ -30,8 +33,21 @@ SERVER_HEADER = "x-headroom-server"
 _HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
 
 
-def error_response(status: int, kind: str, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return web.json_response(error_body(status, code, message), status=status)
+
+
+@web.middleware
+async def openai_errors(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """aiohttp's own errors (unknown path, wrong method, body too large) in OpenAI's error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        message = f"{err.reason}: {request.method} {request.path}" if err.status in (404, 405) else err.reason
+        return error_response(err.status, err.reason.lower().replace(" ", "_"), message)
 
 
 class Proxy:
@@ -41,7 +57,7 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[openai_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/metrics", self.metrics)
@@ -78,9 +94,9 @@ class Proxy:
             headers = parse_headers(request.headers.items())
             prompt = read_body(doc, chat)
         except ValueError as err:
-            return error_response(400, "invalid_request_error", f"request body is not valid JSON: {err}")
+            return error_response(400, "invalid_json", f"request body is not valid JSON: {err}")
         except RequestError as err:
-            return error_response(400, "invalid_request_error", str(err))
+            return error_response(400, "invalid_request", str(err))
         request_id = headers.request_id or uuid.uuid4().hex
         try:
             dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt))
@@ -100,35 +116,34 @@ class Proxy:
         finished = False
         try:
             async with self.session.post(url, data=json.dumps(doc).encode(), headers=forward) as upstream:
+                headers = {SERVER_HEADER: dispatch.server.server_id}
                 if upstream.status != 200:
                     body = await upstream.read()
                     self.service.abandon(dispatch, f"upstream-{upstream.status}")
                     finished = True
                     return web.Response(body=body, status=upstream.status,
-                                        content_type=upstream.content_type or "application/json",
-                                        headers={SERVER_HEADER: dispatch.server.server_id})
+                                        content_type=upstream.content_type or "application/json", headers=headers)
                 if upstream.content_type == "text/event-stream":
-                    response = await self._relay_stream(request, dispatch, upstream)
+                    response = await self._relay_stream(request, dispatch, upstream, headers)
                 else:
                     body = await upstream.read()
                     self.service.complete(dispatch, meter_json(body, dispatch.dispatch_mono, self.service.monotonic()))
                     response = web.Response(body=body, status=200, content_type=upstream.content_type,
-                                            headers={SERVER_HEADER: dispatch.server.server_id})
+                                            headers=headers)
                 finished = True
                 return response
         except (aiohttp.ClientError, TimeoutError) as err:
             self.service.abandon(dispatch, "upstream-connection")
             finished = True
-            return error_response(502, "upstream_error", f"server {dispatch.server.server_id}: {type(err).__name__}: {err}")
+            return error_response(502, "upstream_unreachable", f"server {dispatch.server.server_id}: {type(err).__name__}: {err}")
         finally:
             if not finished:  # the client went away mid-stream
                 self.service.abandon(dispatch, "client-disconnected")
 
-    async def _relay_stream(self, request: web.Request, dispatch: Dispatch,
-                            upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    async def _relay_stream(self, request: web.Request, dispatch: Dispatch, upstream: aiohttp.ClientResponse,
+                            headers: dict[str, str]) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
-                                                            "cache-control": "no-cache",
-                                                            SERVER_HEADER: dispatch.server.server_id})
+                                                            "cache-control": "no-cache", **headers})
         await response.prepare(request)
         meter = StreamMeter(dispatch.dispatch_mono)
         try:

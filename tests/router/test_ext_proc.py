@@ -115,6 +115,8 @@ def test_immediate_errors():
     (bad, shed), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
     assert bad.status.code == 400 and "x-slo-ttft-ms" in json.loads(bad.body)["error"]["message"]
     assert shed.status.code == 429 and "priority -1" in json.loads(shed.body)["error"]["message"]
+    assert [(json.loads(r.body)["error"]["type"], json.loads(r.body)["error"]["code"]) for r in (bad, shed)] == \
+        [("invalid_request_error", "invalid_request"), ("requests", "admission_rejected")]
 
 
 def test_stream_ending_early_releases_the_request():

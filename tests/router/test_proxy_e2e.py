@@ -104,7 +104,7 @@ def test_header_errors_and_admission_rejection():
     assert results["bad-priority"][0] == 400
     assert results["bad-json"][0] == 400
     status, body = results["shed"]
-    assert status == 429 and "priority -1" in body["error"]["message"] and body["error"]["type"] == "admission_rejected"
+    assert status == 429 and "priority -1" in body["error"]["message"] and body["error"]["code"] == "admission_rejected"
     assert results["not-sheddable"][0] == 200
     text = router.metrics.exposition().decode()
     assert "headroom_router_admissions_rejected_total 1.0" in text
