@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP proxy: ``POST /v1/completions`` and ``/v1/chat/completions``.
+"""The OpenAI-compatible HTTP proxy: ``POST /v1/completions`` and ``/v1/chat/completions``, ``GET /v1/models``.
 
 Per request: parse the scheduling headers and the body (400 with the reason when malformed), pick a
 server (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server),
@@ -6,11 +6,13 @@ forward the body there, and relay the response — JSON, or the SSE stream chunk
 TTFT / TPOT / E2E. Streaming requests ask the server for a final ``usage`` chunk so TPOT is measured in
 tokens. The chosen server is named in the ``x-headroom-server`` response header. Every error the router
 answers itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`).
-``GET /metrics`` serves the router's Prometheus metrics and ``GET /healthz`` its liveness.
+``GET /v1/models`` lists the models of every server that answers. ``GET /metrics`` serves the router's
+Prometheus metrics and ``GET /healthz`` its liveness.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -23,7 +25,7 @@ from aiohttp import web
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.openai_api import error_body
+from headroom.router.openai_api import error_body, merge_models
 from headroom.router.prompt import read_body
 from headroom.router.service import Dispatch, RouterService
 
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 
 SERVER_HEADER = "x-headroom-server"
 _HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
+
+
+MODELS_TIMEOUT_S = 2.0  # each server's share of a /v1/models call
 
 
 def error_response(status: int, code: str, message: str) -> web.Response:
@@ -60,6 +65,7 @@ class Proxy:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[openai_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.on_startup.append(self._open)
@@ -87,6 +93,27 @@ class Proxy:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"servers": len(self.service.pool.servers)})
+
+    async def models(self, request: web.Request) -> web.Response:
+        """Every model the servers list; 503 when none answers."""
+        servers = list(self.service.pool.servers.values())
+        answers = await asyncio.gather(*(self._models_of(spec.address) for spec in servers))
+        lists = [models for models in answers if models is not None]
+        if not lists:
+            return error_response(503, "no_servers", f"none of the {len(servers)} servers listed its models")
+        return web.json_response(merge_models(lists))
+
+    async def _models_of(self, address: str) -> list[dict[str, Any]] | None:
+        assert self.session is not None
+        try:
+            async with self.session.get(f"http://{address}/v1/models",
+                                        timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S)) as response:
+                if response.status != 200:
+                    return None
+                data = (await response.json(content_type=None)).get("data")
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+            return None
+        return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
 
     async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:

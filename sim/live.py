@@ -80,6 +80,7 @@ class LiveServer:
         app = web.Application()
         app.add_routes([web.post("/v1/completions", self._completions),
                         web.post("/v1/chat/completions", self._chat),
+                        web.get("/v1/models", self._models),
                         web.get("/metrics", self._metrics), web.get("/health", self._health),
                         web.post("/admin/slowdown", self._slowdown)])
         self._runner = web.AppRunner(app, access_log=None)
@@ -124,6 +125,10 @@ class LiveServer:
         if self.virtual_now() < self._load_delay:
             return web.json_response({"status": "loading"}, status=503)
         return web.json_response({"status": "ok"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
+                                                               "created": 0, "owned_by": "headroom-sim"}]})
 
     async def _slowdown(self, request: web.Request) -> web.Response:
         """Regime changes for demos and tests: ``{"factor": 2.0}`` makes every step twice as slow from now on."""

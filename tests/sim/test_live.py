@@ -86,9 +86,11 @@ def test_chat_json_extension_fields_and_prefix_cache_metrics() -> None:
         second = await (await http.post(url, json=payload)).json()
         metrics = await (await http.get(servers[1].url + "/metrics")).text()
         health = [(await http.get(s.url + "/health")).status for s in servers]
-        return first, second, metrics, health, {s.port for s in servers}
+        models = await (await http.get(servers[0].url + "/v1/models")).json()
+        return first, second, metrics, (health, models), {s.port for s in servers}
 
-    first, second, metrics, health, ports = asyncio.run(_with_pool(2, body))
+    first, second, metrics, (health, models), ports = asyncio.run(_with_pool(2, body))
+    assert [m["id"] for m in models["data"]] == [first["model"]] and models["object"] == "list"
     assert first["object"] == "chat.completion"
     assert first["choices"][0]["message"]["role"] == "assistant"
     assert first["usage"] == {"prompt_tokens": 1100, "completion_tokens": 3, "total_tokens": 1103}
