@@ -4,10 +4,11 @@ Per request: parse the scheduling headers and the body (400 with the reason when
 server (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server),
 forward the body there, and relay the response — JSON, or the SSE stream chunk by chunk — while metering
 TTFT / TPOT / E2E. Streaming requests ask the server for a final ``usage`` chunk so TPOT is measured in
-tokens. The chosen server is named in the ``x-headroom-server`` response header. Every error the router
-answers itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`).
-``GET /v1/models`` lists the models of every server that answers. ``GET /metrics`` serves the router's
-Prometheus metrics and ``GET /healthz`` its liveness.
+tokens. The chosen server is named in the ``x-headroom-server`` response header, beside the server's own
+headers clients rely on (:func:`~router.openai_api.relayed_headers`). Every error the router answers
+itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models``
+lists the models of every server that answers. ``GET /metrics`` serves the router's Prometheus metrics
+and ``GET /healthz`` its liveness.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from aiohttp import web
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.openai_api import error_body, merge_models
+from headroom.router.openai_api import error_body, merge_models, relayed_headers
 from headroom.router.prompt import read_body
 from headroom.router.service import Dispatch, RouterService
 
@@ -143,7 +144,7 @@ class Proxy:
         finished = False
         try:
             async with self.session.post(url, data=json.dumps(doc).encode(), headers=forward) as upstream:
-                headers = {SERVER_HEADER: dispatch.server.server_id}
+                headers = {**relayed_headers(upstream.headers.items()), SERVER_HEADER: dispatch.server.server_id}
                 if upstream.status != 200:
                     body = await upstream.read()
                     self.service.abandon(dispatch, f"upstream-{upstream.status}")

@@ -2,7 +2,8 @@
 
 Streams ``max_tokens`` tokens (default 6) from ``first_token_delay_s`` after the headers, ``tokens_per_chunk``
 per SSE chunk, ``token_delay_s`` apart, ends with a ``usage`` chunk when asked (``stream_options.include_usage``),
-and serves vLLM metrics.
+serves vLLM metrics and lists its ``models`` at ``/v1/models``. Every answer carries an ``x-request-id``
+and rate-limit headers, as hosted OpenAI-compatible servers send.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from aiohttp import web
 
 class Upstream:
     def __init__(self, name: str, *, waiting: int = 0, running: int = 0, kv: float = 0.1,
-                 tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0):
+                 tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0,
+                 models: tuple[str, ...] = ("m",)):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
         self.token_delay_s = token_delay_s
         self.first_token_delay_s = first_token_delay_s
+        self.models = models
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -35,6 +38,7 @@ class Upstream:
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -54,6 +58,14 @@ class Upstream:
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f'vllm:kv_cache_usage_perc{{model_name="m"}} {self.kv}\n'))
 
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": self.name}
+                                                             for m in self.models]})
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-request-id": f"{self.name}-{len(self.received)}", "x-ratelimit-remaining-requests": "99",
+                "server": "upstream-test", "x-internal-trace": "not for clients"}
+
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.received.append((request.path, dict(request.headers), body))
@@ -64,8 +76,9 @@ class Upstream:
             await asyncio.sleep(self.token_delay_s * tokens)
             text = "tok" * tokens
             choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-            return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage})
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage},
+                                     headers=self._headers())
+        response = web.StreamResponse(headers={"content-type": "text/event-stream", **self._headers()})
         await response.prepare(request)
         await asyncio.sleep(self.first_token_delay_s)
         sent = 0
