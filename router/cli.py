@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from pathlib import Path
 
@@ -23,14 +22,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from headroom.contract.topics import KafkaSettings
     from headroom.router.config import load_config
     from headroom.router.errors import ConfigError
-    from headroom.router.server import RouterServer
+    from headroom.router.server import RouterServer, serve
     try:
         config = load_config(args.config)
     except ConfigError as err:
         raise CommandError(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(RouterServer(config, from_env(KafkaSettings)).serve())
+        serve(RouterServer(config, from_env(KafkaSettings)))
     except ConfigError as err:
         raise CommandError(str(err)) from err
     return 0

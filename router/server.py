@@ -3,7 +3,8 @@ plus the background work (metrics scraping, server-file or pod watching, telemet
 
 Lifecycle: :meth:`RouterServer.start` binds every listener and starts the background tasks;
 :meth:`RouterServer.stop` stops accepting, lets requests in progress finish for ``grace_s``, then flushes
-telemetry; :meth:`RouterServer.serve` does both around SIGTERM / SIGINT.
+telemetry; :meth:`RouterServer.serve` does both around SIGTERM / SIGINT, and :func:`serve` runs that on
+uvloop's event loop (libuv's I/O costs the proxy about half the CPU per request of asyncio's own loop).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
+import uvloop
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
@@ -176,3 +178,8 @@ class RouterServer:
         await self.start()
         await stopping.wait()
         await self.stop()
+
+
+def serve(server: RouterServer) -> None:
+    """Run ``server`` until SIGTERM or SIGINT on uvloop's event loop."""
+    uvloop.run(server.serve())
