@@ -6,14 +6,14 @@ releases: ``vllm:gpu_cache_usage_perc``), all fractions 0-1 for usage. JetStream
 JetStream reports no running count). A server exposing both families is read by its vLLM names (the
 JetStream ones are kept apart, for the autoscaling signals). Counts are summed over label sets (several
 models on one server), usage takes the maximum. ``accelerator_memory_used_bytes`` is read when present.
-Text that names none of the scheduling metrics raises :class:`MetricsFormatError`.
+Text that names none of the scheduling metrics raises :class:`MetricsFormatError`. Only the lines of these
+metrics are parsed (a server exports dozens of others, scraped every 50 ms), and those strictly:
+``name{labels} value [timestamp]`` or ``name value [timestamp]``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from headroom.errors import HeadroomError
 
@@ -24,6 +24,7 @@ JETSTREAM_SLOTS = "jetstream_slots_used_percentage"
 MEMORY = "accelerator_memory_used_bytes"
 SUMMED = (VLLM_WAITING, JETSTREAM_BACKLOG, RUNNING, MEMORY)
 PEAK = (*VLLM_USAGE, JETSTREAM_SLOTS)
+READ = (*SUMMED, *PEAK)
 
 
 class MetricsFormatError(HeadroomError, ValueError):
@@ -44,15 +45,14 @@ def parse_metrics(text: str) -> ServerMetrics:
     """The scheduling metrics in Prometheus exposition ``text``."""
     sums: dict[str, float] = {}
     peaks: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in SUMMED:
-                    sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
-                elif sample.name in PEAK:
-                    peaks[sample.name] = max(peaks.get(sample.name, sample.value), sample.value)
-    except ValueError as err:
-        raise MetricsFormatError(f"not Prometheus text: {err}") from err
+    for line in text.splitlines():
+        if not line.startswith(READ):
+            continue
+        name, value = _sample(line)
+        if name in SUMMED:
+            sums[name] = sums.get(name, 0.0) + value
+        elif name in PEAK:
+            peaks[name] = max(peaks.get(name, value), value)
     vllm = VLLM_WAITING in sums or RUNNING in sums or any(name in peaks for name in VLLM_USAGE)
     jetstream = JETSTREAM_BACKLOG in sums or JETSTREAM_SLOTS in peaks
     if not (vllm or jetstream):
@@ -68,3 +68,19 @@ def parse_metrics(text: str) -> ServerMetrics:
                          slots_used=peaks.get(JETSTREAM_SLOTS),
                          prefill_backlog=int(sums[JETSTREAM_BACKLOG]) if JETSTREAM_BACKLOG in sums else None,
                          memory_used_bytes=int(sums[MEMORY]) if MEMORY in sums else None)
+
+
+def _sample(line: str) -> tuple[str, float]:
+    """The name and value of a sample line (labels are skipped: the value follows the last ``}``)."""
+    brace, space = line.find("{"), line.find(" ")
+    if brace != -1 and (space == -1 or brace < space):
+        name, closed = line[:brace], line.rfind("}")
+        fields = line[closed + 1:].split() if closed > brace else []
+    else:
+        name, fields = (line[:space], line[space:].split()) if space != -1 else (line, [])
+    try:
+        if not fields or len(fields) > 2:
+            raise ValueError("expected a value and an optional timestamp")
+        return name, float(fields[0])
+    except ValueError as err:
+        raise MetricsFormatError(f"not Prometheus text: {line!r}: {err}") from None

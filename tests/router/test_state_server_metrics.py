@@ -35,6 +35,10 @@ accelerator_memory_used_bytes 1024
     pytest.param(JETSTREAM, ServerMetrics(0.75, 5, 0, slots_used=0.75, prefill_backlog=5), id="jetstream"),
     pytest.param(BOTH, ServerMetrics(0.42, 3, 7, slots_used=0.75, prefill_backlog=5, memory_used_bytes=1024),
                  id="both-families-read-by-vllm-names"),
+    pytest.param("# HELP x an unrelated metric\nx_total{broken 1\n" + VLLM, ServerMetrics(0.42, 3, 7),
+                 id="unread-lines-are-not-parsed"),
+    pytest.param('vllm:num_requests_waiting{model="a b}c",x="{"} 4 1700000000000\nvllm:num_requests_running 2\n'
+                 'vllm:kv_cache_usage_perc{m="a"} 5e-1\n', ServerMetrics(0.5, 4, 2), id="quoted-braces-timestamps"),
 ])
 def test_parse(text, expected):
     assert parse_metrics(text) == expected
@@ -43,6 +47,9 @@ def test_parse(text, expected):
 @pytest.mark.parametrize("text, message", [
     pytest.param("# TYPE other gauge\nother 1\n", "none of the metrics", id="unknown-metrics"),
     pytest.param("vllm:num_requests_waiting{ 1\n", "not Prometheus text", id="garbage"),
+    pytest.param("vllm:num_requests_waiting\n", "not Prometheus text", id="no-value"),
+    pytest.param("vllm:num_requests_running many\n", "not Prometheus text", id="not-a-number"),
+    pytest.param("vllm:num_requests_running 1 2 3\n", "not Prometheus text", id="too-many-fields"),
 ])
 def test_rejects(text, message):
     with pytest.raises(MetricsFormatError, match=message):
