@@ -5,6 +5,9 @@ chunk carrying generated text; TPOT is the time from that chunk to the last text
 output tokens after the first. The output token count comes from the final ``usage`` (the router asks
 for it with ``stream_options.include_usage``); only when a server sends no usage does it fall back to
 counting text chunks. Non-streaming responses give E2E and their ``usage``. Times are passed in.
+
+Chunks are decoded into the few fields read (msgspec skips the rest without building it); a chunk whose
+fields have unexpected types is read again as plain JSON, field by field.
 """
 
 from __future__ import annotations
@@ -12,6 +15,31 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+
+
+class _Delta(msgspec.Struct):
+    content: Any = None
+
+
+class _Choice(msgspec.Struct):
+    text: Any = None
+    delta: _Delta | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+class _Usage(msgspec.Struct):
+    usage: Any = None
+
+
+_CHUNK = msgspec.json.Decoder(_Chunk)
+_USAGE = msgspec.json.Decoder(_Usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +80,37 @@ class StreamMeter:
             if payload == b"[DONE]":
                 return
             try:
-                chunk = json.loads(payload)
-            except ValueError:
+                typed = _CHUNK.decode(payload)
+            except msgspec.ValidationError:
+                self._plain(payload, now)
                 continue
-            if isinstance(chunk, dict):
-                self._chunk(chunk, now)
+            except msgspec.DecodeError:
+                continue
+            if typed.usage is not None:
+                self.usage = typed.usage
+            if typed.error is not None:
+                self.error = str(typed.error)
+            if typed.choices and any(_typed_text(choice) for choice in typed.choices):
+                self._text(now)
 
-    def _chunk(self, chunk: dict[str, Any], now: float) -> None:
+    def _plain(self, payload: bytes, now: float) -> None:
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(chunk, dict):
+            return
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         if "error" in chunk:
             self.error = str(chunk["error"])
         if any(_text_of(choice) for choice in chunk.get("choices") or () if isinstance(choice, dict)):
-            self.first_text = now if self.first_text is None else self.first_text
-            self.last_text = now
-            self.text_chunks += 1
+            self._text(now)
+
+    def _text(self, now: float) -> None:
+        self.first_text = now if self.first_text is None else self.first_text
+        self.last_text = now
+        self.text_chunks += 1
 
     def finish(self, now: float) -> Completion:
         e2e = (now - self.dispatched) * 1000.0
@@ -83,12 +127,16 @@ class StreamMeter:
 def meter_json(body: bytes, dispatched: float, now: float) -> Completion:
     """The completion of a non-streaming JSON response."""
     try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = {}
-    usage = doc.get("usage") if isinstance(doc, dict) else None
+        usage = _USAGE.decode(body).usage
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        usage = None
     return Completion(e2e_ms=(now - dispatched) * 1000.0, output_tokens=_usage_int(usage, "completion_tokens") or 0,
                       prompt_tokens=_usage_int(usage, "prompt_tokens"))
+
+
+def _typed_text(choice: _Choice) -> bool:
+    content = choice.delta.content if choice.delta is not None else None
+    return bool(content) if isinstance(content, str) else isinstance(choice.text, str) and bool(choice.text)
 
 
 def _text_of(choice: dict[str, Any]) -> str:

@@ -95,3 +95,22 @@ def test_stream_meter_without_usage_counts_text_chunks():
 def test_meter_json():
     done = meter_json(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 9}}', 1.0, 1.5)
     assert (done.e2e_ms, done.output_tokens, done.prompt_tokens, done.ttft_ms) == (500.0, 9, 3, None)
+
+
+@pytest.mark.parametrize("chunk, text", [
+    pytest.param({"choices": [{"delta": "not an object", "text": "x"}]}, True, id="odd-delta-read-plainly"),
+    pytest.param({"choices": [{"text": 5}], "usage": {"completion_tokens": 2}}, False, id="odd-text"),
+    pytest.param({"choices": "none", "usage": {"completion_tokens": 2}}, False, id="odd-choices"),
+    pytest.param({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}, "logprobs": None}]},
+                 True, id="unread-fields"),
+])
+def test_stream_meter_reads_chunks_of_unexpected_shapes(chunk, text):
+    meter = StreamMeter(dispatched=0.0)
+    assert meter.feed(sse(chunk), 0.1) is text
+    assert meter.usage == chunk.get("usage")
+
+
+@pytest.mark.parametrize("body, tokens", [(b'{"usage": "odd"}', 0), (b"not json", 0), (b"[1]", 0),
+                                          (b'{"choices": [], "usage": {"completion_tokens": 4}}', 4)])
+def test_meter_json_tolerates_odd_bodies(body, tokens):
+    assert meter_json(body, 0.0, 1.0).output_tokens == tokens
