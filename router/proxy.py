@@ -14,13 +14,14 @@ and ``GET /healthz`` its liveness.
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
@@ -61,6 +62,7 @@ class Proxy:
         self.service = service
         self.upstream_timeout_s = upstream_timeout_s
         self.session: aiohttp.ClientSession | None = None
+        self._ids = map(f"{uuid.uuid4().hex[:12]}-{{}}".format, itertools.count())  # unique across routers
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[openai_errors])
@@ -118,32 +120,34 @@ class Proxy:
 
     async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            doc = json.loads(await request.read())
+            body = await request.read()
+            doc = msgspec.json.decode(body)
             headers = parse_headers(request.headers.items())
             prompt = read_body(doc, chat)
         except ValueError as err:
             return error_response(400, "invalid_json", f"request body is not valid JSON: {err}")
         except RequestError as err:
             return error_response(400, "invalid_request", str(err))
-        request_id = headers.request_id or uuid.uuid4().hex
+        request_id = headers.request_id or next(self._ids)
         try:
             dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt))
         except AdmissionRejected as err:
             return error_response(429, "admission_rejected", err.reason)
         except NoCandidates as err:
             return error_response(503, "no_servers", str(err))
-        if prompt.stream:
-            doc = {**doc, "stream_options": {**(doc.get("stream_options") or {}), "include_usage": True}}
-        return await self._forward(request, dispatch, doc)
+        options = doc.get("stream_options")
+        if prompt.stream and not (isinstance(options, dict) and options.get("include_usage") is True):
+            body = msgspec.json.encode({**doc, "stream_options": {**(options or {}), "include_usage": True}})
+        return await self._forward(request, dispatch, body)
 
-    async def _forward(self, request: web.Request, dispatch: Dispatch, doc: dict[str, Any]) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, dispatch: Dispatch, body: bytes) -> web.StreamResponse:
         assert self.session is not None
         url = f"http://{dispatch.server.address}{request.path}"
         forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         forward["content-type"] = "application/json"
         finished = False
         try:
-            async with self.session.post(url, data=json.dumps(doc).encode(), headers=forward) as upstream:
+            async with self.session.post(url, data=body, headers=forward) as upstream:
                 headers = {**relayed_headers(upstream.headers.items()), SERVER_HEADER: dispatch.server.server_id}
                 if upstream.status != 200:
                     body = await upstream.read()
