@@ -1,9 +1,11 @@
-"""``headroom bench router | predictor | sim``: the benchmarks behind ``docs/benchmarks.md``."""
+"""``headroom bench router | proxy | ext-proc | predictor | sim``: the benchmarks behind ``docs/benchmarks.md``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
+from pathlib import Path
 
 from headroom.errors import CommandError
 from headroom.sim.cli import pool_args, settings_of
@@ -20,6 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     router.add_argument("--depth", type=int, default=6)
     router.add_argument("--slo", action="store_true", help="Requests carry SLO headers (streaming, TTFT+TPOT).")
     router.set_defaults(run=_router)
+
+    proxy = commands.add_parser("proxy", help="The router's HTTP proxy against the same simulated pool reached "
+                                              "directly: throughput, added latency, router CPU per request and chunk.")
+    proxy.add_argument("--servers", type=int, default=4, help="simulated servers")
+    proxy.add_argument("--concurrency", type=int, nargs="+", default=[32, 128], help="closed-loop clients per run")
+    proxy.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
+    proxy.add_argument("--rounds", type=int, default=3, help="interleaved direct/proxied rounds")
+    proxy.add_argument("--predictor", choices=("none", "embedded"), default="embedded",
+                       help="embedded: every request predicted by in-process models of the reference's size")
+    proxy.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
+    proxy.set_defaults(run=_proxy)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.")
     predictor.add_argument("what", choices=("runtime", "grpc", "update", "all"),
@@ -54,6 +67,21 @@ def _router(args: argparse.Namespace) -> int:
     if args.candidates < 1 or args.decisions < 1:
         raise CommandError("--candidates and --decisions must be positive")
     print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo))
+    return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from headroom.benchmarks.live import load_average
+    from headroom.benchmarks.proxy import bench_proxy, print_report
+
+    if args.servers < 1 or args.rounds < 1 or min(args.concurrency) < 1 or args.seconds <= 0:
+        raise CommandError("--servers, --rounds, --concurrency and --seconds must be positive")
+    started = load_average()
+    runs = bench_proxy(args.servers, args.concurrency, args.seconds, args.rounds, predictor=args.predictor,
+                       profile=args.profile)
+    for run in runs:
+        print(json.dumps(asdict(run)))
+    print_report(runs, started)
     return 0
 
 

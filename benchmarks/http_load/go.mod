@@ -1,0 +1,3 @@
+module headroom/benchmarks/http_load
+
+go 1.21

@@ -1,0 +1,134 @@
+"""Live processes for the proxy and ext_proc benchmarks: a simulated pool, a router, the Go HTTP load
+generator, and the CPU time each process spent (Linux ``/proc``).
+
+The router runs in its own process (:mod:`benchmarks.live_router`) on the event loop ``headroom router
+serve`` uses, so its CPU time is the router's alone; the pool is ``headroom sim serve``; the load comes from
+``http_load/`` (Go, standard library), compiled once into ``~/.cache/headroom/bin``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+HTTP_LOAD_SOURCE = Path(__file__).resolve().parent / "http_load"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def build_go(source: Path, name: str) -> Path:
+    """The Go program in ``source`` compiled into the user cache (rebuilt when its source changes)."""
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(source.glob("*.go")))).hexdigest()[:12]
+    binary = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headroom" / "bin" / f"{name}-{digest}"
+    if binary.exists():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError(f"the {name} load generator needs the Go toolchain (`go` on PATH)")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "GOFLAGS": "-mod=mod"})
+    if build.returncode != 0:
+        raise RuntimeError(f"cannot build {source}: {build.stderr.strip()}")
+    return binary
+
+
+@dataclass
+class Process:
+    """A child process of the benchmark; stopped with SIGTERM, then SIGKILL."""
+
+    name: str
+    popen: subprocess.Popen
+
+    @property
+    def cpu(self) -> float:
+        return cpu_seconds(self.popen.pid)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def start_pool(servers: int, server_type: str = "h100", seed: int = 1) -> tuple[Process, list[str]]:
+    """``headroom sim serve`` with ``servers`` servers on free ports; returns it and their addresses."""
+    popen = subprocess.Popen([sys.executable, "-m", "headroom.cli.main", "sim", "serve", "--servers", str(servers),
+                              "--server-type", server_type, "--base-port", "0", "--seed", str(seed)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    addresses = []
+    assert popen.stdout is not None
+    while len(addresses) < servers:
+        line = popen.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the simulated pool exited with code {popen.wait()}")
+        if " at http://" in line:
+            addresses.append(line.rsplit("http://", 1)[1].strip())
+    return Process("pool", popen), addresses
+
+
+def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, ext_proc: bool = False,
+                 profile: Path | None = None) -> tuple[Process, int]:
+    """A router over ``addresses`` (:mod:`benchmarks.live_router`); returns it and its HTTP or ext_proc port."""
+    http_port, ext_proc_port = free_port(), free_port() if ext_proc else -1
+    config = {"settings": {"httpPort": http_port, "pickPort": -1, "extProcPort": ext_proc_port, "telemetry": False,
+                           "predictor": "none", "seed": 1},
+              "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
+    path = directory / "router.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "headroom.benchmarks.live_router", str(path), "--predictor", predictor]
+    if profile is not None:
+        command += ["--profile", str(profile)]
+    log = open(directory / "router.log", "wb")  # noqa: SIM115  # closed with the process
+    popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    router = Process("router", popen)
+    wait_until(lambda: _answers(f"http://127.0.0.1:{http_port}/healthz"), popen, directory / "router.log")
+    return router, ext_proc_port if ext_proc else http_port
+
+
+def wait_until(ready: Callable[[], bool], popen: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise RuntimeError(f"exited with code {popen.returncode}:\n{log.read_text(errors='replace')[-2000:]}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"not ready within {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())

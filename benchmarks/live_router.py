@@ -1,0 +1,50 @@
+"""A router process for the live benchmarks: ``python -m headroom.benchmarks.live_router CONFIG``.
+
+The real :class:`~router.server.RouterServer`, served as ``headroom router serve`` serves it, with
+``--predictor none`` (every request takes the heuristic profile, counted as ``predictor-unavailable``) or
+``embedded`` (TTFT and TPOT models of the reference's size, 200 trees of depth 6, in process, as
+``headroom bench router`` trains them); ``--profile FILE`` writes the event loop thread's cProfile
+statistics there when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+
+from headroom.process import configure
+
+
+def main() -> None:
+    configure()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("--predictor", choices=("none", "embedded"), default="none")
+    parser.add_argument("--profile")
+    args = parser.parse_args()
+    from headroom.contract.settings import from_env
+    from headroom.contract.topics import KafkaSettings
+    from headroom.router.config import load_config
+    from headroom.router.server import RouterServer, serve
+
+    predictor = None
+    if args.predictor == "embedded":
+        from headroom.benchmarks.router import _model_update
+        from headroom.predictor.runtime import ModelRuntime
+        from headroom.router.predictors import EmbeddedPredictor
+        runtime = ModelRuntime()
+        for version, target in enumerate(("ttft", "tpot"), start=1):
+            runtime.apply(_model_update(target, 200, 6, version))
+        predictor = EmbeddedPredictor(runtime)
+    server = RouterServer(load_config(args.config), from_env(KafkaSettings), predictor=predictor)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    serve(server)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()

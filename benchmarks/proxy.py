@@ -1,0 +1,122 @@
+"""The router's OpenAI-compatible proxy against the same pool reached directly (``headroom bench proxy``).
+
+A simulated pool (``headroom sim serve``) and a router over it, each in its own process; the Go load
+generator (``http_load/``) drives closed-loop load at each concurrency, straight to the servers (in turn)
+and through the router, the two interleaved in alternating order for ``rounds`` rounds, so both see the
+same machine. Per run: requests/s, latency percentiles to the last byte, and the router's CPU time per
+request (and per streamed chunk, for the streaming run). The summary gives, per concurrency, the median
+over rounds of the throughput ratio (proxied / direct) and of the p99 latency the proxy added.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from headroom.benchmarks.live import HTTP_LOAD_SOURCE, Process, build_go, load_average, start_pool, start_router
+
+PROMPT = "Summarize the following paragraph in one sentence: " + "lorem ipsum dolor sit amet " * 8
+
+
+@dataclass(frozen=True)
+class Run:
+    path: str  # direct | proxied
+    concurrency: int
+    stream: bool
+    round: int
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    chunks: int
+    router_cpu_ms_per_request: float  # proxied runs only
+    router_cpu_us_per_chunk: float  # proxied streaming runs only
+    pool_cpu_ms_per_request: float
+
+
+def bench_proxy(servers: int = 4, concurrencies: Sequence[int] = (32, 128), seconds: float = 5.0, rounds: int = 3,
+                max_tokens: int = 8, stream_tokens: int = 64, predictor: str = "none",
+                profile: Path | None = None) -> list[Run]:
+    """Every run, in the order measured; the streaming run (``stream_tokens`` tokens) is at the first
+    concurrency, once per round."""
+    load = build_go(HTTP_LOAD_SOURCE, "http-load")
+    pool, addresses = start_pool(servers)
+    runs: list[Run] = []
+    router: Process | None = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="headroom-bench-proxy-") as scratch:
+            router, port = start_router(addresses, Path(scratch), predictor=predictor, profile=profile)
+            direct = ",".join(f"http://{a}/v1/completions" for a in addresses)
+            proxied = f"http://127.0.0.1:{port}/v1/completions"
+            plan = [(c, False, max_tokens) for c in concurrencies] + [(concurrencies[0], True, stream_tokens)]
+            for round_ in range(rounds):
+                for concurrency, stream, tokens in plan:
+                    body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": tokens, "stream": stream})
+                    order = (("direct", direct), ("proxied", proxied))
+                    for path, urls in order if round_ % 2 == 0 else order[::-1]:
+                        runs.append(_run(load, urls, body, path, concurrency, stream, round_, seconds, router, pool))
+            router.stop()
+    finally:
+        if router is not None:
+            router.stop()
+        pool.stop()
+    return runs
+
+
+def _run(load: Path, urls: str, body: str, path: str, concurrency: int, stream: bool, round_: int, seconds: float,
+         router: Process, pool: Process) -> Run:
+    router_before, pool_before = router.cpu, pool.cpu
+    out = subprocess.run([str(load), "-urls", urls, "-body", body, "-concurrency", str(concurrency),
+                          "-seconds", str(seconds), "-warmup", "1"], capture_output=True, text=True, check=True,
+                         timeout=seconds + 120)
+    result = json.loads(out.stdout)
+    sent = max(1, result["requests"] + result["errors"])
+    # CPU is read over warm-up and measurement alike; the load's rate is steady, so scale by their lengths.
+    share = result["seconds"] / (result["seconds"] + 1.0)
+    router_cpu = (router.cpu - router_before) * share if path == "proxied" else 0.0
+    return Run(path=path, concurrency=concurrency, stream=stream, round=round_,
+               requests_per_s=result["requests_per_s"], p50_ms=result["p50_ms"], p99_ms=result["p99_ms"],
+               errors=result["errors"], chunks=result["chunks"],
+               router_cpu_ms_per_request=1000 * router_cpu / sent,
+               router_cpu_us_per_chunk=1e6 * router_cpu / result["chunks"] if stream and result["chunks"] else 0.0,
+               pool_cpu_ms_per_request=1000 * (pool.cpu - pool_before) * share / sent)
+
+
+def summarize(runs: Sequence[Run]) -> list[dict[str, float | int | bool]]:
+    """Per (concurrency, stream): medians over rounds of proxied/direct throughput and of the added latency."""
+    rows = []
+    for key in sorted({(r.concurrency, r.stream) for r in runs}):
+        pairs = [(d, p) for d in runs for p in runs if (d.concurrency, d.stream) == (p.concurrency, p.stream) == key
+                 and d.round == p.round and (d.path, p.path) == ("direct", "proxied")]
+        rows.append({
+            "concurrency": key[0], "stream": key[1], "rounds": len(pairs),
+            "direct_rps": statistics.median(d.requests_per_s for d, _ in pairs),
+            "proxied_rps": statistics.median(p.requests_per_s for _, p in pairs),
+            "throughput_ratio": statistics.median(p.requests_per_s / d.requests_per_s for d, p in pairs),
+            "added_p50_ms": statistics.median(p.p50_ms - d.p50_ms for d, p in pairs),
+            "added_p99_ms": statistics.median(p.p99_ms - d.p99_ms for d, p in pairs),
+            "router_cpu_ms_per_request": statistics.median(p.router_cpu_ms_per_request for _, p in pairs),
+            "router_cpu_us_per_chunk": statistics.median(p.router_cpu_us_per_chunk for _, p in pairs),
+            "errors": sum(d.errors + p.errors for d, p in pairs)})
+    return rows
+
+
+def print_report(runs: Sequence[Run], started_load: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"proxy vs direct (medians over rounds; load average {started_load} → {load_average()})")
+    for column in ("concurrency", "stream", "direct req/s", "proxied req/s", "ratio", "added p50 ms",
+                   "added p99 ms", "router CPU ms/req", "router CPU µs/chunk", "errors"):
+        table.add_column(column, justify="right")
+    for row in summarize(runs):
+        table.add_row(str(row["concurrency"]), "yes" if row["stream"] else "no", f"{row['direct_rps']:.0f}",
+                      f"{row['proxied_rps']:.0f}", f"{row['throughput_ratio']:.2f}", f"{row['added_p50_ms']:.1f}",
+                      f"{row['added_p99_ms']:.1f}", f"{row['router_cpu_ms_per_request']:.3f}",
+                      f"{row['router_cpu_us_per_chunk']:.1f}" if row["stream"] else "—", str(row["errors"]))
+    Console(width=160).print(table)
