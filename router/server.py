@@ -100,6 +100,10 @@ class RouterServer:
 
     async def start(self) -> None:
         s = self.config.settings
+        from headroom.router.predictors import EmbeddedPredictor
+        if isinstance(self.service.predictor, EmbeddedPredictor):
+            from headroom.predictor import kernels
+            await asyncio.to_thread(kernels.warm_up)  # compiled (or loaded from the disk cache) before traffic
         if self._tailer is not None:
             self._tailer.start()
         if self.pods is not None:
