@@ -34,6 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     proxy.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
     proxy.set_defaults(run=_proxy)
 
+    ext_proc = commands.add_parser("ext-proc", help="The router as Envoy's endpoint picker: scheduling decisions "
+                                                    "per second of the router's CPU time.")
+    ext_proc.add_argument("--servers", type=int, default=16, help="simulated servers (candidates per decision)")
+    ext_proc.add_argument("--streams", type=int, default=16, help="concurrent ext_proc streams")
+    ext_proc.add_argument("--seconds", type=float, default=10.0, help="measured seconds")
+    ext_proc.add_argument("--predictor", choices=("none", "embedded"), default="embedded",
+                          help="embedded: every decision predicted by in-process models of the reference's size")
+    ext_proc.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
+    ext_proc.set_defaults(run=_ext_proc)
+
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.")
     predictor.add_argument("what", choices=("runtime", "grpc", "update", "all"),
                            help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP")
@@ -82,6 +92,15 @@ def _proxy(args: argparse.Namespace) -> int:
     for run in runs:
         print(json.dumps(asdict(run)))
     print_report(runs, started)
+    return 0
+
+
+def _ext_proc(args: argparse.Namespace) -> int:
+    from headroom.benchmarks.ext_proc import bench_ext_proc
+
+    if args.servers < 1 or args.streams < 1 or args.seconds <= 0:
+        raise CommandError("--servers, --streams and --seconds must be positive")
+    print(json.dumps(bench_ext_proc(args.servers, args.streams, args.seconds, args.predictor, args.profile)))
     return 0
 
 
