@@ -35,6 +35,7 @@ from headroom.autoscale.quantity import to_milli
 from headroom.autoscale.servers import KINDS, ModelServer
 from headroom.autoscale.spec import MetricSpec, SourceType
 from headroom.autoscale.traps import find_traps
+from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
 
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="autoscale_command", required=True, metavar="COMMAND")
 
     check = commands.add_parser("check", help="validate an HPA or KEDA ScaledObject for a Kubernetes release, "
-                                              "list traps")
+                                              "list traps", **reads(ControllerSettings))
     check.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML, with companions)")
     check.add_argument("--kubernetes-version", default=None, metavar="X.Y",
                        help="the cluster's release: validate against its schema and flag fields it rejects or "
@@ -58,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--load-delay-s", type=float, default=None, help="model load time, for the slow-load trap")
     check.set_defaults(run=run_check)
 
-    decide = commands.add_parser("decide", help="one HPA reconcile from given metric values and pods")
+    decide = commands.add_parser("decide", help="one HPA reconcile from given metric values and pods",
+                                 **reads(ControllerSettings))
     decide.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML)")
     decide.add_argument("--replicas", required=True, type=int, help="current replica count (spec.replicas)")
     decide.add_argument("--metric", action="append", default=[], metavar="NAME=V1,V2,...",

@@ -28,6 +28,7 @@ from headroom.autoscale.errors import AutoscaleError
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload
 from headroom.autoscale.progress import StepProgress
 from headroom.autoscale.servers import KINDS, ModelServer
+from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
 
@@ -37,7 +38,8 @@ SPEEDUP_HELP = ("replay the trace this many times faster (arrival times divided 
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    simulate = commands.add_parser("simulate", help="replay an HPA or ScaledObject on a trace with the simulated pool")
+    simulate = commands.add_parser("simulate", help="replay an HPA or ScaledObject on a trace with the simulated pool",
+                                   **reads(ControllerSettings))
     simulate.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML, as recommend writes it)")
     _loop_arguments(simulate)
     simulate.add_argument("--initial-replicas", type=int, default=None,
@@ -48,7 +50,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     simulate.add_argument("--plot", type=Path, default=None, help="write a PNG of the timeline here")
     simulate.set_defaults(run=run_simulate)
 
-    rec = commands.add_parser("recommend", help="search HPA settings on a trace for the cheapest that meets an SLO")
+    rec = commands.add_parser("recommend", help="search HPA settings on a trace for the cheapest that meets an SLO",
+                              **reads(ControllerSettings))
     _loop_arguments(rec)
     rec.add_argument("--slo-ttft-p99-ms", required=True, type=float, help="TTFT p99 limit")
     rec.add_argument("--slo-tpot-p99-ms", type=float, default=None, help="TPOT p99 limit (optional)")

@@ -8,12 +8,14 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from headroom.cli.environment import environment_help
 from headroom.contract.settings import SettingsError, describe, from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from headroom.backtest.settings import BacktestSettings
     from headroom.streams.settings import PipelineSettings
 
     group = subparsers.add_parser("backtest", help="replay telemetry history: model versions, drift, policies")
@@ -22,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run", help="replay a range of the telemetry topic and write a report directory",
         epilog=f"Pipeline settings come from the environment as for 'headroom worker start', or --pipeline "
-               f"NAME=VALUE with NAME one of: {names}.")
+               f"NAME=VALUE with NAME one of: {names}.\n\n" + environment_help(BacktestSettings, KafkaSettings,
+                                                                             PipelineSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: HEADROOM_KAFKA_BOOTSTRAP)")
     run.add_argument("--telemetry-topic", help="telemetry topic (default: HEADROOM_TOPIC_TELEMETRY)")
     run.add_argument("--model-topic", help="model-update topic (default: HEADROOM_TOPIC_MODELS)")

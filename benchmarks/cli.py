@@ -7,12 +7,15 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from headroom.cli.environment import reads
+from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 from headroom.sim.cli import pool_args, settings_of
+from headroom.sim.settings import SimSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("bench", help="Measure the router, the predictor and the simulator.")
+    parser = subparsers.add_parser("bench", help="measure the router, its proxy and ext_proc, the predictor and the simulator")
     commands = parser.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
 
     router = commands.add_parser("router", help="Scheduling decision latency with embedded prediction.")
@@ -44,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ext_proc.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
     ext_proc.set_defaults(run=_ext_proc)
 
-    predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.")
+    predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
+                                    **reads(KafkaSettings))
     predictor.add_argument("what", choices=("runtime", "grpc", "update", "all"),
                            help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP")
     predictor.add_argument("--candidates", type=int, nargs="+", help="candidate rows per call")
@@ -64,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="models per pool: TTFT mean, TPOT mean, TTFT p90, TPOT p90")
     predictor.set_defaults(run=_predictor)
 
-    sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.")
+    sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.",
+                              **reads(SimSettings))
     pool_args(sim)
     sim.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
     sim.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")

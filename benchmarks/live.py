@@ -104,7 +104,7 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     command = [sys.executable, "-m", "headroom.benchmarks.live_router", str(path), "--predictor", predictor]
     if profile is not None:
         command += ["--profile", str(profile)]
-    log = open(directory / "router.log", "wb")  # noqa: SIM115  # closed with the process
+    log = open(directory / "router.log", "wb")  # closed with the process
     popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     router = Process("router", popen)
     wait_until(lambda: _answers(f"http://127.0.0.1:{http_port}/healthz"), popen, directory / "router.log")

@@ -10,20 +10,26 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
 from headroom.demo.processes import ComponentFailed
 from headroom.demo.settings import DemoSettings
 from headroom.errors import CommandError
 from headroom.localkafka.errors import BrokerError
+from headroom.localkafka.settings import BrokerSettings
 from headroom.sim.traces import TraceError, TraceSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker and a simulated pool")
-    parser.add_argument("--duration", type=float, help="seconds of load (default 120)")
-    parser.add_argument("--rate", type=float, help="requests/s of the time-scaled Azure trace (default 6)")
-    parser.add_argument("--report-dir", type=Path, help="where the report goes (default demo-report/)")
-    parser.add_argument("--seed", type=int)
+    defaults = DemoSettings()
+    parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker and a simulated pool",
+                                   **reads(DemoSettings, TraceSettings, BrokerSettings, KafkaSettings))
+    parser.add_argument("--duration", type=float, help=f"seconds of load (default {defaults.duration_s:g})")
+    parser.add_argument("--rate", type=float,
+                        help=f"requests/s of the time-scaled Azure trace (default {defaults.rate:g})")
+    parser.add_argument("--report-dir", type=Path, help=f"where the report goes (default {defaults.report_dir}/)")
+    parser.add_argument("--seed", type=int, help=f"seed of the load and the simulated servers (default {defaults.seed})")
     parser.set_defaults(run=run)
 
 

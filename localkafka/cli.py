@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             ("down", _down, "stop the broker"),
                             ("status", _status, "say whether the broker runs and answers"),
                             ("check", _check, "send synthetic telemetry through the broker and read it back")):
-        parser = commands.add_parser(name, help=text)
+        parser = commands.add_parser(name, help=text, **reads(BrokerSettings, KafkaSettings))
         parser.add_argument("--state-dir", type=Path, help="folder for broker data, log and pid file "
                             "(default $HEADROOM_STATE_DIR or .headroom)")
         parser.set_defaults(run=run)

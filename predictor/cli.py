@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
-from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.cli.environment import reads
+from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.predictor.settings import PredictorSettings
 
@@ -13,11 +13,8 @@ from headroom.predictor.settings import PredictorSettings
 def register(subparsers) -> None:
     group = subparsers.add_parser("predictor", help="prediction servers over gRPC")
     commands = group.add_subparsers(dest="predictor_command", required=True, metavar="COMMAND")
-    settings_help = "\n".join(f"  {env}: {doc} (default {default!r})"
-                              for _, env, default, doc in describe(PredictorSettings) + describe(KafkaSettings))
     serve = commands.add_parser("serve", help="run one prediction server until SIGTERM",
-                                epilog="settings (environment):\n" + settings_help,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                **reads(PredictorSettings, KafkaSettings))
     serve.add_argument("--port", type=int, help="gRPC port (overrides HEADROOM_PREDICTOR_PORT)")
     serve.add_argument("--metrics-port", type=int, help="metrics port (overrides HEADROOM_PREDICTOR_METRICS_PORT)")
     serve.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")

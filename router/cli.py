@@ -6,13 +6,18 @@ import argparse
 import logging
 from pathlib import Path
 
+from headroom.cli.environment import reads
+from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
+from headroom.router.settings import RouterSettings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("router", help="Predicted-latency router for an LLM inference pool.")
+    parser = subparsers.add_parser("router", help="route requests by predicted latency: OpenAI-compatible proxy, Pick API, "
+                                                     "Envoy ext_proc")
     commands = parser.add_subparsers(dest="router_command", required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="Run the proxy, Pick API and ext_proc server.")
+    serve = commands.add_parser("serve", help="run the proxy, Pick API and ext_proc server until SIGTERM",
+                                **reads(RouterSettings, KafkaSettings))
     serve.add_argument("--config", type=Path, required=True, help="Router config (YAML).")
     serve.set_defaults(run=run_serve)
 

@@ -14,23 +14,24 @@ import signal
 import time
 from pathlib import Path
 
+from headroom.cli.environment import reads
 from headroom.contract.telemetry import encode
 from headroom.errors import CommandError
 from headroom.sim.settings import SimSettings, settings_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sim", help="Calibrated simulator of an LLM model-server pool.")
+    parser = subparsers.add_parser("sim", help="a calibrated simulator of an LLM model-server pool")
     commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
 
-    one = commands.add_parser("run", help="Run one trace through one policy.")
+    one = commands.add_parser("run", help="Run one trace through one policy.", **reads(SimSettings))
     pool_args(one)
     one.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
     one.add_argument("--policy", default="least-queue")
     one.add_argument("--telemetry", type=Path, help="Write one telemetry record per line here.")
     one.set_defaults(run=_run)
 
-    serve = commands.add_parser("serve", help="Serve live simulated servers over HTTP on loopback.")
+    serve = commands.add_parser("serve", help="Serve live simulated servers over HTTP on loopback.", **reads(SimSettings))
     serve.add_argument("--servers", type=int, help="How many servers (consecutive ports).")
     serve.add_argument("--server-type", help="Profile name, e.g. h100 or a100.")
     serve.add_argument("--base-port", type=int, help="Port of the first server (0: any free ports).")

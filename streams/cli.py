@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import logging
 
-from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.cli.environment import reads
+from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 from headroom.streams.settings import PipelineSettings
@@ -17,9 +18,8 @@ log = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("worker", help="run the learning pipeline (telemetry → windows → models)")
     commands = group.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
-    settings_help = "; ".join(f"{env} ({default})" for _, env, default, _ in describe(PipelineSettings))
     start = commands.add_parser("start", help="consume telemetry, keep windows, retrain and publish models",
-                                epilog=f"Settings from the environment: {settings_help}")
+                                **reads(PipelineSettings, KafkaSettings))
     start.add_argument("--app-id", help="Faust app id (consumer group, changelog prefix)")
     start.add_argument("--metrics-port", type=int, help="Prometheus port (0: off)")
     start.add_argument("--log-level", choices=("crit", "error", "warn", "info", "debug"))

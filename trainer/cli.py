@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from headroom.cli.environment import reads
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
@@ -14,18 +15,20 @@ from headroom.errors import CommandError
 def register(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("models", help="show the latency model versions published on model-updates")
     commands = group.add_subparsers(dest="models_command", required=True, metavar="ACTION")
-    listing = commands.add_parser("list", help="the latest version of every model")
+    listing = commands.add_parser("list", help="the latest version of every model", **reads(KafkaSettings))
+    listing.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
     listing.set_defaults(run=run_list)
-    tail = commands.add_parser("tail", help="print each model version as it is published")
+    tail = commands.add_parser("tail", help="print each model version as it is published", **reads(KafkaSettings))
+    tail.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
     tail.add_argument("--from-beginning", action="store_true", help="start with the versions already published")
     tail.add_argument("--idle-seconds", type=float, help="stop after this long without a new version")
     tail.add_argument("--count", type=int, help="stop after this many versions")
     tail.set_defaults(run=run_tail)
 
 
-def _kafka() -> KafkaSettings:
+def _kafka(args: argparse.Namespace) -> KafkaSettings:
     try:
-        return from_env(KafkaSettings)
+        return from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))
     except SettingsError as err:
         raise CommandError(str(err)) from err
 
@@ -38,8 +41,8 @@ def describe_update(update: ModelUpdate) -> str:
              f"rows {update.window_stats.get('train_rows', '?')}+{update.window_stats.get('holdout_rows', '?')}"]
     if "mae" in m:
         parts.append(f"holdout MAE {m['mae']:.2f} ms MAPE {100 * m['mape']:.1f}%")
-    if update.objective == "quantile" and "coverage" in m:
-        parts.append(f"p{round(100 * (update.quantile or 0))} coverage {m['coverage']:.3f}")
+    if _coverage(update):
+        parts.append(f"coverage {_coverage(update)}")
     if update.drift_reason:
         parts.append(f"drift: {update.drift_reason}")
     return "  ".join(parts)
@@ -52,7 +55,7 @@ def run_list(args: argparse.Namespace) -> int:
 
     from headroom.model_topic import read_latest
 
-    kafka = _kafka()
+    kafka = _kafka(args)
     try:
         latest, rejected = read_latest(kafka)
     except (KafkaException, TimeoutError) as err:
@@ -66,7 +69,7 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_row(key, str(update.version), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(update.created_at)),
                       f"{stats.get('train_rows', '?')}+{stats.get('holdout_rows', '?')}",
                       f"{m['mae']:.2f}" if "mae" in m else "-", f"{100 * m['mape']:.1f}%" if "mape" in m else "-",
-                      f"{m['coverage']:.3f}" if "coverage" in m else "-", update.drift_reason or "")
+                      _coverage(update), update.drift_reason or "")
     console = Console(width=max(Console().width, 140))
     console.print(table)
     if rejected:
@@ -75,12 +78,20 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _coverage(update: ModelUpdate) -> str:
+    """A quantile model's holdout coverage (the share of actuals below it); a mean model has none."""
+    m = update.holdout_metrics
+    if update.objective != "quantile" or "coverage" not in m:
+        return ""
+    return f"{m['coverage']:.3f} (p{round(100 * (update.quantile or 0))})"
+
+
 def run_tail(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from headroom.model_topic import tail
 
-    kafka = _kafka()
+    kafka = _kafka(args)
     seen = 0
     try:
         for item in tail(kafka, from_beginning=args.from_beginning, idle_s=args.idle_seconds):

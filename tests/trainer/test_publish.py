@@ -60,11 +60,17 @@ def test_tail_sees_versions_published_after_it_started_and_not_before(pipeline_k
 
 
 def test_models_list_and_tail_commands_print_versions(pipeline_kafka, monkeypatch, capsys):
-    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", pipeline_kafka.bootstrap_servers)
+    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # --bootstrap overrides it
     monkeypatch.setenv("HEADROOM_TOPIC_MODELS", pipeline_kafka.model_topic)
     ModelPublisher(pipeline_kafka).publish(update(4, target="tpot", objective="quantile"))
-    assert main(["models", "list"]) == 0
+    ModelPublisher(pipeline_kafka).publish(update(5, target="ttft"))  # a mean model: its coverage means nothing
+    assert main(["models", "list", "--bootstrap", pipeline_kafka.bootstrap_servers]) == 0
     listing = capsys.readouterr().out
-    assert "pool-a/tpot/quantile" in listing and "0.910" in listing
-    assert main(["models", "tail", "--from-beginning", "--count", "1", "--idle-seconds", "10"]) == 0
-    assert "pool-a/tpot/quantile v4" in capsys.readouterr().out
+    assert "pool-a/tpot/quantile" in listing and "0.910 (p90)" in listing
+    mean_row = next(line for line in listing.splitlines() if "pool-a/ttft/mean" in line)
+    assert "0.910" not in mean_row and "3.50" in mean_row
+    assert main(["models", "tail", "--bootstrap", pipeline_kafka.bootstrap_servers, "--from-beginning",
+                 "--count", "2", "--idle-seconds", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "pool-a/tpot/quantile v4" in lines[0] and "coverage 0.910 (p90)" in lines[0]
+    assert "pool-a/ttft/mean v5" in lines[1] and "coverage" not in lines[1]
