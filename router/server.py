@@ -174,14 +174,16 @@ class RouterServer:
             if left:
                 log.warning("%d telemetry records were not delivered before shutdown", left)
 
-    async def serve(self) -> None:
+    async def serve(self, grace_s: float = 5.0) -> None:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
         await self.start()
         await stopping.wait()
-        await self.stop()
+        log.info("router stopping: %d requests in flight get up to %g s to finish", len(self.pool.inflight), grace_s)
+        await self.stop(grace_s)
+        log.info("router stopped")
 
 
 def serve(server: RouterServer) -> None:

@@ -89,6 +89,9 @@ def test_cli_serves_until_sigterm(tmp_path):
         assert "router listening" in started
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+        log = started + process.stderr.read()
+        assert log.count("router listening") == 1
+        assert "router stopping: 0 requests in flight" in log and log.rstrip().endswith("router stopped")
     finally:
         if process.poll() is None:
             process.kill()
