@@ -1,7 +1,6 @@
 """``headroom`` — the one command-line entry point. Each subcommand group lives in its package's ``cli``
 module as ``register(subparsers)``; this module only lists them."""
 
-
 from __future__ import annotations
 
 import argparse

@@ -35,11 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             parser.add_argument("--records", type=int, default=5000, help="telemetry records to send")
             parser.add_argument("--servers", type=int, default=8, help="servers the records are spread over")
     topics = commands.add_parser("topics", help="create the declared topics on the broker of HEADROOM_KAFKA_BOOTSTRAP "
-                                 "(any cluster) and report those that differ from their declaration")
+                                 "(any cluster) and report those that differ from their declaration",
+                                 **reads(KafkaSettings))
     topics.add_argument("--alter", action="store_true", help="give drifted topics their declared configuration")
     topics.set_defaults(run=_topics)
     strimzi = commands.add_parser("strimzi", help="write the Strimzi KafkaTopics and KafkaUsers (with their ACLs) "
-                                  "of the declared topics")
+                                  "of the declared topics", **reads(KafkaSettings))
     strimzi.add_argument("--out", type=Path, required=True, help="folder for topics.yaml and users.yaml")
     strimzi.add_argument("--authentication", choices=("tls", "scram-sha-512"), default="tls",
                          help="how the users authenticate (default: mutual TLS)")
