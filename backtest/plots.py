@@ -26,14 +26,15 @@ def error_over_time(errors: pl.DataFrame, drifts: pl.DataFrame, rounds: pl.DataF
     for (pool_key, target), part in mean.sort("event_ts").group_by(["pool_key", "target"], maintain_order=True):
         relative = ((part["actual_ms"] - part["predicted_ms"]).abs()
                     / part["actual_ms"].clip(lower_bound=RELATIVE_ERROR_FLOOR_MS)).clip(upper_bound=1.0)
-        ax.plot(part["event_ts"].to_numpy() - start, relative.rolling_mean(min(ROLLING, part.height)).to_numpy(),
-                label=f"{pool_key}/{target}")
+        rolling = relative.rolling_mean(min(ROLLING, part.height), min_samples=1).to_numpy()
+        ax.plot(part["event_ts"].to_numpy() - start, rolling, label=f"{pool_key}/{target}",
+                marker="." if part.height < 2 else None)
     for i, ts in enumerate(drifts.get_column("event_ts").to_list()):
         ax.axvline(ts - start, color="red", linestyle="--", linewidth=0.8, label="drift" if i == 0 else None)
     promoted = rounds.filter(pl.col("promoted") & (pl.col("objective") == "mean"))
-    if promoted.height:
-        ax.plot(promoted["event_ts"].to_numpy() - start, np.zeros(promoted.height), "k|", markersize=12,
-                label="promotion")
+    if promoted.height:  # at the top edge, in axes coordinates: above the error lines, never off the axes
+        ax.plot(promoted["event_ts"].to_numpy() - start, np.full(promoted.height, 0.97), "kv", markersize=6,
+                transform=ax.get_xaxis_transform(), label="promotion")
     ax.set(xlabel="event time (s from first record)", ylabel=f"relative error, clipped (rolling {ROLLING})",
            title="Prequential error of the newest version")
     _legend(ax, loc="upper right")
