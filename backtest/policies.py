@@ -2,17 +2,24 @@
 
 Each telemetry record becomes a :class:`sim.request.SimRequest` with its arrival time (relative to the first),
 prompt and output tokens, output cap, stream flag, SLOs and priority. Records carry no prompt prefix
-hashes, so replayed requests share no cached prefixes: prefix-aware effects are not reproduced. The pool
-is ``servers`` uniform simulated servers (by default as many as the records name).
+hashes, so replayed requests share no cached prefixes: prefix-aware effects are not reproduced.
+
+The pool is the recorded one, its speed per server and period calibrated to the record
+(:mod:`backtest.calibration`), so every policy meets the slow-downs and load the recorded run met; the
+recorded assignment replayed (``recorded, simulated``) shows how far the simulator is from the record, and
+policies are ranked only when that gap is within tolerance. With ``servers`` set to another count, the
+pool is that many uniform servers, uncalibrated and unranked.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
+from headroom.backtest.calibration import Calibration, calibrate
 from headroom.backtest.router_policy import engine_pick
 from headroom.router.roles import LatencyPredictor
 from headroom.sim.policies import POLICIES, policy
@@ -20,6 +27,7 @@ from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
 
+REPLAYED = "recorded, simulated"  # the recorded assignment through the calibrated simulator
 PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
 KNOWN_POLICIES = (*POLICIES, PREDICTED)
 DEFAULT_POLICIES = ("round-robin", "least-queue", "composite", PREDICTED)
@@ -45,29 +53,69 @@ def met(ttft_ms: float, tpot_ms: float | None, slo_ttft_ms: float | None, slo_tp
             and (slo_tpot_ms is None or tpot_ms is None or tpot_ms <= slo_tpot_ms))
 
 
+@dataclass(frozen=True)
+class Comparison:
+    summary: pl.DataFrame  # per policy; with a ``rank`` when the calibration is to scale
+    outcomes: pl.DataFrame  # per request and policy
+    calibration: Calibration | None  # None when the pool is not the recorded one
+
+    @property
+    def ranked(self) -> bool:
+        return self.calibration is not None and self.calibration.to_scale
+
+
 def compare(records: pl.DataFrame, policies: Sequence[str] = DEFAULT_POLICIES, servers: int | None = None,
             server_type: str = "h100", seed: int = 0, progress: Callable[[str], None] | None = None,
-            predictor: LatencyPredictor | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(summary per policy, outcome per request and policy); the recorded outcomes come first as ``recorded``.
+            predictor: LatencyPredictor | None = None, *, period_s: float = 15.0,
+            tolerance: float = 1.5) -> Comparison:
+    """Every policy over the recorded arrivals; the recorded outcomes come first as ``recorded``, then the
+    recorded assignment replayed (``recorded, simulated``) when the pool is the recorded one.
 
     ``predicted-latency`` schedules with the router's engine and ``predictor`` (the published models)."""
     if PREDICTED in policies and predictor is None:
         raise ValueError(f"policy {PREDICTED!r} needs published models; none were read from the model topic")
+    unknown = [name for name in policies if name != PREDICTED and name not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
     requests = requests_from(records)
-    count = servers or max(records.get_column("server_id").n_unique(), 1)
+    recorded_count = max(records.get_column("server_id").n_unique(), 1)
+    calibration = None
     outcomes = [_recorded(records)]
+    names = ["recorded"]
+    if not servers or servers == recorded_count:
+        calibration = calibrate(records, requests, server_type, seed=seed, period_s=period_s, tolerance=tolerance)
+        pool, actions = calibration.pool, calibration.actions
+        outcomes.append(_frame(REPLAYED, calibration.replay.outcomes))
+        names.append(REPLAYED)
+    else:
+        pool, actions = uniform_pool(servers, server_type), []
     for name in policies:
         pick = engine_pick(predictor, seed=seed) if name == PREDICTED else policy(name, seed)
-        result = run(requests, uniform_pool(count, server_type), pick, seed=seed, telemetry=False)
-        outcomes.append(pl.DataFrame([_simulated(name, o) for o in result.outcomes], schema=OUTCOME_SCHEMA,
-                                     orient="row"))
+        result = run(requests, pool, pick, seed=seed, telemetry=False, actions=actions)
+        outcomes.append(_frame(name, result.outcomes))
         if progress:
             progress(name)
     table = pl.concat(outcomes)
     span = _span(records)
     summary = pl.DataFrame([_summary(name, table.filter(pl.col("policy") == name), len(requests), span)
-                            for name in ["recorded", *policies]])
-    return summary, table
+                            for name in [*names, *policies]])
+    if calibration is not None and calibration.to_scale:
+        summary = _ranked(summary, policies)
+    return Comparison(summary, table, calibration)
+
+
+def _frame(name: str, outcomes: Sequence) -> pl.DataFrame:
+    return pl.DataFrame([_simulated(name, o) for o in outcomes], schema=OUTCOME_SCHEMA, orient="row")
+
+
+def _ranked(summary: pl.DataFrame, policies: Sequence[str]) -> pl.DataFrame:
+    """The simulated policies ranked by SLO attainment, then goodput, then TTFT p99."""
+    order = (summary.filter(pl.col("policy").is_in(list(policies)))
+             .sort(["slo_attainment", "goodput_rps", "ttft_p99_ms"], descending=[True, True, False], nulls_last=True)
+             .get_column("policy").to_list())
+    rank = {name: i + 1 for i, name in enumerate(order)}
+    return summary.with_columns(pl.col("policy").replace_strict(rank, default=None, return_dtype=pl.Int64)
+                                .alias("rank"))
 
 
 def _simulated(name: str, outcome) -> tuple:

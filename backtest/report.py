@@ -51,6 +51,8 @@ def write_report(out_dir: Path, result: Backtest, source: Source, pipeline: Pipe
     tables = {"rounds": pq.rounds, "drifts": pq.drifts, "prequential_errors": pq.errors, "versions": pq.versions,
               "published_updates": result.updates, "published_live_error": result.live_error,
               "policy_summary": result.policy_summary, "policy_outcomes": result.policy_outcomes}
+    if result.calibration is not None:
+        tables |= {"calibration_factors": result.calibration.factors, "calibration_gap": result.calibration.gap}
     files = []
     for name, frame in tables.items():
         path = out_dir / f"{name}.parquet"
@@ -115,12 +117,37 @@ def _markdown(result: Backtest, source: Source, pipeline: PipelineSettings) -> s
         f"The recorded arrivals (arrival times, prompt and output tokens, output caps, stream flags, SLOs, "
         f"priorities) replayed through the offline simulator. {PREFIX_NOTE} Goodput counts requests that met "
         "every SLO they stated, per second of the recorded span.\n",
+        *_calibration(result),
         markdown_table(result.policy_summary),
         "![latency CDFs](latency_cdfs.png)\n",
         "## Timings\n",
         markdown_table(timing),
     ]
     return "\n".join(parts)
+
+
+def _calibration(result: Backtest) -> list[str]:
+    """The calibration line and whether the policies are ranked."""
+    c = result.calibration
+    if c is None:
+        if result.policy_summary.height == 0:
+            return []
+        return ["**Not ranked**: the simulated pool is not the recorded one (a server count was given), so it "
+                "was not calibrated to the record.\n"]
+    moved = c.factors.filter((pl.col("factor") - 1.0).abs() > 0.05)
+    lines = [f"Calibration: each server's speed per {c.factors.get_column('period_start_s').unique().len()} "
+             f"period(s) was fitted to the recorded time per output token ({moved.height} of {c.factors.height} "
+             f"server-periods moved by more than 5%; slowest factor {c.factors.get_column('factor').max():.2f}). "
+             f"The recorded assignment, replayed through the calibrated simulator (`recorded, simulated`), "
+             f"against the record:\n", markdown_table(c.gap)]
+    if c.to_scale:
+        lines.append(f"Within ×{c.tolerance:g} of the record on every line: the policies are ranked (`rank`: SLO "
+                     f"attainment, then goodput, then TTFT p99).\n")
+    else:
+        lines.append(f"**Not ranked**: the replay is off by ×{c.worst_ratio:.2f} (tolerance ×{c.tolerance:g}), so "
+                     f"the simulator does not reproduce what the recorded run met and the policies' numbers are "
+                     f"not to scale with the recorded row.\n")
+    return lines
 
 
 def _describe(span) -> str:

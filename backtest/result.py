@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from headroom.backtest.calibration import Calibration
 from headroom.backtest.prequential import Prequential
 
 
@@ -22,3 +23,4 @@ class Backtest:
     policy_outcomes: pl.DataFrame
     files: list[Path]
     seconds: dict[str, float]  # per stage: read, prepare, replay, training, scoring, published, policies, report
+    calibration: Calibration | None = None  # of the policy comparison to the record

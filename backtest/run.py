@@ -58,15 +58,18 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
             predictor = _published_models(updates) if policies.PREDICTED in names else None
             if predictor is None and policies.PREDICTED in names:  # nothing published yet: nothing to replay it with
                 names = [name for name in names if name != policies.PREDICTED]
-            summary, outcomes = policies.compare(records, names, settings.servers or None, settings.server_type,
-                                                 settings.seed, progress=lambda _: progress.advance(simulating),
-                                                 predictor=predictor)
+            comparison = policies.compare(records, names, settings.servers or None, settings.server_type,
+                                          settings.seed, progress=lambda _: progress.advance(simulating),
+                                          predictor=predictor, period_s=settings.calibration_period_s,
+                                          tolerance=settings.calibration_tolerance)
+            summary, outcomes, calibration = comparison.summary, comparison.outcomes, comparison.calibration
         else:
-            summary, outcomes = pl.DataFrame(), pl.DataFrame(schema=policies.OUTCOME_SCHEMA)
+            summary, outcomes, calibration = pl.DataFrame(), pl.DataFrame(schema=policies.OUTCOME_SCHEMA), None
         seconds["policies"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    result = Backtest(records, len(replay.rejected), outcome, updates_table, live, summary, outcomes, [], seconds)
+    result = Backtest(records, len(replay.rejected), outcome, updates_table, live, summary, outcomes, [], seconds,
+                      calibration)
     files = write_report(settings.out_dir, result, source, pipeline)
     seconds["report"] = time.perf_counter() - started
     return dataclasses.replace(result, files=files)

@@ -90,8 +90,12 @@ def test_backtest_promotes_what_the_live_pipeline_promoted_and_writes_the_report
     for heading in ("## Prequential evaluation", "## Published history", "## Policy comparison", "no prompt prefix"):
         assert heading in report
     summary = pl.read_parquet(tmp_path / "report" / "policy_summary.parquet")
-    assert summary["policy"].to_list() == ["recorded", "round-robin", "least-queue", "predicted-latency"]
+    assert summary["policy"].to_list() == ["recorded", "recorded, simulated", "round-robin", "least-queue",
+                                           "predicted-latency"]
     assert summary.filter(pl.col("policy") == "predicted-latency")["completed"].item() == len(records)
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "The recorded assignment, replayed through the calibrated simulator" in report
+    assert ("the policies are ranked" in report) is ("rank" in summary.columns) is ("**Not ranked**" not in report)
 
 
 def test_time_range_limits_the_replay(kafka, fresh_topic, tmp_path):
