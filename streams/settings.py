@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headroom.contract.settings import setting
 from headroom.streams.window_rules import WindowLimits
 from headroom.trainer.params import TrainParams
 from headroom.trainer.policy import RetrainRule
-from headroom.trainer.rounds import RoundSpec
+
+if TYPE_CHECKING:  # the trainer's rounds load XGBoost: only the worker that trains needs them
+    from headroom.trainer.rounds import RoundSpec
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class PipelineSettings:
 
     @property
     def round_spec(self) -> RoundSpec:
+        from headroom.trainer.rounds import RoundSpec
+
         return RoundSpec(holdout_fraction=self.holdout_fraction, tolerance=self.gate_tolerance,
                          calibration_fraction=self.calibration_fraction, refit_promoted=self.refit_promoted)
 

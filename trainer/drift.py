@@ -15,8 +15,6 @@ True
 
 from __future__ import annotations
 
-from river import drift
-
 DETECTORS = ("adwin", "page-hinkley")
 RELATIVE_ERROR_FLOOR_MS = 1.0
 RECENT_WEIGHT = 0.05
@@ -32,6 +30,8 @@ class ErrorDriftDetector:
 
     def __init__(self, kind: str = "adwin", *, adwin_delta: float = 0.002, ph_threshold: float = 5.0,
                  ph_delta: float = 0.005, ph_min_instances: int = 30):
+        from river import drift  # here, not at import: River loads SciPy, a second that every command would pay
+
         if kind == "adwin":
             self._detector = drift.ADWIN(delta=adwin_delta)
         elif kind == "page-hinkley":
