@@ -5,11 +5,14 @@ with the options of its role laid over. Consumers made here never join a shared 
 id of its own and is assigned partitions directly, so no reader moves another's offsets.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
-topic or a partition leader that was created just now.
+topic or a partition leader that was created just now. :func:`librdkafka_logger` is the logger a client
+hands librdkafka's own log lines to, with the notes about a broker still starting (which librdkafka retries
+by itself) lowered to debug.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -19,6 +22,25 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headroom.contract.topics import KafkaSettings
+
+# librdkafka's notes about a broker that is still starting up, which it retries by itself
+TRANSIENT = ("Coordinator load in progress", "Coordinator not available")
+
+
+class _TransientToDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and any(note in record.getMessage() for note in TRANSIENT):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def librdkafka_logger(name: str) -> logging.Logger:
+    """The logger ``<name>.librdkafka``, for a client's ``logger`` option, with transient notes at debug level."""
+    logger = logging.getLogger(f"{name}.librdkafka")
+    if not any(isinstance(f, _TransientToDebug) for f in logger.filters):
+        logger.addFilter(_TransientToDebug())
+    return logger
 
 
 def client_config(kafka: KafkaSettings) -> dict[str, Any]:

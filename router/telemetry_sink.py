@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Message
 
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings
-from headroom.kafka_clients import producer
+from headroom.kafka_clients import librdkafka_logger, producer
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class KafkaTelemetry:
             "message.timeout.ms": int(delivery_timeout_s * 1000),  # 0: wait for the broker as long as it takes
             "reconnect.backoff.max.ms": 1000,
             "error_cb": self._on_error,
-            "logger": log,
+            "logger": librdkafka_logger(__name__),
         })
 
     def send(self, record: TelemetryRecord) -> None:
