@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from headroom.sim.pool import Action, ServerSpec, run, slow_down
+from headroom.sim.pool import Action, SimServerSpec, run, slow_down
 from headroom.sim.profile import PROFILES, profile
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult, quantile
 from headroom.sim.view import Pick, PickFunction, PoolView
 
@@ -35,7 +35,7 @@ FACTOR_RANGE = (0.2, 10.0)
 
 @dataclass(frozen=True)
 class Calibration:
-    pool: list[ServerSpec]
+    pool: list[SimServerSpec]
     actions: list[Action]  # slow-downs per server at the start of each period
     factors: pl.DataFrame  # server_id, period_start_s, factor
     gap: pl.DataFrame  # metric, recorded_ms, simulated_ms, ratio
@@ -48,10 +48,10 @@ class Calibration:
         return self.worst_ratio <= self.tolerance
 
 
-def recorded_pool(records: pl.DataFrame, server_type: str) -> list[ServerSpec]:
+def recorded_pool(records: pl.DataFrame, server_type: str) -> list[SimServerSpec]:
     """A simulated server per recorded server, of the profile its pool key names (else ``server_type``)."""
     servers = records.group_by("server_id").agg(pl.col("pool_key").first()).sort("server_id")
-    return [ServerSpec(sid, profile(key if key in PROFILES else server_type), key)
+    return [SimServerSpec(sid, profile(key if key in PROFILES else server_type), key)
             for sid, key in servers.iter_rows()]
 
 
@@ -59,13 +59,13 @@ def recorded_pick(records: pl.DataFrame) -> PickFunction:
     """Each request to the server it went to in service."""
     server_of = dict(records.select(["request_id", "server_id"]).iter_rows())
 
-    def pick(request: Request, view: PoolView) -> Pick:
+    def pick(request: SimRequest, view: PoolView) -> Pick:
         return Pick(server_of[request.request_id])
 
     return pick
 
 
-def calibrate(records: pl.DataFrame, requests: Sequence[Request], server_type: str = "h100", *, seed: int = 0,
+def calibrate(records: pl.DataFrame, requests: Sequence[SimRequest], server_type: str = "h100", *, seed: int = 0,
               period_s: float = 15.0, rounds: int = 3, tolerance: float = 1.5) -> Calibration:
     """Fit per-server, per-period speed factors to ``records`` (see the module docstring)."""
     pool = recorded_pool(records, server_type)

@@ -18,7 +18,7 @@ from headroom.demo.settings import DemoSettings
 from headroom.errors import CommandError
 from headroom.localkafka.errors import BrokerError
 from headroom.localkafka.settings import BrokerSettings
-from headroom.sim.traces import TraceError, TraceSettings
+from headroom.sim.traces import TraceSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,31 +34,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headroom.demo.run import run as run_demo
-    from headroom.demo.run import write_report
-    from headroom.demo.view import live_panel, summary_tables
-
-    try:  # before anything starts: the trace the load comes from
-        trace = from_env(TraceSettings).path("azure")
-    except TraceError as err:
-        raise CommandError(str(err)) from err
     settings = from_env(DemoSettings)
     overrides = {"duration_s": args.duration, "rate": args.rate, "report_dir": args.report_dir, "seed": args.seed}
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    traces, broker = from_env(TraceSettings), from_env(BrokerSettings, state_dir=settings.state_dir)
+    from headroom.demo import preflight
+    from headroom.demo.run import Demo, Ports
+
+    ports = [broker.port, broker.controller_port, *Ports(settings.base_port).all(
+        2 * (settings.fast_servers + settings.slow_servers))]
+    problems = preflight.problems(traces, broker, ports, [settings.state_dir, settings.report_dir])
+    if problems:
+        raise CommandError("cannot start the demo:\n" + "\n".join(f"- {p}" for p in problems))
+    from headroom.demo.report import write_report
+    from headroom.demo.view import live_panel, summary_tables
+
     signal.signal(signal.SIGTERM, _stop)  # so a terminated demo still shuts its processes down
     console = Console()
-    console.print(f"headroom demo: {settings.fast_servers} H100 + {settings.slow_servers} A100 simulated servers, "
-                  f"Azure conversation trace at {settings.rate:g} req/s for {settings.duration_s:g} s; the H100 "
-                  f"servers slow down {settings.slowdown:g}x at {settings.regime_change_at:.0%} of the run")
+    console.print(f"headroom demo: two identical simulated pools ({settings.fast_servers} H100 + "
+                  f"{settings.slow_servers} A100 each), the same Azure conversation trace at {settings.rate:g} req/s "
+                  f"through both for {settings.duration_s:g} s — one routed by headroom, one by the heuristic "
+                  f"profile; the H100 servers slow down {settings.slowdown:g}× at {settings.regime_change_at:.0%} "
+                  f"of the run. Starting:")
+    demo = Demo(settings, traces.path("azure"),
+                on_ready=lambda name, seconds: console.print(f"  {name:<24} ready after {seconds:5.1f} s"))
+    interrupted = False
     try:
+        demo.start()
+        console.print(f"load: {settings.duration_s:g} s through both arms (Ctrl-C stops early with a partial report)")
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            report = run_demo(settings, trace, on_tick=lambda tick: live.update(live_panel(tick)))
+            demo.drive(on_tick=lambda tick: live.update(live_panel(tick)))
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("\ninterrupted: stopping every component and writing a partial report…")
     except (BrokerError, ComponentFailed) as err:
+        demo.stop()
         raise CommandError(str(err)) from err
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # nothing may stop the shutdown half way
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    report, evidence = demo.finish(interrupted)
     console.print(summary_tables(report))
-    path = write_report(report, settings.report_dir)
-    console.print(f"report: {path}  ({report.seconds:.0f} s in all)")
-    return 0
+    path = write_report(report, evidence, settings.report_dir)
+    console.print(f"{'partial report' if interrupted else 'report'}: {path}  ({report.seconds:.0f} s in all)")
+    return 130 if interrupted else 0
 
 
 def _stop(signum: int, _frame: object) -> None:

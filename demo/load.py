@@ -1,9 +1,10 @@
-"""Trace-driven load through the router's OpenAI-compatible proxy, measured as a client sees it.
+"""Trace-driven load through routers' OpenAI-compatible proxies, measured as a client sees it.
 
 Each :class:`~sim.request.SimRequest` is sent at its arrival time (bounded by a count and a wall-clock
 limit) as a ``/v1/completions`` call carrying the trace's exact token counts and prefix block hashes in
-the ``headroom`` extension, with the routing headers a :class:`Mix` assigns it. TTFT is measured at the
-first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end.
+the ``headroom`` extension, with the routing headers a :class:`Mix` assigns it — to every :class:`Arm` at
+once, each with headers of its own on top, so the arms see the same arrival stream. TTFT is measured at
+the first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end.
 """
 
 from __future__ import annotations
@@ -34,7 +35,17 @@ class Mix:
 
 
 @dataclass(frozen=True)
+class Arm:
+    """A router the load goes through, and the headers its requests carry besides the mix's."""
+
+    name: str
+    base_url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class ClientOutcome:
+    arm: str
     request_id: str
     sent_at: float  # seconds since the load started
     status: int  # HTTP status; 0 when the connection failed
@@ -64,14 +75,15 @@ def dress(requests: Sequence[SimRequest], mix: Mix) -> list[tuple[SimRequest, di
     return dressed
 
 
-async def drive(base_url: str, dressed: Sequence[tuple[SimRequest, dict[str, str]]], *, max_seconds: float,
+async def drive(arms: Sequence[Arm], dressed: Sequence[tuple[SimRequest, dict[str, str]]], *, max_seconds: float,
                 on_outcome: Callable[[ClientOutcome], None], max_in_flight: int = 512) -> list[ClientOutcome]:
-    """Send every request at its arrival time (until ``max_seconds``); returns the outcomes in send order."""
-    limit = asyncio.Semaphore(max_in_flight)
-    connector = aiohttp.TCPConnector(limit=max_in_flight)
+    """Send every request at its arrival time (until ``max_seconds``) to every arm; returns the outcomes in
+    send order."""
+    limit = asyncio.Semaphore(max_in_flight * len(arms))
+    connector = aiohttp.TCPConnector(limit=max_in_flight * len(arms))
     timeout = aiohttp.ClientTimeout(total=120)
     began = time.monotonic()
-    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         tasks = []
         for request, headers in dressed:
             wait = request.arrival_s - (time.monotonic() - began)
@@ -79,13 +91,15 @@ async def drive(base_url: str, dressed: Sequence[tuple[SimRequest, dict[str, str
                 break
             if wait > 0:
                 await asyncio.sleep(wait)
-            task = asyncio.create_task(_one(session, request, headers, began, limit))
-            task.add_done_callback(lambda t: t.cancelled() or on_outcome(t.result()))
-            tasks.append(task)
+            for arm in arms:
+                task = asyncio.create_task(_one(session, arm, request, {**headers, **dict(arm.headers)}, began,
+                                                limit))
+                task.add_done_callback(lambda t: t.cancelled() or on_outcome(t.result()))
+                tasks.append(task)
         return list(await asyncio.gather(*tasks))
 
 
-async def _one(session: aiohttp.ClientSession, request: SimRequest, headers: dict[str, str], began: float,
+async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, headers: dict[str, str], began: float,
                limit: asyncio.Semaphore) -> ClientOutcome:
     async with limit:
         sent = time.monotonic()
@@ -96,9 +110,10 @@ async def _one(session: aiohttp.ClientSession, request: SimRequest, headers: dic
         if request.stream:
             body["stream_options"] = {"include_usage": True}
         has_slo = SLO_TTFT[0] in headers
-        base = dict(request_id=request.request_id, sent_at=sent - began, stream=request.stream, has_slo=has_slo)
+        base = dict(arm=arm.name, request_id=request.request_id, sent_at=sent - began, stream=request.stream,
+                    has_slo=has_slo)
         try:
-            async with session.post("/v1/completions", json=body, headers=headers) as response:
+            async with session.post(f"{arm.base_url}/v1/completions", json=body, headers=headers) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
                     return ClientOutcome(**base, status=response.status, error=text)

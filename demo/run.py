@@ -1,27 +1,39 @@
-"""The whole system on one machine: broker, simulated pool, learning worker, predictor, router — real
-processes on loopback — under trace load through the router, with a regime change half way.
+"""The whole system on one machine: broker, two identical simulated pools, learning worker, predictor and a
+router per pool — real processes on loopback — under the same trace load, with a regime change half way.
 
-:func:`run` returns a :class:`Report`; every number in it is read from the components themselves
-(their ``/metrics``, Kafka offsets) or measured by the load generator as a client.
+One arm is routed by headroom (predicted latency, models learned from its own telemetry); the other, the
+baseline, by the heuristic profile alone (its requests opt out of prediction). Both pools' H100 servers slow
+down at the same moment. :class:`Demo` starts every component at once and says when each is ready, drives
+the load while a live view follows it, and builds the :class:`~demo.report.Report` — also a partial one,
+after a Ctrl-C. Every number in it is read from the components themselves (their ``/metrics``, Kafka) or
+measured by the load generator as a client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import shutil
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+from confluent_kafka import KafkaException
+
+if TYPE_CHECKING:
+    import polars as pl
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.demo import load
 from headroom.demo.processes import Supervisor
+from headroom.demo.report import WARMUP_SHARE, Evidence, Report, heuristic_share
 from headroom.demo.scrape import Samples, by_label, scrape, total
 from headroom.demo.settings import DemoSettings
 from headroom.demo.stats import summarize
@@ -29,10 +41,13 @@ from headroom.localkafka import broker
 from headroom.localkafka.admin import end_offsets
 from headroom.localkafka.cli import start as start_broker
 from headroom.localkafka.settings import BrokerSettings
+from headroom.router.headers import OPT_OUT
 from headroom.sim.traces import load_azure
 
-WARMUP_SHARE = 0.4  # the first 40% of the run may take the heuristic while models are first trained
+log = logging.getLogger(__name__)
+
 SLOWED_POOL = "h100"  # the regime change: every server of this pool slows down (say, a bad driver roll-out)
+ARMS = ("headroom", "baseline")
 
 
 @dataclass
@@ -43,10 +58,14 @@ class Ports:
         self.worker_metrics = self.base
         self.predictor = self.base + 1
         self.predictor_metrics = self.base + 2
-        self.router_http = self.base + 3
+        self.router_http = self.base + 3  # headroom's arm
         self.router_pick = self.base + 4
         self.router_ext_proc = self.base + 5
-        self.servers = self.base + 10  # consecutive, one per simulated server
+        self.baseline_http = self.base + 6
+        self.servers = self.base + 10  # consecutive: each pool type's servers, headroom's arm first
+
+    def all(self, servers: int) -> list[int]:
+        return [*range(self.base, self.base + 7), *range(self.servers, self.servers + servers)]
 
 
 @dataclass(frozen=True)
@@ -55,170 +74,208 @@ class Tick:
 
     elapsed: float
     change_at: float
+    warmup_s: float
     outcomes: list[load.ClientOutcome]
-    router: Samples
+    router: Samples  # headroom's router
     worker: Samples
+    warmed: Samples | None  # headroom's router at the end of the warm-up, once it is over
 
 
-@dataclass
-class Report:
-    settings: dict
-    summary: dict
-    before_change: dict
-    after_change: dict
-    telemetry_in_kafka: int
-    model_versions: dict[str, float]
-    promotions: float
-    drift_events: dict[str, float]
-    drift_events_before_change: float
-    fallbacks: dict[str, float]
-    decisions: dict[str, float]
-    fallback_share_after_warmup: float
-    processes_left: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+class Demo:
+    def __init__(self, settings: DemoSettings, trace: Path,
+                 on_ready: Callable[[str, float], None] | None = None):
+        self.settings, self.trace, self.on_ready = settings, trace, on_ready
+        self.ports = Ports(settings.base_port)
+        self.broker = from_env(BrokerSettings, state_dir=settings.state_dir)
+        self.kafka = from_env(KafkaSettings, bootstrap_servers=self.broker.bootstrap)
+        self.supervisor = Supervisor(settings.state_dir / "logs", env={
+            "HEADROOM_KAFKA_BOOTSTRAP": self.kafka.bootstrap_servers,
+            "HEADROOM_STATE_DIR": str(settings.state_dir),
+            "HEADROOM_PIPELINE_DATA_DIR": str(settings.state_dir / "pipeline"),
+            # A short run: first models from fewer samples; periodic retraining is slower than the default, so it
+            # is the drift detector, not the clock, that answers the regime change.
+            "HEADROOM_RETRAIN_MIN_SAMPLES": str(settings.min_samples),
+            "HEADROOM_RETRAIN_INTERVAL": str(settings.retrain_interval_s)})
+        self.began, self.load_start = time.monotonic(), os.getloadavg()
+        self.ready: dict[str, float] = {}
+        self.outcomes: list[load.ClientOutcome] = []
+        self.timeline: list[Tick] = []
+        self.change_at = settings.duration_s * settings.regime_change_at
+        self.warmup_s = settings.duration_s * WARMUP_SHARE
+        self.servers = self._servers()
+        self.start_offsets: dict[int, int] | None = None
+        self.load_began_unix: float | None = None
+        self.broker_started = False
 
+    @property
+    def server_count(self) -> int:
+        return len(ARMS) * (self.settings.fast_servers + self.settings.slow_servers)
 
-def run(settings: DemoSettings, trace: Path, on_tick: Callable[[Tick], None] | None = None) -> Report:
-    began = time.monotonic()
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
-    ports = Ports(settings.base_port)
-    broker_settings = from_env(BrokerSettings, state_dir=settings.state_dir)
-    start_broker(broker_settings)
-    kafka = from_env(KafkaSettings, bootstrap_servers=broker_settings.bootstrap)
-    supervisor = Supervisor(settings.state_dir / "logs", env={
-        "HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers,
-        "HEADROOM_STATE_DIR": str(settings.state_dir),
-        "HEADROOM_PIPELINE_DATA_DIR": str(settings.state_dir / "pipeline"),
-        # A short run: first models from fewer samples; periodic retraining is slower than the default, so it
-        # is the drift detector, not the clock, that answers the regime change.
-        "HEADROOM_RETRAIN_MIN_SAMPLES": str(settings.min_samples),
-        "HEADROOM_RETRAIN_INTERVAL": str(settings.retrain_interval_s)})
-    try:
-        servers = _start_pool(supervisor, settings, ports)
-        supervisor.start("worker", ["worker", "start", "--app-id", "headroom-demo",
-                                    "--metrics-port", str(ports.worker_metrics), "--log-level", "info"],
-                         ready=_answers(f"http://127.0.0.1:{ports.worker_metrics}/metrics"))
-        supervisor.start("predictor", ["predictor", "serve", "--port", str(ports.predictor),
-                                       "--metrics-port", str(ports.predictor_metrics)],
-                         ready=_answers(f"http://127.0.0.1:{ports.predictor_metrics}/metrics"))
-        config = _router_config(settings, ports, servers)
-        supervisor.start("router", ["router", "serve", "--config", str(config)],
-                         ready=_answers(f"http://127.0.0.1:{ports.router_http}/metrics"))
-        start_offsets = end_offsets(kafka, kafka.telemetry_topic)
-        outcomes, change_at, timeline = _drive(settings, trace, ports, servers, supervisor, on_tick)
-        supervisor.check()
-        router_metrics = scrape(f"http://127.0.0.1:{ports.router_http}/metrics")
-        telemetry = _wait_for_telemetry(kafka, start_offsets, sum(o.status == 200 for o in outcomes))
-        worker_metrics = scrape(f"http://127.0.0.1:{ports.worker_metrics}/metrics")
-    finally:
-        started = list(supervisor.components)
-        supervisor.stop()
-        broker.down(broker_settings)
-    left = [c.name for c in started if c.process.poll() is None]
-    decisions = by_label(router_metrics, "headroom_router_decisions_total", "profile")
-    return Report(
-        settings={k: str(v) for k, v in asdict(settings).items()},
-        summary=asdict(summarize(outcomes, settings.duration_s)),
-        before_change=asdict(summarize([o for o in outcomes if o.sent_at < change_at], change_at)),
-        after_change=asdict(summarize([o for o in outcomes if o.sent_at >= change_at],
-                                      settings.duration_s - change_at)),
-        telemetry_in_kafka=telemetry,
-        model_versions={"/".join(labels.values()): value
-                        for labels, value in router_metrics.get("headroom_router_model_version", [])},
-        promotions=total(worker_metrics, "headroom_model_promotions_total"),
-        drift_events=by_label(worker_metrics, "headroom_drift_events_total", "target"),
-        drift_events_before_change=_drift_events_by(timeline, change_at),
-        fallbacks=by_label(router_metrics, "headroom_router_heuristic_decisions_total", "reason"),
-        decisions=decisions,
-        fallback_share_after_warmup=_fallback_share(timeline, settings.duration_s * WARMUP_SHARE, router_metrics),
-        processes_left=left, seconds=time.monotonic() - began)
+    def start(self) -> None:
+        """The broker, then every other component at once; ``on_ready`` as each becomes ready."""
+        shutil.rmtree(self.settings.state_dir, ignore_errors=True)
+        started = time.monotonic()
+        self.broker_started = True
+        start_broker(self.broker)
+        self._ready("Kafka broker", time.monotonic() - started)
+        specs = [*self._pools(), ("worker", ["worker", "start", "--app-id", "headroom-demo", "--metrics-port",
+                                             str(self.ports.worker_metrics), "--log-level", "info"],
+                                  _answers(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics")),
+                 ("predictor", ["predictor", "serve", "--port", str(self.ports.predictor), "--metrics-port",
+                                str(self.ports.predictor_metrics)],
+                  _answers(f"http://127.0.0.1:{self.ports.predictor_metrics}/metrics"))]
+        for arm, port in zip(ARMS, (self.ports.router_http, self.ports.baseline_http)):
+            specs.append((f"router ({arm})", ["router", "serve", "--config", str(self._router_config(arm))],
+                          _answers(f"http://127.0.0.1:{port}/metrics")))
+        self.supervisor.start_all(specs, on_ready=lambda component, seconds: self._ready(component.name, seconds))
+        self.start_offsets = end_offsets(self.kafka, self.kafka.telemetry_topic)
 
+    def drive(self, on_tick: Callable[[Tick], None] | None = None) -> None:
+        """The trace through both arms at once, with the regime change; outcomes and ticks are kept as they come."""
+        s = self.settings
+        requests = load_azure(self.trace, rate=s.rate, seed=s.seed, limit=int(s.rate * s.duration_s * 1.2) + 10)
+        dressed = load.dress([r for r in requests if r.arrival_s < s.duration_s], load.Mix(seed=s.seed))
+        arms = [load.Arm("headroom", f"http://127.0.0.1:{self.ports.router_http}"),
+                load.Arm("baseline", f"http://127.0.0.1:{self.ports.baseline_http}", ((OPT_OUT, "true"),))]
+        self.load_began_unix = time.time()
+        asyncio.run(self._drive(arms, dressed, on_tick))
+        self.supervisor.check()
 
-def heuristic_decisions(samples: Samples) -> float:
-    """Decisions the heuristic profile made; every demo request asks for prediction, so these fell back."""
-    return total(samples, "headroom_router_decisions_total", profile="heuristic")
+    async def _drive(self, arms: list[load.Arm], dressed: list, on_tick: Callable[[Tick], None] | None) -> None:
+        async def regime_change() -> None:
+            await asyncio.sleep(self.change_at)
+            for servers in self.servers.values():
+                for _, address, pool in servers:
+                    if pool == SLOWED_POOL:
+                        await asyncio.to_thread(_slow_down, address, self.settings.slowdown)
 
+        async def ticks() -> None:
+            began, warmed = time.monotonic(), None
+            while True:
+                await asyncio.sleep(1.0)
+                self.supervisor.check()
+                router, worker = await asyncio.gather(
+                    asyncio.to_thread(scrape, f"http://127.0.0.1:{self.ports.router_http}/metrics"),
+                    asyncio.to_thread(scrape, f"http://127.0.0.1:{self.ports.worker_metrics}/metrics"))
+                elapsed = time.monotonic() - began
+                if warmed is None and elapsed >= self.warmup_s:
+                    warmed = router
+                tick = Tick(elapsed, self.change_at, self.warmup_s, self.outcomes, router, worker, warmed)
+                self.timeline.append(tick)
+                if on_tick:
+                    on_tick(tick)
 
-def _fallback_share(timeline: list[Tick], after_s: float, final: Samples) -> float:
-    """Share of scheduling decisions that fell back to the heuristic after the warm-up."""
-    start = next((t.router for t in timeline if t.elapsed >= after_s), None)
-    if start is None:
-        return float("nan")
-    decided = total(final, "headroom_router_decisions_total") - total(start, "headroom_router_decisions_total")
-    fell_back = heuristic_decisions(final) - heuristic_decisions(start)
-    return fell_back / decided if decided else float("nan")
+        side = [asyncio.create_task(regime_change()), asyncio.create_task(ticks())]
+        try:
+            await load.drive(arms, dressed, max_seconds=self.settings.duration_s, on_outcome=self.outcomes.append)
+        finally:
+            for task in side:
+                task.cancel()
+
+    def finish(self, interrupted: bool = False) -> tuple[Report, Evidence]:
+        """Read what the components counted, stop them all, and build the report (partial when interrupted)."""
+        router = worker = None
+        telemetry = 0
+        records = None
+        try:
+            if self.start_offsets is not None:
+                router = _scrape_or_none(f"http://127.0.0.1:{self.ports.router_http}/metrics")
+                worker = _scrape_or_none(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics")
+                completed = sum(o.status == 200 for o in self.outcomes if o.arm == "headroom")
+                telemetry = _wait_for_telemetry(self.kafka, self.start_offsets, completed,
+                                                timeout_s=3.0 if interrupted else 20.0)
+                records = _telemetry_records(self.kafka)
+        finally:
+            started = list(self.supervisor.components)
+            self.stop()
+        return self._report(router or {}, worker or {}, telemetry, interrupted, started), \
+            Evidence(self.outcomes, [(t.elapsed, t.worker) for t in self.timeline], records, self.load_began_unix)
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+        if self.broker_started:
+            broker.down(self.broker)
+
+    def _report(self, router: Samples, worker: Samples, telemetry: int, interrupted: bool,
+                started: list) -> Report:
+        s = self.settings
+        ran = self.timeline[-1].elapsed if self.timeline else 0.0
+        seconds = s.duration_s if not interrupted else max(ran, 1e-9)
+        change = min(self.change_at, seconds)
+        arms = {}
+        for arm in ARMS:
+            mine = [o for o in self.outcomes if o.arm == arm]
+            arms[arm] = {"whole": asdict(summarize(mine, seconds)),
+                         "before": asdict(summarize([o for o in mine if o.sent_at < self.change_at], change)),
+                         "after": asdict(summarize([o for o in mine if o.sent_at >= self.change_at],
+                                                   max(seconds - self.change_at, 1e-9)))}
+        warmed = next((t.router for t in self.timeline if t.elapsed >= self.warmup_s), None)
+        return Report(
+            settings={k: str(v) for k, v in asdict(s).items()},
+            host={"cores": os.cpu_count(), "load_average_at_start": list(self.load_start),
+                  "load_average_at_end": list(os.getloadavg())},
+            components=self.ready, arms=arms, telemetry_in_kafka=telemetry,
+            model_versions={"/".join(labels.values()): value
+                            for labels, value in router.get("headroom_router_model_version", [])},
+            promotions=total(worker, "headroom_model_promotions_total"),
+            drift_events=by_label(worker, "headroom_drift_events_total", "target"),
+            drift_events_before_change=_drift_events_by(self.timeline, self.change_at),
+            heuristic_reasons=by_label(router, "headroom_router_heuristic_decisions_total", "reason"),
+            decisions=by_label(router, "headroom_router_decisions_total", "profile"),
+            heuristic_share=heuristic_share(None, router),
+            heuristic_share_after_warmup=heuristic_share(warmed, router) if warmed is not None else float("nan"),
+            interrupted=interrupted, load_seconds=ran,
+            processes_left=[c.name for c in started if c.process.poll() is None],
+            seconds=time.monotonic() - self.began)
+
+    def _ready(self, name: str, seconds: float) -> None:
+        self.ready[name] = round(seconds, 1)
+        if self.on_ready:
+            self.on_ready(name, seconds)
+
+    def _servers(self) -> dict[str, list[tuple[str, str, str]]]:
+        """Per arm, (id, address, pool key) of its servers: one process per type serves both arms' servers."""
+        s, out = self.settings, {arm: [] for arm in ARMS}
+        first = self.ports.servers
+        for kind, count in (("h100", s.fast_servers), ("a100", s.slow_servers)):
+            for a, arm in enumerate(ARMS):
+                out[arm] += [(f"{kind}-{i}", f"127.0.0.1:{first + a * count + i}", kind) for i in range(count)]
+            first += len(ARMS) * count
+        return out
+
+    def _pools(self) -> list[tuple[str, list[str], Callable[[], bool]]]:
+        s, specs = self.settings, []
+        first = self.ports.servers
+        for kind, count in (("h100", s.fast_servers), ("a100", s.slow_servers)):
+            if count:
+                addresses = [f"127.0.0.1:{first + i}" for i in range(len(ARMS) * count)]
+                specs.append((f"{kind} servers ({len(ARMS)}×{count})",
+                              ["sim", "serve", "--servers", str(len(ARMS) * count), "--server-type", kind,
+                               "--base-port", str(first), "--seed", str(s.seed + first - self.ports.servers)],
+                              lambda addresses=addresses: all(_answers(f"http://{a}/health")() for a in addresses)))
+            first += len(ARMS) * count
+        return specs
+
+    def _router_config(self, arm: str) -> Path:
+        if arm == "headroom":
+            settings = {"httpPort": self.ports.router_http, "pickPort": self.ports.router_pick,
+                        "extProcPort": self.ports.router_ext_proc, "predictor": "remote",
+                        "predictorAddresses": f"127.0.0.1:{self.ports.predictor}"}
+        else:  # the heuristic profile only; its telemetry would teach the models a pool they do not route
+            settings = {"httpPort": self.ports.baseline_http, "pickPort": -1, "extProcPort": -1, "predictor": "none",
+                        "telemetry": False}
+        config = {"settings": {**settings, "seed": self.settings.seed},
+                  "servers": [{"id": sid, "address": address, "pool": pool} for sid, address, pool in self.servers[arm]]}
+        path = self.settings.state_dir / f"router-{arm}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
 
 
 def _drift_events_by(timeline: list[Tick], at_s: float) -> float:
     """Drift events the worker had counted by ``at_s`` seconds into the load."""
     seen = [t.worker for t in timeline if t.elapsed <= at_s]
     return total(seen[-1], "headroom_drift_events_total") if seen else 0.0
-
-
-def _start_pool(supervisor: Supervisor, settings: DemoSettings, ports: Ports) -> list[tuple[str, str, str]]:
-    """Start the simulated servers; returns (id, address, pool key) of each."""
-    servers = []
-    for kind, count, offset in (("h100", settings.fast_servers, 0), ("a100", settings.slow_servers,
-                                                                       settings.fast_servers)):
-        if count == 0:
-            continue
-        first = ports.servers + offset
-        addresses = [f"127.0.0.1:{first + i}" for i in range(count)]
-        supervisor.start(f"sim-{kind}", ["sim", "serve", "--servers", str(count), "--server-type", kind,
-                                         "--base-port", str(first), "--seed", str(settings.seed + offset)],
-                         ready=lambda addresses=addresses: all(_answers(f"http://{a}/health")() for a in addresses))
-        servers += [(f"{kind}-{i}", address, kind) for i, address in enumerate(addresses)]
-    return servers
-
-
-def _router_config(settings: DemoSettings, ports: Ports, servers: list[tuple[str, str, str]]) -> Path:
-    config = {"settings": {"httpPort": ports.router_http, "pickPort": ports.router_pick,
-                           "extProcPort": ports.router_ext_proc, "seed": settings.seed, "predictor": "remote",
-                           "predictorAddresses": f"127.0.0.1:{ports.predictor}"},
-              "servers": [{"id": sid, "address": address, "pool": pool} for sid, address, pool in servers]}
-    path = settings.state_dir / "router.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def _drive(settings: DemoSettings, trace: Path, ports: Ports, servers: list[tuple[str, str, str]],
-           supervisor: Supervisor, on_tick: Callable[[Tick], None] | None
-           ) -> tuple[list[load.ClientOutcome], float, list[Tick]]:
-    requests = load_azure(trace, rate=settings.rate, seed=settings.seed,
-                          limit=int(settings.rate * settings.duration_s * 1.2) + 10)
-    dressed = load.dress([r for r in requests if r.arrival_s < settings.duration_s], load.Mix(seed=settings.seed))
-    change_at = settings.duration_s * settings.regime_change_at
-    outcomes: list[load.ClientOutcome] = []
-    timeline: list[Tick] = []
-
-    async def main() -> list[load.ClientOutcome]:
-        async def regime_change() -> None:
-            await asyncio.sleep(change_at)
-            for _, address, pool in servers:
-                if pool == SLOWED_POOL:
-                    await asyncio.to_thread(_slow_down, address, settings.slowdown)
-
-        async def ticks() -> None:
-            began = time.monotonic()
-            while True:
-                await asyncio.sleep(1.0)
-                supervisor.check()
-                tick = Tick(time.monotonic() - began, change_at, outcomes,
-                            await asyncio.to_thread(scrape, f"http://127.0.0.1:{ports.router_http}/metrics"),
-                            await asyncio.to_thread(scrape, f"http://127.0.0.1:{ports.worker_metrics}/metrics"))
-                timeline.append(tick)
-                if on_tick:
-                    on_tick(tick)
-
-        side = [asyncio.create_task(regime_change()), asyncio.create_task(ticks())]
-        try:
-            return await load.drive(f"http://127.0.0.1:{ports.router_http}", dressed,
-                                    max_seconds=settings.duration_s, on_outcome=outcomes.append)
-        finally:
-            for task in side:
-                task.cancel()
-
-    return asyncio.run(main()), change_at, timeline
 
 
 def _slow_down(address: str, factor: float) -> None:
@@ -231,12 +288,19 @@ def _slow_down(address: str, factor: float) -> None:
 def _answers(url: str) -> Callable[[], bool]:
     def check() -> bool:
         with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
+            return bool(response.status == 200)
     return check
 
 
+def _scrape_or_none(url: str) -> Samples | None:
+    try:
+        return scrape(url, timeout_s=2.0)
+    except OSError:
+        return None
+
+
 def _wait_for_telemetry(kafka: KafkaSettings, start: dict[int, int], expected: int, timeout_s: float = 20.0) -> int:
-    """Records the run added to the telemetry topic, once it reaches ``expected`` or stops growing."""
+    """Records the run added to the telemetry topic, once it reaches ``expected`` or the time is up."""
     deadline = time.monotonic() + timeout_s
     count = 0
     while time.monotonic() < deadline:
@@ -248,28 +312,12 @@ def _wait_for_telemetry(kafka: KafkaSettings, start: dict[int, int], expected: i
     return count
 
 
-def write_report(report: Report, directory: Path) -> Path:
-    """``demo.json`` (every number) and ``demo.md`` (the same, for people); returns the Markdown path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "demo.json").write_text(json.dumps(asdict(report), indent=2, default=str))
-    rows = [("whole run", report.summary), ("before the regime change", report.before_change),
-            ("after the regime change", report.after_change)]
-    lines = ["# headroom demo", "", f"Settings: {report.settings}", "",
-             "| phase | req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | SLO attained | shed | failed |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, s in rows:
-        lines.append(f"| {name} | {s['rate_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | {s['ttft_p99_ms']:.0f} | "
-                     f"{s['tpot_p50_ms']:.1f} | {s['tpot_p99_ms']:.1f} | {s['slo_attainment']:.1%} | "
-                     f"{s['rejected']} | {s['failed']} |")
-    lines += ["", f"- telemetry records in Kafka: {report.telemetry_in_kafka} "
-              f"(requests completed: {report.summary['completed']})",
-              f"- model versions promoted by the worker: {report.promotions:.0f}",
-              f"- models in use by the router at the end: {report.model_versions}",
-              f"- drift events: {report.drift_events} ({report.drift_events_before_change:.0f} before the change)",
-              f"- fallback share after warm-up: {report.fallback_share_after_warmup:.1%}",
-              f"- scheduling decisions by profile: {report.decisions}",
-              f"- fallbacks by reason: {report.fallbacks}",
-              f"- processes left running: {report.processes_left or 'none'}",
-              f"- wall time: {report.seconds:.0f} s", ""]
-    (directory / "demo.md").write_text("\n".join(lines))
-    return directory / "demo.md"
+def _telemetry_records(kafka: KafkaSettings) -> pl.DataFrame | None:
+    """The run's telemetry as a frame (the topic holds this run alone: the broker's state was wiped)."""
+    from headroom.backtest.replay import read_telemetry
+
+    try:
+        return read_telemetry(kafka, kafka.telemetry_topic, timeout_s=5.0).records
+    except (KafkaException, TimeoutError, OSError) as err:  # the plot is left out, never the report
+        log.warning("telemetry not read for the predicted-vs-actual plot: %s", err)
+        return None

@@ -7,7 +7,7 @@ from headroom.demo.stats import summarize
 
 
 def outcome(i, **fields):
-    base = dict(request_id=f"r{i}", sent_at=float(i), status=200, stream=True, has_slo=False)
+    base = dict(arm="headroom", request_id=f"r{i}", sent_at=float(i), status=200, stream=True, has_slo=False)
     base.update(fields)
     return ClientOutcome(**base)
 
