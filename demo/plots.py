@@ -90,8 +90,7 @@ def predicted_vs_actual(evidence: Evidence, change_at: float, path: Path) -> Pat
     frame = evidence.telemetry
     assert frame is not None
     first = pl.when(pl.col("stream")).then(pl.col("ttft_ms")).otherwise(pl.col("e2e_ms"))
-    predicted = pl.when(pl.col("stream")).then(pl.col("predicted_ttft_ms")).otherwise(
-        pl.coalesce("predicted_e2e_ms", "predicted_ttft_ms"))
+    predicted = pl.when(pl.col("stream")).then(pl.col("predicted_ttft_ms")).otherwise(pl.col("predicted_e2e_ms"))
     start = evidence.load_began_unix or frame.get_column("arrival_ts").min()
     points = frame.select(first.alias("actual"), predicted.alias("predicted"),
                           (pl.col("arrival_ts") - start).alias("t")).drop_nulls()
