@@ -28,23 +28,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     proxy = commands.add_parser("proxy", help="The router's HTTP proxy against the same simulated pool reached "
                                               "directly: throughput, added latency, router CPU per request and chunk.")
-    proxy.add_argument("--servers", type=int, default=4, help="simulated servers")
+    _live_router_args(proxy, servers=4, seconds=5.0)
     proxy.add_argument("--concurrency", type=int, nargs="+", default=[32, 128], help="closed-loop clients per run")
-    proxy.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
     proxy.add_argument("--rounds", type=int, default=3, help="interleaved direct/proxied rounds")
-    proxy.add_argument("--predictor", choices=("none", "embedded"), default="embedded",
-                       help="embedded: every request predicted by in-process models of the reference's size")
-    proxy.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
     proxy.set_defaults(run=_proxy)
 
     ext_proc = commands.add_parser("ext-proc", help="The router as Envoy's endpoint picker: scheduling decisions "
                                                     "per second of the router's CPU time.")
-    ext_proc.add_argument("--servers", type=int, default=16, help="simulated servers (candidates per decision)")
+    _live_router_args(ext_proc, servers=16, seconds=10.0)
     ext_proc.add_argument("--streams", type=int, default=16, help="concurrent ext_proc streams")
-    ext_proc.add_argument("--seconds", type=float, default=10.0, help="measured seconds")
-    ext_proc.add_argument("--predictor", choices=("none", "embedded"), default="embedded",
-                          help="embedded: every decision predicted by in-process models of the reference's size")
-    ext_proc.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -74,6 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
     sim.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")
     sim.set_defaults(run=_sim)
+
+
+def _live_router_args(parser: argparse.ArgumentParser, servers: int, seconds: float) -> None:
+    """What the benchmarks of a live router process share."""
+    parser.add_argument("--servers", type=int, default=servers, help="simulated servers (candidates per decision)")
+    parser.add_argument("--seconds", type=float, default=seconds, help="measured seconds per run")
+    parser.add_argument("--predictor", choices=("none", "embedded"), default="embedded",
+                        help="embedded: every decision predicted by in-process models of the reference's size")
+    parser.add_argument("--profile", type=Path, help="write the router's cProfile statistics here")
 
 
 def _router(args: argparse.Namespace) -> int:

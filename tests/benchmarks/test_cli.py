@@ -25,7 +25,25 @@ def test_sim_bench_runs_each_policy(capsys) -> None:
 @pytest.mark.parametrize("argv, message", [
     (("sim", "--traces", "nope", "--limit", "10"), "unknown trace 'nope'"),
     (("router", "--candidates", "0"), "must be positive"),
-], ids=["trace", "router-candidates"])
+    (("proxy", "--concurrency", "32", "0"), "must be positive"),
+    (("ext-proc", "--servers", "0"), "must be positive"),
+], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers"])
 def test_user_errors_are_command_errors(argv, message) -> None:
     with pytest.raises(CommandError, match=message):
         _invoke(*argv)
+
+
+def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
+    from headroom.benchmarks.proxy import Run, summarize
+
+    def run(path, round_, rps, p99, cpu=0.0):
+        return Run(path, 128, False, round_, rps, 10.0, p99, 0, 0, cpu, 0.0, 0.1)
+
+    runs = [run("direct", 0, 1000, 50), run("proxied", 0, 900, 53, 0.4),
+            run("proxied", 1, 400, 90, 0.6), run("direct", 1, 800, 60),  # round 1 measured in the other order
+            run("direct", 2, 1000, 50), run("proxied", 2, 700, 80, 0.5)]
+    (row,) = summarize(runs)
+    assert row["rounds"] == 3
+    assert row["throughput_ratio"] == 0.7  # median of 0.9, 0.5, 0.7
+    assert row["added_p99_ms"] == 30.0  # median of 3, 30, 30
+    assert row["router_cpu_ms_per_request"] == 0.5
