@@ -75,7 +75,7 @@ def test_every_queried_metric_and_label_exists(title, expr):
 
 def test_the_dashboard_covers_what_operators_watch():
     text = json.dumps(DASHBOARD)
-    for metric in ("headroom_router_decisions_total", "headroom_router_fallbacks_total",
+    for metric in ("headroom_router_decisions_total", "headroom_router_heuristic_decisions_total",
                    "inference_objective_request_predicted_ttft_seconds", "inference_objective_request_tpot_seconds",
                    "inference_objective_request_ttft_slo_violation_total", "headroom_predictor_model_version",
                    "headroom_drift_events_total", "headroom_telemetry_ingested_total",
