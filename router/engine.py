@@ -51,6 +51,7 @@ class Decision:
 # :class:`~router.errors.PredictionUnavailable`, the producer's own from its docstring.
 HEURISTIC_REASONS = ("opted-out", "not-opted-in", "warm-up", "predictor-unavailable", "no-model-for-pool",
                      "stale-metrics", "prediction-failed", "invalid-batch")
+_RANK = {reason: i for i, reason in enumerate(HEURISTIC_REASONS)}
 
 
 class Engine:
@@ -133,8 +134,7 @@ def _clamp(values: np.ndarray) -> np.ndarray:
 
 def _first_reason(reasons: tuple[str, ...]) -> str:
     """The reason a fully degraded request is counted under (an unknown one after the known ones)."""
-    rank = {reason: i for i, reason in enumerate(HEURISTIC_REASONS)}
-    return min(reasons, key=lambda r: (rank.get(r, len(rank)), r), default="prediction-failed")
+    return min(reasons, key=lambda r: (_RANK.get(r, len(_RANK)), r), default="prediction-failed")
 
 
 def _with_fallback(decision: Decision, scope: str, reasons: tuple[str, ...]) -> Decision:
