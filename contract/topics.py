@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from headroom.contract.settings import setting
+from headroom.contract.kafka_security import KafkaSecurity
+from headroom.contract.settings import nested, setting
 
 MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Where the broker is and what its topics are called."""
+    """Where the broker is, how to authenticate to it, and what its topics are called."""
 
     bootstrap_servers: str = setting("127.0.0.1:9092", "HEADROOM_KAFKA_BOOTSTRAP", "Kafka bootstrap servers.")
     telemetry_topic: str = setting("telemetry", "HEADROOM_TOPIC_TELEMETRY", "Completed-request telemetry.")
@@ -25,6 +26,7 @@ class KafkaSettings:
     model_topic: str = setting("model-updates", "HEADROOM_TOPIC_MODELS", "Compacted, versioned model updates.")
     telemetry_partitions: int = setting(4, "HEADROOM_TELEMETRY_PARTITIONS", "Partitions of the telemetry topic.")
     state_dir: Path = setting(Path(".headroom"), "HEADROOM_STATE_DIR", "Where local state (broker data, logs) lives.")
+    security: KafkaSecurity = nested(KafkaSecurity, "TLS and SASL of every client (contract.kafka_security).")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Kafka clients, made in one place: every confluent-kafka consumer, producer and admin client of headroom.
 
-Each is built from :class:`~contract.topics.KafkaSettings` (how to reach the brokers, :func:`client_config`)
-with the options of its role laid over. Consumers made here never join a shared group: each gets a group
+Each is built from :class:`~contract.topics.KafkaSettings` (how to reach and authenticate to the brokers,
+:func:`client_config`, with the security options of :mod:`headroom.kafka_auth`) with the options of its role
+laid over. Consumers made here never join a shared group: each gets a group
 id of its own and is assigned partitions directly, so no reader moves another's offsets.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headroom.contract.topics import KafkaSettings
+from headroom.kafka_auth import librdkafka_options
 
 # librdkafka's notes about a broker that is still starting up, which it retries by itself
 TRANSIENT = ("Coordinator load in progress", "Coordinator not available")
@@ -44,8 +46,8 @@ def librdkafka_logger(name: str) -> logging.Logger:
 
 
 def client_config(kafka: KafkaSettings) -> dict[str, Any]:
-    """What every client needs to reach the brokers."""
-    return {"bootstrap.servers": kafka.bootstrap_servers}
+    """What every client needs to reach and authenticate to the brokers."""
+    return {"bootstrap.servers": kafka.bootstrap_servers, **librdkafka_options(kafka.security)}
 
 
 def consumer(kafka: KafkaSettings, group_prefix: str, options: Mapping[str, Any] | None = None) -> Consumer:

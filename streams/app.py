@@ -10,6 +10,9 @@ partitions (a standby would read the other workers' changelog through that per-e
 that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic with the
 original bytes, the reason and the source in headers; a drift detection wakes the retrainer.
 
+Faust's own clients (the changelog's producer and consumer, the group's assignor) authenticate as the
+worker's other Kafka clients do: :func:`headroom.kafka_auth.faust_credentials`.
+
 Telemetry producers key records by :func:`contract.telemetry.partition_key` (the pool key), so each pool's
 records share a partition and one worker holds a pool's whole window.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import faust
 
 from headroom.contract.topics import KafkaSettings
+from headroom.kafka_auth import faust_credentials
 from headroom.streams import metrics
 from headroom.streams.consume import IngestLoop
 from headroom.streams.ingest import Ingestor, build_ingestor
@@ -55,6 +59,7 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     """The app with its windows table, consuming loop and retraining task; start it with a Faust worker."""
     app = faust.App(
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
+        broker_credentials=faust_credentials(kafka.security),
         topic_partitions=kafka.telemetry_partitions, web_enabled=False, datadir=str(settings.data_dir),
         producer_acks=-1, producer_linger_ms=5, producer_max_batch_size=256 * 1024, table_standby_replicas=0)
     dead_letters = app.topic(kafka.dlq_topic, key_serializer="raw", value_serializer="raw")
