@@ -10,6 +10,7 @@ from pathlib import Path
 
 from headroom.cli.environment import environment_help
 from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.contract.signing import SigningSettings
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 
@@ -33,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--from", dest="start", type=_time_ms, help="first record time: ISO-8601 (UTC) or unix ms")
     run.add_argument("--to", dest="end", type=_time_ms, help="end record time (exclusive): ISO-8601 or unix ms")
     run.add_argument("--start-offset", type=int, help="first offset, in every partition (instead of --from)")
-    run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE", type=_pair,
-                     help="extra librdkafka consumer setting, e.g. security.protocol=SASL_SSL (repeatable)")
+    run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE", type=_kafka_option,
+                     help="extra librdkafka consumer setting, e.g. fetch.max.bytes=... (repeatable); security comes "
+                          "from HEADROOM_KAFKA_* and secrets never from the command line")
     run.add_argument("--pipeline", action="append", default=[], metavar="NAME=VALUE", type=_pair,
                      help="override one pipeline setting for the replay (repeatable)")
     run.add_argument("--out", type=Path, help="report directory (default: HEADROOM_BACKTEST_OUT)")
@@ -48,6 +50,18 @@ def _pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value
+
+
+SECRET_MARKS = ("password", "secret", "ssl.key.pem", "sasl.oauthbearer.config")  # librdkafka options holding secrets
+
+
+def _kafka_option(text: str) -> tuple[str, str]:
+    key, value = _pair(text)
+    if any(mark in key for mark in SECRET_MARKS):
+        raise argparse.ArgumentTypeError(f"{key} is a secret: it is never taken from the command line (where "
+                                         f"process lists and shell histories show it); set "
+                                         f"HEADROOM_KAFKA_SASL_PASSWORD_FILE and the other HEADROOM_KAFKA_* settings")
+    return key, value
 
 
 def _time_ms(text: str) -> int:
@@ -90,6 +104,7 @@ def run_backtest_command(args: argparse.Namespace) -> int:
     try:
         kafka = from_env(KafkaSettings)
         settings = from_env(BacktestSettings)
+        trust = from_env(SigningSettings).trust()
     except SettingsError as err:
         raise CommandError(str(err)) from err
     kafka = dataclasses.replace(kafka, **{k: v for k, v in (
@@ -97,7 +112,7 @@ def run_backtest_command(args: argparse.Namespace) -> int:
         ("model_topic", args.model_topic)) if v is not None})
     settings = dataclasses.replace(settings, **{k: v for k, v in (
         ("out_dir", args.out), ("policies", args.policies), ("servers", args.servers)) if v is not None})
-    source = Source(kafka, Range(start_ms=args.start, end_ms=args.end, start_offset=args.start_offset),
+    source = Source(kafka, trust, Range(start_ms=args.start, end_ms=args.end, start_offset=args.start_offset),
                     dict(args.kafka_option))
     try:
         result = run_backtest(source, pipeline_settings(args.pipeline), settings)

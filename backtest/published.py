@@ -13,28 +13,32 @@ from typing import Any
 import polars as pl
 
 from headroom.contract.model_update import ModelUpdate
+from headroom.contract.signing import TrustedKeys
 from headroom.contract.targets import OBSERVED, PREDICTED, TARGETS, trains
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import read_all
 
 UPDATE_SCHEMA = {"offset": pl.Int64, "pool_key": pl.String, "target": pl.String, "objective": pl.String,
                  "version": pl.Int64, "created_at": pl.Float64, "holdout_mae_ms": pl.Float64,
-                 "holdout_mape": pl.Float64, "train_rows": pl.Float64, "drift_reason": pl.String}
+                 "holdout_mape": pl.Float64, "train_rows": pl.Float64, "drift_reason": pl.String,
+                 "signer": pl.String}
 
 
-def read_updates(kafka: KafkaSettings, options: Mapping[str, Any] | None = None
+def read_updates(kafka: KafkaSettings, trust: TrustedKeys, options: Mapping[str, Any] | None = None
                  ) -> tuple[list[ModelUpdate], list[tuple[int, str]]]:
-    """Every valid update on the model topic in offset order, and ``(offset, reason)`` of the invalid ones."""
-    messages = sorted(read_all(kafka, options=options), key=lambda item: item.offset)
+    """Every valid update signed by a key of ``trust`` on the model topic in offset order, and
+    ``(offset, reason)`` of the rejected ones (unsigned, unknown key, forged, invalid)."""
+    messages = sorted(read_all(kafka, trust, options=options), key=lambda item: item.offset)
     return ([item.update for item in messages if item.update is not None],
-            [(item.offset, item.error or "") for item in messages if item.update is None])
+            [(item.offset, item.reason or "") for item in messages if item.update is None])
 
 
 def updates_frame(updates: list[ModelUpdate]) -> pl.DataFrame:
     return pl.DataFrame([{"offset": i, "pool_key": u.pool_key, "target": u.target, "objective": u.objective,
                           "version": u.version, "created_at": u.created_at,
                           "holdout_mae_ms": u.holdout_metrics.get("mae"), "holdout_mape": u.holdout_metrics.get("mape"),
-                          "train_rows": u.window_stats.get("train_rows"), "drift_reason": u.drift_reason}
+                          "train_rows": u.window_stats.get("train_rows"), "drift_reason": u.drift_reason,
+                          "signer": u.signer}
                          for i, u in enumerate(updates)], schema=UPDATE_SCHEMA)
 
 

@@ -26,6 +26,7 @@ import polars as pl
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from headroom import kafka_clients
+from headroom.contract.signing import TrustedKeys
 from headroom.contract.telemetry_frame import SCHEMA, records_frame
 from headroom.contract.topics import KafkaSettings
 
@@ -49,9 +50,11 @@ class Range:
 
 @dataclass(frozen=True)
 class Source:
-    """Where history is read from: the broker, its topics, the range, extra librdkafka settings."""
+    """Where history is read from: the broker, its topics, the keys published models must be signed by, the
+    range, extra librdkafka settings."""
 
     kafka: KafkaSettings
+    trust: TrustedKeys
     span: Range = Range()
     extra: dict[str, str] = field(default_factory=dict)
 

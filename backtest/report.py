@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,7 +110,8 @@ def _markdown(result: Backtest, source: Source, pipeline: PipelineSettings) -> s
         "### Pipeline settings\n",
         markdown_table(settings_rows),
         "## Published history\n",
-        f"`{source.kafka.model_topic}` holds {result.updates.height} versions. Live error: the records whose "
+        f"`{source.kafka.model_topic}` holds {result.updates.height} versions signed by a trusted key"
+        f"{_rejected_updates(result.rejected_updates)}. Live error: the records whose "
         "`model_versions` name the version, the prediction they carry against what happened.\n",
         markdown_table(result.live_error.select(["pool_key", "target", "version", "served_records", "live_mae_ms",
                                                  "live_mape", "holdout_mae_ms", "holdout_mape", "drift_reason"])),
@@ -165,3 +167,11 @@ def _utc(ts: float | None) -> str:
     if ts is None or ts != ts:
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
+
+
+def _rejected_updates(rejected: list[tuple[int, str]]) -> str:
+    """`` and N rejected messages (reason: count, ...)``, or nothing."""
+    if not rejected:
+        return ""
+    counts = Counter(reason for _, reason in rejected)
+    return f" and {len(rejected)} rejected message(s) ({', '.join(f'{r}: {n}' for r, n in sorted(counts.items()))})"

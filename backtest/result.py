@@ -3,7 +3,7 @@ policy comparison, with the files of its report and the seconds each stage took.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -24,3 +24,4 @@ class Backtest:
     files: list[Path]
     seconds: dict[str, float]  # per stage: read, prepare, replay, training, scoring, published, policies, report
     calibration: Calibration | None = None  # of the policy comparison to the record
+    rejected_updates: list[tuple[int, str]] = field(default_factory=list)  # (offset, reason) on the model topic

@@ -18,7 +18,8 @@ from headroom.backtest.replay import Source, read_telemetry
 from headroom.backtest.report import write_report
 from headroom.backtest.result import Backtest
 from headroom.backtest.settings import BacktestSettings
-from headroom.contract.model_update import ModelUpdate, encode_update
+from headroom.contract.model_update import ModelUpdate
+from headroom.contract.signing import TrustedKeys
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.predictors import EmbeddedPredictor
 from headroom.router.roles import LatencyPredictor
@@ -46,7 +47,7 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
                     "training": outcome.training_seconds, "scoring": outcome.scoring_seconds}
 
         started = time.perf_counter()
-        updates, _ = published.read_updates(source.kafka, source.extra)
+        updates, rejected_updates = published.read_updates(source.kafka, source.trust, source.extra)
         updates_table = published.updates_frame(updates)
         live = published.live_error(records, updates_table)
         seconds["published"] = time.perf_counter() - started
@@ -55,7 +56,7 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
         started = time.perf_counter()
         simulating = progress.add_task("policy comparison", total=len(names))
         if names and records.height:
-            predictor = _published_models(updates) if policies.PREDICTED in names else None
+            predictor = _published_models(updates, source.trust) if policies.PREDICTED in names else None
             if predictor is None and policies.PREDICTED in names:  # nothing published yet: nothing to replay it with
                 names = [name for name in names if name != policies.PREDICTED]
             comparison = policies.compare(records, names, settings.servers or None, settings.server_type,
@@ -69,17 +70,18 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
 
     started = time.perf_counter()
     result = Backtest(records, len(replay.rejected), outcome, updates_table, live, summary, outcomes, [], seconds,
-                      calibration)
+                      calibration, rejected_updates)
     files = write_report(settings.out_dir, result, source, pipeline)
     seconds["report"] = time.perf_counter() - started
     return dataclasses.replace(result, files=files)
 
 
-def _published_models(updates: list[ModelUpdate]) -> LatencyPredictor | None:
-    """The latest published version of every model, verified as a serving runtime would."""
-    runtime = ModelRuntime()
+def _published_models(updates: list[ModelUpdate], trust: TrustedKeys) -> LatencyPredictor | None:
+    """The latest published version of every model (already opened with ``trust``), verified as a serving
+    runtime would."""
+    runtime = ModelRuntime(trust=trust)
     for update in sorted(updates, key=lambda u: u.version):
-        runtime.apply(encode_update(update))
+        runtime.apply_update(update)
     return EmbeddedPredictor(runtime) if runtime.ready else None
 
 

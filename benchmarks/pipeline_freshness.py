@@ -42,6 +42,7 @@ from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
 from headroom.sim.traces import load_azure  # noqa: E402
 from headroom.trainer.evaluation import score  # noqa: E402
 from headroom.trainer.fit import predict  # noqa: E402
+from tests.keys import TRUST  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
 
 
@@ -95,7 +96,7 @@ def main() -> None:
             latest = {}
             while time.monotonic() < deadline and not {"ttft", "tpot"} <= {k.split("/")[1] for k in latest}:
                 time.sleep(1)
-                latest = {k: u for k, u in read_latest(kafka)[0].items() if k.endswith("/mean")}
+                latest = {k: u for k, u in read_latest(kafka, TRUST)[0].items() if k.endswith("/mean")}
             old = {u.target: u for u in latest.values()}
             boosters = {t: load_booster(u.model) for t, u in old.items() if t in ("ttft", "tpot")}
             publish(with_predictions(before[half:], boosters))
@@ -103,7 +104,7 @@ def main() -> None:
             stop = threading.Event()
 
             def follow():
-                for item in tail(kafka, idle_s=None, poll_s=0.2):
+                for item in tail(kafka, TRUST, idle_s=None, poll_s=0.2):
                     if item.update is not None:
                         arrivals.append((time.monotonic(), item.update))
                     if stop.is_set():

@@ -3,7 +3,8 @@ delay from publishing a version to serving it (``... update``); the gRPC server 
 :mod:`benchmarks.predictor_grpc`.
 
 Models are trained here with the reference hyperparameters (200 trees, depth 6) on synthetic candidate
-rows: TTFT and TPOT, each a mean and a p90 model.
+rows: TTFT and TPOT, each a mean and a p90 model, and signed with a key made for the run (:data:`BENCH_KEY`,
+trusted by :data:`BENCH_TRUST`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, RAW_FIELDS, feature_matrix
 from headroom.contract.model_update import encode_update, make_update
+from headroom.contract.signing import SigningKey, TrustedKeys
 
 REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
                     "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1}
@@ -22,6 +24,8 @@ MODELS = (("ttft", "mean"), ("tpot", "mean"), ("ttft", "quantile"), ("tpot", "qu
 
 
 EFFECTIVE_PROMPT = FEATURE_NAMES.index("effective_prompt_tokens")
+BENCH_KEY = SigningKey.generate()
+BENCH_TRUST = TrustedKeys([BENCH_KEY.public_key])
 
 
 def candidates(n: int, seed: int = 0) -> np.ndarray:
@@ -43,7 +47,7 @@ def candidates(n: int, seed: int = 0) -> np.ndarray:
 
 
 def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:
-    """Model-update messages (and their boosters) for the four benchmark models."""
+    """Signed model-update messages (and their boosters) for the four benchmark models."""
     import xgboost
 
     x = candidates(rows, seed)
@@ -60,7 +64,7 @@ def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> l
         update = make_update(model=bytes(booster.save_raw("ubj")), version=1, pool_key="bench", target=target,
                              objective=objective, quantile=0.9 if objective == "quantile" else None,
                              feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time())
-        out.append((encode_update(update), booster))
+        out.append((BENCH_KEY.sign(encode_update(update)), booster))
     return out
 
 
@@ -80,7 +84,7 @@ def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, m
     messages = reference_messages()[:models]
     results = []
     for engine in available_engines():
-        runtime = ModelRuntime(engine=engine, threads=threads)
+        runtime = ModelRuntime(trust=BENCH_TRUST, engine=engine, threads=threads)
         for raw, _ in messages:
             runtime.apply(raw)
         for n in candidate_counts:
@@ -122,20 +126,22 @@ def bench_update(kafka, versions: int = 10) -> dict:
     from headroom.contract.settings import from_env
     from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
     from headroom.localkafka.admin import ensure_topics
+    from headroom.predictor.runtime import ModelRuntime
     from headroom.predictor.server import PredictorServer
     from headroom.predictor.settings import PredictorSettings
 
     topic = f"bench-model-updates-{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka, [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
     kafka = dataclasses.replace(kafka, model_topic=topic)
-    template = decode_update(reference_messages()[0][0])
+    template = decode_update(reference_messages()[0][0], BENCH_TRUST)
     producer = kafka_clients.producer(kafka, {"message.max.bytes": MODEL_MESSAGE_MAX_BYTES})
-    server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1), kafka)
+    server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1), kafka,
+                             runtime=ModelRuntime(trust=BENCH_TRUST))
     server.start()
     delays = []
     try:
         for version in range(1, versions + 1):
-            raw = encode_update(dataclasses.replace(template, version=version, created_at=time.time()))
+            raw = BENCH_KEY.sign(encode_update(dataclasses.replace(template, version=version, created_at=time.time())))
             started = time.perf_counter()
             producer.produce(topic, key=template.key.encode(), value=raw)
             producer.flush(10)

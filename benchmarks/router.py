@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
+from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
 from headroom.router.candidate_features import candidate_features
@@ -64,16 +64,16 @@ def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
     params = {"max_depth": depth, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
               "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1, "seed": version}
     booster = xgboost.train(params, xgboost.DMatrix(x, label=y), trees)
-    return encode_update(make_update(
+    return BENCH_KEY.sign(encode_update(make_update(
         model=bytes(booster.save_raw("ubj")), version=version, pool_key="default", target=target, objective="mean",
         quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time(),
-        window_stats={"rows": len(x)}, holdout_metrics={}))
+        window_stats={"rows": len(x)}, holdout_metrics={})))
 
 
 def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
                      slo: bool = False, seed: int = 0) -> BenchResult:
     from headroom.predictor.runtime import ModelRuntime
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=BENCH_TRUST)
     for version, target in enumerate(("ttft", "tpot"), start=1):
         result = runtime.apply(_model_update(target, trees, depth, version))
         if result.outcome.value != "applied":

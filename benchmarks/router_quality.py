@@ -38,7 +38,8 @@ import xgboost  # noqa: E402
 
 from headroom.backtest.router_policy import engine_pick  # noqa: E402
 from headroom.contract.features import FEATURE_SCHEMA, records_matrix  # noqa: E402
-from headroom.contract.model_update import encode_update, make_update  # noqa: E402
+from headroom.contract.model_update import make_update  # noqa: E402
+from headroom.contract.signing import TrustedKeys  # noqa: E402
 from headroom.contract.targets import target_value  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
@@ -69,7 +70,7 @@ def train_runtime(trace: str, n: int, capacity: float, loads, slo) -> tuple[Mode
     for load in loads:
         train, _ = trace_slices(trace, n, load * SERVERS * capacity)
         records += run(train, uniform_pool(SERVERS), policy("random", seed=1), seed=1).records
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TrustedKeys())  # models made here are applied directly, not read from Kafka
     _fit(runtime, records, version=1)
     for load in loads:
         train, _ = trace_slices(trace, n, load * SERVERS * capacity)
@@ -89,10 +90,10 @@ def _fit(runtime: ModelRuntime, records, version: int) -> None:
         for seed in range(5):
             params = TrainParams(seed=seed)
             booster = xgboost.train(params.booster_params(), data, params.n_trees)
-            result = runtime.apply(encode_update(make_update(
+            result = runtime.apply_update(make_update(
                 model=bytes(booster.save_raw("ubj")), version=version, pool_key="h100", target=target,
                 objective="mean", quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj",
-                created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={})))
+                created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={}))
             if result.outcome.value == "applied":
                 break
             print(f"# {target} v{version} seed {seed} rejected: {result.reason} {result.detail}", file=sys.stderr)

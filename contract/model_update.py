@@ -15,8 +15,11 @@ consumer exponentiates. Quantiles survive a monotone transform exactly, and ``ex
 The trainer also stores the transform in the model bytes (booster attribute :data:`TRANSFORM_ATTRIBUTE`)
 so a booster loaded on its own predicts in milliseconds too; consumers check that the two agree.
 
-Every consumer takes a decoded update's model through :func:`load_update`, the one place that decides
-whether a model may be used at all (:class:`RejectedUpdate` says why not).
+Messages travel signed (:mod:`contract.signing`): :func:`decode_update` first opens the signed message with
+the reader's trusted keys, so an unsigned or forged message is rejected before its header is read, and the
+update carries the id of the key that signed it (``signer``). Every consumer then takes a decoded update's
+model through :func:`load_update`, the one place that decides whether a model may be used at all
+(:class:`RejectedUpdate` says why not).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from headroom.errors import HeadroomError
 if TYPE_CHECKING:
     import xgboost
 
+    from headroom.contract.signing import TrustedKeys
+
 MAGIC = b"HRMU"
 FORMAT_VERSION = 1
 OBJECTIVES = ("mean", "quantile")
@@ -50,8 +55,8 @@ class InvalidUpdate(HeadroomError, ValueError):
 
 
 class RejectedUpdate(InvalidUpdate):
-    """A well-formed update whose model must not be used; ``reason`` is its category: ``schema``, ``model``
-    or ``transform``."""
+    """An update whose model must not be used; ``reason`` is its category: ``unsigned``, ``unknown-key`` or
+    ``bad-signature`` (:mod:`contract.signing`), ``schema``, ``model`` or ``transform``."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -74,6 +79,7 @@ class ModelUpdate:
     holdout_metrics: dict[str, float] = field(default_factory=dict)
     drift_reason: str | None = None
     output_transform: str = "identity"  # one of OUTPUT_TRANSFORMS: raw model output -> milliseconds
+    signer: str | None = None  # id of the key the message was signed with (set by decode_update; not in the header)
 
     @property
     def key(self) -> str:
@@ -110,16 +116,18 @@ def make_update(*, model: bytes, **metadata: Any) -> ModelUpdate:
 
 
 def encode_update(update: ModelUpdate) -> bytes:
+    """The message of ``update``, unsigned (:meth:`contract.signing.SigningKey.sign` signs it)."""
     header = asdict(update)
-    del header["model"]
+    del header["model"], header["signer"]
     header["format_version"] = FORMAT_VERSION
     raw = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
     return MAGIC + _HEADER_LEN.pack(len(raw)) + raw + update.model
 
 
-def decode_update(raw: bytes) -> ModelUpdate:
-    """Parse a message and verify its checksum; raises :class:`InvalidUpdate` saying why."""
-    raw = bytes(raw)
+def decode_update(raw: bytes, trust: TrustedKeys) -> ModelUpdate:
+    """Open a signed message with ``trust``, parse it and verify its checksum; raises :class:`RejectedUpdate`
+    for a message ``trust`` refuses and :class:`InvalidUpdate` for a malformed one, saying why."""
+    raw, signer = trust.open(raw)
     if raw[:4] != MAGIC:
         raise InvalidUpdate(f"not a model-update message (magic {raw[:4]!r}, expected {MAGIC!r})")
     if len(raw) < 8:
@@ -135,9 +143,11 @@ def decode_update(raw: bytes) -> ModelUpdate:
         raise InvalidUpdate("model-update header must be a JSON object")
     if header.pop("format_version", None) != FORMAT_VERSION:
         raise InvalidUpdate(f"unknown model-update format version; this reader knows {FORMAT_VERSION}")
+    if "signer" in header:
+        raise InvalidUpdate("model-update header fields are wrong: 'signer' is not a header field")
     model = raw[8 + length:]
     try:
-        update = ModelUpdate(model=model, **header)
+        update = ModelUpdate(model=model, signer=signer, **header)
     except TypeError as err:
         raise InvalidUpdate(f"model-update header fields are wrong: {err}") from err
     _check(update)

@@ -6,7 +6,8 @@ baseline, by the heuristic profile alone (its requests opt out of prediction). B
 down at the same moment. :class:`Demo` starts every component at once and says when each is ready, drives
 the load while a live view follows it, and builds the :class:`~demo.report.Report` — also a partial one,
 after a Ctrl-C. Every number in it is read from the components themselves (their ``/metrics``, Kafka) or
-measured by the load generator as a client.
+measured by the load generator as a client. The run makes its own model-signing key pair: the worker signs
+with it, the predictor and the routers trust it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 from headroom.contract.settings import from_env
+from headroom.contract.signing import SigningKey
 from headroom.contract.topics import KafkaSettings
 from headroom.demo import load
 from headroom.demo.processes import Supervisor
@@ -114,6 +116,7 @@ class Demo:
     def start(self) -> None:
         """The broker, then every other component at once; ``on_ready`` as each becomes ready."""
         shutil.rmtree(self.settings.state_dir, ignore_errors=True)
+        self.supervisor.env.update(_signing_keys(self.settings.state_dir / "signing"))
         started = time.monotonic()
         self.broker_started = True
         start_broker(self.broker)
@@ -283,6 +286,12 @@ def _slow_down(address: str, factor: float) -> None:
                                      data=json.dumps({"factor": factor}).encode(),
                                      headers={"content-type": "application/json"})
     urllib.request.urlopen(request, timeout=5).close()
+
+
+def _signing_keys(directory: Path) -> dict[str, str]:
+    """A fresh key pair, as the worker's key to sign with and the readers' key to trust."""
+    private, public = SigningKey.generate().write(directory, "worker")
+    return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
 
 
 def _answers(url: str) -> Callable[[], bool]:

@@ -7,9 +7,10 @@ its stop flag). Everything else here is built on it: :func:`read_all` (the topic
 :func:`read_latest` (the newest valid version per model key) and :func:`tail` (updates as they arrive),
 and the predictor's tailer.
 
-Messages are :mod:`contract.model_update` bytes keyed by the model key; a reader that decodes them
-(:func:`received`) reports a message that fails :func:`~contract.model_update.decode_update` rather than
-stopping. Fetches are sized for the largest model message (:data:`FETCH_OPTIONS`).
+Messages are signed :mod:`contract.model_update` bytes keyed by the model key; a reader that decodes them
+(:func:`received`, with the reader's :class:`~contract.signing.TrustedKeys`) reports a message that fails
+:func:`~contract.model_update.decode_update` — unsigned, signed by an unknown key, forged, malformed —
+with its reason rather than stopping. Fetches are sized for the largest model message (:data:`FETCH_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
-from headroom.contract.model_update import InvalidUpdate, ModelUpdate, decode_update
+from headroom.contract.model_update import InvalidUpdate, ModelUpdate, RejectedUpdate, decode_update
+from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
 from headroom.kafka_clients import consumer, partitions, wait_for_partitions, watermarks
 
@@ -38,21 +40,25 @@ CAUGHT_UP: Final = "caught-up"  # yielded once by follow(): everything there was
 
 @dataclass(frozen=True)
 class Received:
-    """One message read from ``model-updates``: an update, or the reason it was rejected."""
+    """One message read from ``model-updates``: an update, or why it was rejected (``reason``: a category of
+    :class:`~contract.model_update.RejectedUpdate`, or ``invalid``)."""
 
     offset: int
     update: ModelUpdate | None
     error: str | None = None
+    reason: str | None = None
 
 
-def received(message: Message) -> Received:
-    """The message decoded, or the reason it cannot be."""
+def received(message: Message, trust: TrustedKeys) -> Received:
+    """The message opened with ``trust`` and decoded, or the reason it cannot be."""
     if message.value() is None:
-        return Received(message.offset(), None, "a tombstone: the message has no value")
+        return Received(message.offset(), None, "a tombstone: the message has no value", "tombstone")
     try:
-        return Received(message.offset(), decode_update(message.value()))
+        return Received(message.offset(), decode_update(message.value(), trust))
+    except RejectedUpdate as err:
+        return Received(message.offset(), None, str(err), err.reason)
     except InvalidUpdate as err:
-        return Received(message.offset(), None, str(err))
+        return Received(message.offset(), None, str(err), "invalid")
 
 
 def follow(kafka: KafkaSettings, *, from_beginning: bool = True, poll_s: float = 0.5,
@@ -102,7 +108,7 @@ def follow(kafka: KafkaSettings, *, from_beginning: bool = True, poll_s: float =
         client.close()
 
 
-def read_all(kafka: KafkaSettings, timeout_s: float = 30.0,
+def read_all(kafka: KafkaSettings, trust: TrustedKeys, timeout_s: float = 30.0,
              options: Mapping[str, Any] | None = None) -> list[Received]:
     """Every message now on ``model-updates``, in order (up to the end offsets at the time of the call)."""
     out: list[Received] = []
@@ -114,15 +120,16 @@ def read_all(kafka: KafkaSettings, timeout_s: float = 30.0,
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {kafka.model_topic!r} took over {timeout_s} s")
             continue
-        out.append(received(item))
+        out.append(received(item, trust))
     return out
 
 
-def read_latest(kafka: KafkaSettings, timeout_s: float = 30.0) -> tuple[dict[str, ModelUpdate], list[Received]]:
-    """The newest valid version per model key, and the messages that were rejected."""
+def read_latest(kafka: KafkaSettings, trust: TrustedKeys,
+                timeout_s: float = 30.0) -> tuple[dict[str, ModelUpdate], list[Received]]:
+    """The newest valid, trusted version per model key, and the messages that were rejected."""
     latest: dict[str, ModelUpdate] = {}
     rejected = []
-    for item in read_all(kafka, timeout_s):
+    for item in read_all(kafka, trust, timeout_s):
         if item.update is None:
             rejected.append(item)
         elif item.update.key not in latest or latest[item.update.key].version < item.update.version:
@@ -130,13 +137,13 @@ def read_latest(kafka: KafkaSettings, timeout_s: float = 30.0) -> tuple[dict[str
     return latest, rejected
 
 
-def tail(kafka: KafkaSettings, *, from_beginning: bool = False, idle_s: float | None = None,
+def tail(kafka: KafkaSettings, trust: TrustedKeys, *, from_beginning: bool = False, idle_s: float | None = None,
          poll_s: float = 0.5) -> Iterator[Received]:
     """Messages as they arrive on ``model-updates``; stops after ``idle_s`` without one (None: never)."""
     last = time.monotonic()
     for item in follow(kafka, from_beginning=from_beginning, poll_s=poll_s):
         if isinstance(item, Message):
             last = time.monotonic()
-            yield received(item)
+            yield received(item, trust)
         elif idle_s is not None and time.monotonic() - last >= idle_s:
             return

@@ -60,11 +60,14 @@ class _RuntimeCollector:
         version = GaugeMetricFamily("headroom_predictor_model_version", "Live model version.", labels=labels)
         age = GaugeMetricFamily("headroom_predictor_model_age_seconds", "Seconds since the live version was "
                                 "trained.", labels=labels)
+        signer = GaugeMetricFamily("headroom_predictor_model_signer", "The key that signed the live version (1; "
+                                   "signer 'unsigned' when unsigned models are allowed).", labels=[*labels, "signer"])
         now = time.time()
         for model in self.runtime.live():
             values = [model.pool_key, model.target, model.objective]
             version.add_metric(values, model.version)
             age.add_metric(values, max(0.0, now - model.created_at))
+            signer.add_metric([*values, model.signer or "unsigned"], 1)
         updates = CounterMetricFamily("headroom_predictor_model_updates", "Model-update messages by outcome "
                                       "and rejection reason.", labels=["outcome", "reason"])
         updates.add_metric(["applied", ""], self.runtime.applied)
@@ -73,4 +76,4 @@ class _RuntimeCollector:
             updates.add_metric(["rejected", reason], count)
         ready = GaugeMetricFamily("headroom_predictor_models_live", "Live model versions.")
         ready.add_metric([], len(self.runtime.live()))
-        yield from (version, age, updates, ready)
+        yield from (version, age, signer, updates, ready)

@@ -1,12 +1,15 @@
 """The model runtime: the live model version per (pool key, target, objective), and batched prediction.
 
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
-check: checksum (:func:`contract.model_update.decode_update`), the checks every consumer makes
-(:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform),
-that its trees are supported and its objective matches the message, and a probe
-prediction that must be finite, non-negative (in milliseconds, after the output transform) and equal to
-XGBoost's own. A failing update is rejected, counted by reason and logged, and the previous version keeps
-serving; a version not newer than the live one is ignored, so replaying the topic is harmless.
+check: a signature by a trusted key and the checksum (:func:`contract.model_update.decode_update` with the
+runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one, the checks every
+consumer makes (:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output
+transform), that its trees are supported and its objective matches the message, and a probe prediction that
+must be finite, non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A
+failing update is rejected, counted by reason (``unsigned``, ``unknown-key``, ``bad-signature``,
+``replayed`` for a version older than the live one, ``checksum``, ``schema``, ``probe``, ...) and logged,
+and the previous version keeps serving; the live version itself arriving again is ignored (stale), so
+replaying the topic is harmless.
 
 Each pool's models are held in one immutable snapshot whose trees are stacked for a single-pass
 evaluation (the outputs of models trained on log latency are exponentiated after it); an update builds a
@@ -35,6 +38,7 @@ from headroom.contract.model_update import (
     model_key,
     to_milliseconds,
 )
+from headroom.contract.signing import TrustedKeys
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster
 from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate
@@ -74,6 +78,7 @@ class ServingModel:
     holdout_metrics: dict[str, float] = field(repr=False)
     forest: Forest = field(repr=False)
     output_transform: str = "identity"  # raw tree output -> milliseconds (contract.model_update)
+    signer: str | None = None  # id of the key the update was signed with (None: unsigned, and allowed)
 
     @property
     def key(self) -> str:
@@ -112,9 +117,11 @@ class PoolPrediction:
 
 
 class ModelRuntime:
-    """Holds and serves the live model versions; safe to use from many threads."""
+    """Holds and serves the live model versions, from updates signed by a key of ``trust``; safe to use from
+    many threads."""
 
-    def __init__(self, engine: str | None = None, clock=time.time, threads: int = 1) -> None:
+    def __init__(self, *, trust: TrustedKeys, engine: str | None = None, clock=time.time, threads: int = 1) -> None:
+        self.trust = trust
         self.engine = engine or default_engine()
         if threads < 1:
             raise ValueError(f"tree evaluation threads must be at least 1, got {threads}")
@@ -165,12 +172,22 @@ class ModelRuntime:
     def apply(self, message: bytes) -> ApplyResult:
         """Verify a raw model-update message and swap it in; never raises for a bad message."""
         try:
-            update = decode_update(message)
+            update = decode_update(message, self.trust)
+        except RejectedUpdate as err:
+            return self._reject(err.reason, err.detail, None, None)
         except InvalidUpdate as err:
             reason = "checksum" if "checksum" in str(err) else "decode"
             return self._reject(reason, str(err), None, None)
+        return self.apply_update(update)
+
+    def apply_update(self, update: ModelUpdate) -> ApplyResult:
+        """Swap in an update already opened with :attr:`trust` (read by :mod:`headroom.model_topic`), after the
+        same checks as :meth:`apply`'s."""
         live_version = self.version(update.pool_key, update.target, update.objective)
-        if live_version is not None and update.version <= live_version:
+        if live_version is not None and update.version < live_version:
+            return self._reject("replayed", f"version {update.version} is older than the live version "
+                                            f"{live_version}", update.key, update.version)
+        if live_version is not None and update.version == live_version:
             self.stale += 1
             return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
         try:
@@ -189,7 +206,7 @@ class ModelRuntime:
                 return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
             self._pools = {**self._pools, model.pool_key: PoolModels.of(model.pool_key, others + [model])}
             self.applied += 1
-        log.info("model %s version %d is live", model.key, model.version)
+        log.info("model %s version %d is live (signed by %s)", model.key, model.version, model.signer or "nobody")
         return ApplyResult(ApplyOutcome.APPLIED, model.key, model.version)
 
     def _verify(self, update: ModelUpdate) -> ServingModel:
@@ -219,7 +236,7 @@ class ModelRuntime:
         return ServingModel(pool_key=update.pool_key, target=update.target, objective=update.objective,
                          quantile=update.quantile, version=update.version, created_at=update.created_at,
                          applied_at=self._clock(), holdout_metrics=dict(update.holdout_metrics), forest=forest,
-                         output_transform=update.output_transform)
+                         output_transform=update.output_transform, signer=update.signer)
 
     def _reject(self, reason: str, detail: str, key: str | None, version: int | None) -> ApplyResult:
         self.rejected[reason] += 1

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from collections import Counter
 
 from headroom.cli.environment import reads
 from headroom.contract.settings import SettingsError, from_env
+from headroom.contract.signing import SigningKey, SigningSettings, TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 from headroom.streams.settings import PipelineSettings
@@ -19,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("worker", help="run the learning pipeline (telemetry → windows → models)")
     commands = group.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
     start = commands.add_parser("start", help="consume telemetry, keep windows, retrain and publish models",
-                                **reads(PipelineSettings, KafkaSettings))
+                                **reads(PipelineSettings, KafkaSettings, SigningSettings))
     start.add_argument("--app-id", help="Faust app id (consumer group, changelog prefix)")
     start.add_argument("--metrics-port", type=int, help="Prometheus port (0: off)")
     start.add_argument("--log-level", choices=("crit", "error", "warn", "info", "debug"))
@@ -35,12 +37,25 @@ def settings_from(args: argparse.Namespace) -> tuple[KafkaSettings, PipelineSett
         raise CommandError(str(err)) from err
 
 
+def signing_from(signing: SigningSettings) -> tuple[SigningKey | None, TrustedKeys]:
+    """The worker's signing key and the keys it trusts (its own among them); without a key the worker
+    publishes unsigned models, which only readers that allow them will serve, so it must be allowed."""
+    try:
+        key = signing.signing_key()
+        if key is None and not signing.allow_unsigned:
+            raise SettingsError("the worker signs every model it publishes: set HEADROOM_MODEL_SIGNING_KEY_FILE to "
+                                "its private key (`headroom models keygen` makes a pair)")
+        return key, signing.trust(own=key)
+    except SettingsError as err:
+        raise CommandError(str(err)) from err
+
+
 def run_start(args: argparse.Namespace) -> int:
     kafka, settings = settings_from(args)
-    return start_worker(kafka, settings)
+    return start_worker(kafka, settings, from_env(SigningSettings))
 
 
-def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
+def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: SigningSettings) -> int:
     """Warm-start from ``model-updates``, then run the Faust worker until it is stopped."""
     import faust
     from confluent_kafka import KafkaException
@@ -52,10 +67,14 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     from headroom.trainer.live import LiveModels
     from headroom.trainer.publish import ModelPublisher
 
+    key, trust = signing_from(signing)
+    if key is None:
+        print("HEADROOM_MODEL_ALLOW_UNSIGNED: publishing UNSIGNED models; readers that require signatures will "
+              "reject them", flush=True)
     try:
         ensure_topics(kafka)
         partitions = partition_count(kafka, kafka.telemetry_topic)
-        latest, rejected = read_latest(kafka)
+        latest, rejected = read_latest(kafka, trust)
     except (KafkaException, TimeoutError) as err:
         raise CommandError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err
     if partitions != kafka.telemetry_partitions:
@@ -65,8 +84,11 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings) -> int:
     live = LiveModels(latest.values())
     print(f"warm start: {len(latest)} live model(s) from {kafka.model_topic!r}"
           + "".join(f"\n  {key} v{version}" for key, version in sorted(live.versions().items()))
-          + (f"; skipped {len(rejected)} invalid message(s)" if rejected else ""), flush=True)
-    topology = create_topology(kafka, settings, live, ModelPublisher(kafka))
+          + (f"; skipped {len(rejected)} rejected message(s): "
+             + ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in rejected).items())
+             if rejected else "")
+          + (f"; signing as key {key.key_id}" if key else ""), flush=True)
+    topology = create_topology(kafka, settings, live, ModelPublisher(kafka, key))
     if settings.metrics_port:
         try:
             start_http_server(settings.metrics_port, addr=settings.metrics_host)

@@ -1,12 +1,14 @@
 """Publishing model versions to ``model-updates``, one acknowledged message each.
 
-Messages are :mod:`contract.model_update` bytes keyed by the model key, so the compacted topic keeps the
-newest version of every model. Reading them back is :mod:`headroom.model_topic`.
+Messages are :mod:`contract.model_update` bytes signed with the publisher's key (:mod:`contract.signing`),
+keyed by the model key, so the compacted topic keeps the newest version of every model. Reading them back
+is :mod:`headroom.model_topic`.
 """
 
 from __future__ import annotations
 
 from headroom.contract.model_update import ModelUpdate, encode_update
+from headroom.contract.signing import SigningKey
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
 from headroom.errors import HeadroomError
 from headroom.kafka_clients import producer
@@ -17,10 +19,12 @@ class PublishError(HeadroomError, RuntimeError):
 
 
 class ModelPublisher:
-    """Writes model updates, one acknowledged message each."""
+    """Writes model updates signed with ``key`` (unsigned when None: for readers that allow it), one
+    acknowledged message each."""
 
-    def __init__(self, kafka: KafkaSettings, timeout_s: float = 30.0):
+    def __init__(self, kafka: KafkaSettings, key: SigningKey | None, timeout_s: float = 30.0):
         self._topic = kafka.model_topic
+        self._key = key
         self._timeout_s = timeout_s
         self._producer = producer(kafka, {"acks": "all", "enable.idempotence": True,
                                           "message.max.bytes": MODEL_MESSAGE_MAX_BYTES, "linger.ms": 0})
@@ -28,7 +32,9 @@ class ModelPublisher:
     def publish(self, update: ModelUpdate) -> None:
         """Write ``update`` and wait for the broker's acknowledgement."""
         errors: list[object] = []
-        self._producer.produce(self._topic, key=update.key.encode(), value=encode_update(update),
+        message = encode_update(update)
+        value = self._key.sign(message) if self._key is not None else message
+        self._producer.produce(self._topic, key=update.key.encode(), value=value,
                                on_delivery=lambda err, _msg: errors.append(err) if err else None)
         remaining = self._producer.flush(self._timeout_s)
         if remaining or errors:

@@ -22,6 +22,7 @@ from headroom.streams.retrain import Retrainer
 from headroom.trainer.live import LiveModels
 from headroom.trainer.publish import ModelPublisher
 from tests.backtest.history import VERSIONS, quick_settings, simulated_records
+from tests.keys import TEST_KEY, TRUST
 
 pytestmark = pytest.mark.kafka
 
@@ -38,7 +39,7 @@ def fill(bootstrap: str, topic: str, records) -> None:
 async def live_worker(kafka, settings, count: int) -> None:
     """The worker's ingest and retraining over the first ``count`` messages of the telemetry topic."""
     ingestor = build_ingestor(settings)
-    retrainer = Retrainer(ingestor, LiveModels(), ModelPublisher(kafka), settings,
+    retrainer = Retrainer(ingestor, LiveModels(), ModelPublisher(kafka, TEST_KEY), settings,
                           clock=lambda: ingestor.windows.clock)
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "backtest-test-live",
                          "enable.auto.commit": False})
@@ -62,7 +63,7 @@ def test_backtest_promotes_what_the_live_pipeline_promoted_and_writes_the_report
     fill(kafka.bootstrap_servers, kafka.telemetry_topic, records)
     settings = quick_settings()
     asyncio.run(live_worker(kafka, settings, len(records)))
-    live = [(item.update.key, item.update.version) for item in read_all(kafka)]
+    live = [(item.update.key, item.update.version) for item in read_all(kafka, TRUST)]
 
     result = run_backtest(Source(kafka, Range()), settings,
                           BacktestSettings(out_dir=tmp_path / "report",

@@ -14,6 +14,9 @@ from headroom.contract.model_update import (
     model_key,
     to_milliseconds,
 )
+from headroom.contract.signing import TrustedKeys
+
+FORMAT_ONLY = TrustedKeys(allow_unsigned=True)  # these tests are about the message; tests/contract/test_signing.py signs it
 
 
 def update(**changes):
@@ -26,7 +29,7 @@ def update(**changes):
 
 def test_round_trip_and_key():
     original = update()
-    decoded = decode_update(encode_update(original))
+    decoded = decode_update(encode_update(original), FORMAT_ONLY)
     assert decoded == original
     assert decoded.key == model_key("h100", "ttft", "quantile") == "h100/ttft/quantile"
 
@@ -35,7 +38,7 @@ def test_tampered_model_bytes_fail_the_checksum():
     data = bytearray(encode_update(update()))
     data[-2] ^= 0xFF
     with pytest.raises(InvalidUpdate, match="checksum mismatch"):
-        decode_update(bytes(data))
+        decode_update(bytes(data), FORMAT_ONLY)
 
 
 @pytest.mark.parametrize(("data", "reason"), [
@@ -45,7 +48,7 @@ def test_tampered_model_bytes_fail_the_checksum():
 ], ids=["wrong-magic", "truncated", "bad-header"])
 def test_malformed_messages(data, reason):
     with pytest.raises(InvalidUpdate, match=reason):
-        decode_update(data)
+        decode_update(data, FORMAT_ONLY)
 
 
 @pytest.mark.parametrize(("changes", "reason"), [
@@ -58,17 +61,18 @@ def test_malformed_messages(data, reason):
 ], ids=["target", "objective", "quantile", "format", "version", "transform"])
 def test_bad_metadata_is_rejected(changes, reason):
     with pytest.raises(InvalidUpdate, match=reason):
-        decode_update(encode_update(dataclasses.replace(update(), **changes)))
+        decode_update(encode_update(dataclasses.replace(update(), **changes)), FORMAT_ONLY)
 
 
 def test_output_transform_round_trips_and_defaults_to_identity_for_older_writers():
-    assert decode_update(encode_update(update(output_transform="log"))).output_transform == "log"
+    assert decode_update(encode_update(update(output_transform="log")), FORMAT_ONLY).output_transform == "log"
     raw = encode_update(update())
     length = int.from_bytes(raw[4:8], "big")
     header = json.loads(raw[8:8 + length])
     del header["output_transform"]  # a message written before the field existed
     old = json.dumps(header).encode()
-    assert decode_update(MAGIC + len(old).to_bytes(4, "big") + old + raw[8 + length:]).output_transform == "identity"
+    older = MAGIC + len(old).to_bytes(4, "big") + old + raw[8 + length:]
+    assert decode_update(older, FORMAT_ONLY).output_transform == "identity"
 
 
 @pytest.mark.parametrize(("transform", "raw", "expected"), [

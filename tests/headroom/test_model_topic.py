@@ -8,14 +8,15 @@ from headroom import kafka_clients
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
 from headroom.model_topic import CAUGHT_UP, follow, read_all, read_latest
+from tests.keys import TEST_KEY, TRUST
 
 pytestmark = pytest.mark.kafka
 
 
 def _update(version: int) -> bytes:
-    return encode_update(make_update(model=b'{"learner": {}}', version=version, pool_key="pool-a", target="ttft",
-                                     objective="mean", feature_schema=FEATURE_SCHEMA, model_format="json",
-                                     created_at=1_700_000_000.0))
+    return TEST_KEY.sign(encode_update(make_update(
+        model=b'{"learner": {}}', version=version, pool_key="pool-a", target="ttft", objective="mean",
+        feature_schema=FEATURE_SCHEMA, model_format="json", created_at=1_700_000_000.0)))
 
 
 def test_follow_yields_what_is_there_then_caught_up_then_what_arrives(pipeline_kafka):
@@ -39,7 +40,7 @@ def test_follow_yields_what_is_there_then_caught_up_then_what_arrives(pipeline_k
 
 def test_an_empty_topic_is_caught_up_at_once(pipeline_kafka):
     started = time.monotonic()
-    assert read_all(pipeline_kafka, timeout_s=20) == []
+    assert read_all(pipeline_kafka, TRUST, timeout_s=20) == []
     assert time.monotonic() - started < 15
 
 
@@ -48,6 +49,6 @@ def test_a_tombstone_is_reported_not_fatal(pipeline_kafka):
     producer.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=_update(1))
     producer.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=None)
     producer.flush(10)
-    latest, rejected = read_latest(pipeline_kafka)
+    latest, rejected = read_latest(pipeline_kafka, TRUST)
     assert {key: update.version for key, update in latest.items()} == {"pool-a/ttft/mean": 1}
     assert [(item.offset, item.error) for item in rejected] == [(1, "a tombstone: the message has no value")]

@@ -1,4 +1,4 @@
-"""Small XGBoost models trained in the test process, and their model-update messages."""
+"""Small XGBoost models trained in the test process, and their model-update messages (signed with tests.keys.TEST_KEY)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import xgboost
 from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
+from headroom.contract.signing import SigningKey
+from tests.keys import TEST_KEY
 
 candidate_rows = candidates
 
@@ -35,11 +37,13 @@ def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, 
 
 def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "pool-a", target: str = "ttft",
             objective: str = "mean", quantile: float | None = None, model_format: str = "ubj",
-            feature_schema: str = FEATURE_SCHEMA) -> bytes:
+            feature_schema: str = FEATURE_SCHEMA, key: SigningKey | None = TEST_KEY) -> bytes:
+    """A model-update message signed with ``key`` (None: unsigned)."""
     model = booster if isinstance(booster, bytes) else bytes(booster.save_raw(model_format))
     if objective == "quantile" and quantile is None:
         quantile = 0.9
-    return encode_update(make_update(
+    encoded = encode_update(make_update(
         model=model, version=version, pool_key=pool_key, target=target, objective=objective, quantile=quantile,
         feature_schema=feature_schema, model_format=model_format, created_at=time.time(),
         window_stats={"rows": 600}, holdout_metrics={"mae": 1.0}))
+    return key.sign(encoded) if key is not None else encoded

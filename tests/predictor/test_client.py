@@ -7,6 +7,7 @@ import pytest
 from headroom.predictor.client import PredictorClient
 from headroom.predictor.runtime import ModelRuntime
 from tests.conftest import free_port
+from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, message, train
 
 
@@ -16,7 +17,7 @@ def boosters():
 
 
 def runtime_with(boosters) -> ModelRuntime:
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(boosters["ttft"], 3))
     runtime.apply(message(boosters["tpot"], 1, target="tpot"))
     return runtime

@@ -14,6 +14,7 @@ from headroom.predictor.kernels import (
     order_keys,
 )
 from headroom.predictor.runtime import ModelRuntime
+from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, train
 
 needs_numba = pytest.mark.skipif("numba" not in available_engines(), reason="numba is not installed")
@@ -127,4 +128,4 @@ def test_split_batches_equal_one_thread_bit_for_bit(stack, threads, missing):
 
 def test_runtime_refuses_fewer_than_one_thread():
     with pytest.raises(ValueError, match="at least 1, got 0"):
-        ModelRuntime(threads=0)
+        ModelRuntime(trust=TRUST, threads=0)

@@ -8,6 +8,7 @@ import xgboost
 from headroom.contract.features import FEATURE_NAMES
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
+from tests.keys import TEST_KEY, TRUST
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(50, seed=3)
@@ -20,7 +21,7 @@ def boosters():
 
 
 def test_applies_and_predicts_every_model_of_the_pool(boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.APPLIED
     assert runtime.apply(message(boosters["p90"], 1, objective="quantile", model_format="json")).outcome \
         is ApplyOutcome.APPLIED
@@ -34,12 +35,13 @@ def test_applies_and_predicts_every_model_of_the_pool(boosters):
         [("tpot", "mean", 5), ("ttft", "mean", 1), ("ttft", "quantile", 1)]
 
 
-def test_older_or_equal_versions_are_ignored(boosters):
-    runtime = ModelRuntime()
+def test_the_live_version_again_is_ignored_and_an_older_one_is_a_counted_replay(boosters):
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(boosters["v2"], 2))
     assert runtime.apply(message(boosters["v1"], 2)).outcome is ApplyOutcome.STALE
-    assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.STALE
-    assert runtime.stale == 2
+    replayed = runtime.apply(message(boosters["v1"], 1))
+    assert (replayed.outcome, replayed.reason) == (ApplyOutcome.REJECTED, "replayed")
+    assert runtime.stale == 1 and runtime.rejected == {"replayed": 1}
     np.testing.assert_allclose(runtime.predict("pool-a", ROWS).get("ttft"), boosters["v2"].inplace_predict(ROWS),
                                rtol=1e-6)
 
@@ -61,8 +63,10 @@ def _leaf_overflow(booster: xgboost.Booster) -> bytes:
 def _bad_updates(boosters):
     five_features = xgboost.train({"nthread": 1}, xgboost.DMatrix(ROWS[:, :5], label=ROWS[:, 0]), 3)
     return {
-        "corrupt bytes": (_corrupt(message(boosters["v2"], 2)), "checksum"),
-        "not a message": (b"garbage" * 10, "decode"),
+        "corrupt bytes": (_corrupt(message(boosters["v2"], 2)), "bad-signature"),
+        "signed corrupt bytes": (TEST_KEY.sign(_corrupt(message(boosters["v2"], 2, key=None))), "checksum"),
+        "signed garbage": (TEST_KEY.sign(b"garbage" * 10), "decode"),
+        "not a message": (b"garbage" * 10, "unsigned"),
         "wrong schema": (message(boosters["v2"], 2, feature_schema="v0:a,b"), "schema"),
         "wrong feature count": (message(five_features, 2), "schema"),
         "infinite output": (message(_leaf_overflow(boosters["v2"]), 2, model_format="json"), "probe"),
@@ -73,7 +77,7 @@ def _bad_updates(boosters):
 
 
 def test_bad_updates_are_rejected_and_the_old_version_keeps_serving(boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(boosters["v1"], 1))
     expected = boosters["v1"].inplace_predict(ROWS)
     bad = _bad_updates(boosters)
@@ -89,7 +93,7 @@ def test_bad_updates_are_rejected_and_the_old_version_keeps_serving(boosters):
 
 
 def test_prediction_errors_say_what_is_wrong(boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     with pytest.raises(NotReady):
         runtime.predict("pool-a", ROWS)
     runtime.apply(message(boosters["v1"], 1))
@@ -109,7 +113,7 @@ def test_swap_under_concurrent_reads(boosters):
     versions = {1: boosters["v1"], 2: boosters["v2"], 3: train(seed=6), 4: train(seed=7, depth=6)}
     expected = {v: b.inplace_predict(ROWS) for v, b in versions.items()}
     messages = {v: message(b, v) for v, b in versions.items()}
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(messages[1])
     mismatches, seen, stop = [], set(), threading.Event()
 
@@ -137,9 +141,9 @@ def test_swap_under_concurrent_reads(boosters):
 
 
 def test_the_pure_engine_serves_the_same_predictions(boosters):
-    runtime = ModelRuntime(engine="numpy")
+    runtime = ModelRuntime(trust=TRUST, engine="numpy")
     assert runtime.apply(message(boosters["v1"], 1)).outcome is ApplyOutcome.APPLIED
     np.testing.assert_allclose(runtime.predict("pool-a", ROWS).get("ttft"), boosters["v1"].inplace_predict(ROWS),
                                rtol=1e-6)
     with pytest.raises(ValueError, match="tree engine 'gpu' is unknown"):
-        ModelRuntime(engine="gpu")
+        ModelRuntime(trust=TRUST, engine="gpu")

@@ -8,6 +8,7 @@ import xgboost
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, encode_update, make_update
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
+from tests.keys import TEST_KEY, TRUST
 from tests.predictor.models import candidate_rows, latency_ms, train
 
 ROWS = candidate_rows(50, seed=3)
@@ -29,14 +30,14 @@ def log_model(target: str = "ttft", objective: str = "mean", seed: int = 0,
 
 def message(booster: xgboost.Booster, version: int, transform: str, objective: str = "mean",
             target: str = "ttft") -> bytes:
-    return encode_update(make_update(
+    return TEST_KEY.sign(encode_update(make_update(
         model=bytes(booster.save_raw("ubj")), version=version, pool_key="pool-a", target=target,
         objective=objective, quantile=0.9 if objective == "quantile" else None, feature_schema=FEATURE_SCHEMA,
-        model_format="ubj", created_at=time.time(), output_transform=transform))
+        model_format="ubj", created_at=time.time(), output_transform=transform)))
 
 
 def test_log_models_are_exponentiated_beside_identity_models():
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     mean, p90, tpot = log_model(), log_model(objective="quantile", seed=1), train("tpot", seed=4)
     assert runtime.apply(message(mean, 1, "log")).outcome is ApplyOutcome.APPLIED
     assert runtime.apply(message(p90, 1, "log", objective="quantile")).outcome is ApplyOutcome.APPLIED
@@ -51,13 +52,13 @@ def test_log_models_are_exponentiated_beside_identity_models():
 def test_a_log_model_with_negative_raw_outputs_passes_the_probe():
     shifted = log_model(seed=2)
     shifted.set_param({"base_score": -5.0})  # raw outputs below zero: sub-millisecond, still positive
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     assert runtime.apply(message(shifted, 1, "log")).outcome is ApplyOutcome.APPLIED
     assert (runtime.predict("pool-a", ROWS).get("ttft") > 0).all()
 
 
 def test_a_transform_the_model_was_not_trained_with_is_rejected():
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(log_model(), 1, "log"))
     before = runtime.predict("pool-a", ROWS).get("ttft")
     unlabelled = runtime.apply(message(log_model(seed=3, declared=None), 2, "log"))

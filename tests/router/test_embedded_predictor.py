@@ -10,13 +10,14 @@ from headroom.router.errors import PredictionUnavailable
 from headroom.router.pipeline import load_pipeline
 from headroom.router.predictors import EmbeddedPredictor
 from headroom.router.roles import Context
+from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, message, train
 from tests.router.routercases import req, server
 
 
 @pytest.fixture(scope="module")
 def runtime():
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     for target, version in (("ttft", 4), ("tpot", 5)):
         result = runtime.apply(message(train(target), version, pool_key="default", target=target))
         assert result.outcome.value == "applied", result
@@ -31,7 +32,7 @@ def test_predicts_with_versions(runtime):
 
 
 @pytest.mark.parametrize("make_runtime, pool, reason", [
-    pytest.param(ModelRuntime, "default", "warm-up", id="warm-up"),
+    pytest.param(lambda: ModelRuntime(trust=TRUST), "default", "warm-up", id="warm-up"),
     pytest.param(None, "elsewhere", "no-model-for-pool", id="unknown-pool"),
 ])
 def test_unavailable_reasons(runtime, make_runtime, pool, reason):

@@ -11,6 +11,7 @@ from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
 from headroom.router.server import RouterServer
+from tests.keys import TRUST
 from tests.predictor.models import message, train
 from tests.router.routercases import router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
@@ -30,7 +31,7 @@ def predictor_server(port, runtime):
 
 
 def test_predictor_killed_mid_load_then_back():
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     for target, version in (("ttft", 1), ("tpot", 1)):
         runtime.apply(message(train(target), version, pool_key="default", target=target))
     port = free_port()

@@ -23,6 +23,7 @@ from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
 from headroom.trainer.params import TrainParams
 from headroom.trainer.publish import ModelPublisher
+from tests.keys import TEST_KEY, TRUST
 from tests.streams.worker_process import WorkerProcess
 from tests.trainer.synthetic import samples_of, synthetic_records
 
@@ -74,7 +75,7 @@ def wait_for_version(kafka, key: str, newer_than: int, worker: WorkerProcess, ti
     """The first version of ``key`` above ``newer_than`` (drift-triggered, trained on data up to a time)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for item in read_all(kafka):
+        for item in read_all(kafka, TRUST):
             u = item.update
             if (u is not None and u.key == key and u.version > newer_than and (u.drift_reason or not drift)
                     and u.window_stats.get("newest_ts", 0.0) >= trained_until):
@@ -124,7 +125,7 @@ def test_learns_then_detects_a_slowdown_and_promotes_a_better_model(pipeline_kaf
         old_error = score(actual, predict(old_boosters["ttft"], features)).mae
         new_error = score(actual, predict(load_booster(drifted.model), features)).mae
         assert new_error < old_error
-        latest, rejected = read_latest(pipeline_kafka)
+        latest, rejected = read_latest(pipeline_kafka, TRUST)
         assert rejected == []
         assert latest["pool-a/ttft/mean"].version >= drifted.version > old["ttft"].version
         assert latest["pool-a/ttft/quantile"].version >= 1
@@ -209,7 +210,7 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
 def test_warm_start_continues_the_published_versions(pipeline_kafka, tmp_path):
     records = synthetic_records(800, seed=41, stream_fraction=1.0, start_ts=time.time())
     weak = fit(samples_of(records[:200], "ttft"), TrainParams(n_trees=2, max_depth=1))
-    ModelPublisher(pipeline_kafka).publish(make_update(
+    ModelPublisher(pipeline_kafka, TEST_KEY).publish(make_update(
         model=model_bytes(weak), version=5, pool_key="pool-a", target="ttft", objective="mean",
         feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time()))
     produce(pipeline_kafka, records)
@@ -218,7 +219,7 @@ def test_warm_start_continues_the_published_versions(pipeline_kafka, tmp_path):
         update = wait_for_version(pipeline_kafka, "pool-a/ttft/mean", 5, worker, timeout_s=90)
         assert update.version == 6
         assert "warm start: 1 live model(s)" in worker.log()
-        assert [item.update.version for item in read_all(pipeline_kafka)
+        assert [item.update.version for item in read_all(pipeline_kafka, TRUST)
                 if item.update.key == "pool-a/ttft/mean"][:2] == [5, 6]
     finally:
         worker.stop()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from headroom.contract.topics import KafkaSettings
 from tests.conftest import free_port
+from tests.keys import write_private_key
 
 WORKER = [sys.executable, "-c", "import sys; from headroom.cli.main import main; sys.exit(main())", "worker", "start"]
 
@@ -30,8 +31,10 @@ class WorkerProcess:
     process: subprocess.Popen | None = None
 
     def env(self) -> dict[str, str]:
+        """The worker's settings; it signs with the tests' key (tests.keys.TRUST reads its models)."""
         env = dict(os.environ)
         env.update({
+            "HEADROOM_MODEL_SIGNING_KEY_FILE": str(write_private_key(self.data_dir)),
             "HEADROOM_KAFKA_BOOTSTRAP": self.kafka.bootstrap_servers,
             "HEADROOM_TOPIC_TELEMETRY": self.kafka.telemetry_topic,
             "HEADROOM_TOPIC_DLQ": self.kafka.dlq_topic,

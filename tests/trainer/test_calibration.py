@@ -10,6 +10,7 @@ from headroom.trainer.calibration import conformal_shift, fit_calibrated_quantil
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
 from headroom.trainer.params import TrainParams
+from tests.keys import TEST_KEY, TRUST
 from tests.trainer.synthetic import samples_of, synthetic_records
 
 P90 = TrainParams(objective="quantile", quantile=0.9, n_trees=60)
@@ -40,10 +41,10 @@ def test_shift_moves_every_output_and_survives_the_wire_and_the_predictor():
     before = predict(booster, features)
     moved = load_booster(model_bytes(shifted(booster, np.log(1.5))))
     np.testing.assert_allclose(predict(moved, features), before * 1.5, rtol=1e-4)
-    runtime = ModelRuntime()
-    result = runtime.apply(encode_update(make_update(
+    runtime = ModelRuntime(trust=TRUST)
+    result = runtime.apply(TEST_KEY.sign(encode_update(make_update(
         model=model_bytes(moved), version=1, pool_key="pool-a", target="ttft", objective="quantile", quantile=0.9,
-        feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=1.0, output_transform="log")))
+        feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=1.0, output_transform="log"))))
     assert result.outcome is ApplyOutcome.APPLIED, result.detail
     np.testing.assert_allclose(runtime.predict("pool-a", features[:64]).get("ttft", "quantile"),
                                predict(moved, features[:64]), rtol=1e-4)

@@ -8,6 +8,7 @@ from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import make_update
 from headroom.model_topic import read_latest, tail
 from headroom.trainer.publish import ModelPublisher
+from tests.keys import TEST_KEY, TRUST
 
 pytestmark = pytest.mark.kafka
 
@@ -21,28 +22,28 @@ def update(version: int, target: str = "ttft", objective: str = "mean"):
 
 
 def test_read_latest_keeps_the_newest_version_per_key_and_reports_bad_messages(pipeline_kafka):
-    publisher = ModelPublisher(pipeline_kafka)
+    publisher = ModelPublisher(pipeline_kafka, TEST_KEY)
     for u in (update(1), update(2), update(1, objective="quantile"), update(3)):
         publisher.publish(u)
     garbage = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers})
     garbage.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=b"HRMU\x00\x00\x00\x02{}")
     garbage.flush(10)
-    latest, rejected = read_latest(pipeline_kafka)
+    latest, rejected = read_latest(pipeline_kafka, TRUST)
     assert {k: u.version for k, u in latest.items()} == {"pool-a/ttft/mean": 3, "pool-a/ttft/quantile": 1}
     assert len(rejected) == 1 and "format version" in rejected[0].error
 
 
 def test_an_empty_topic_has_no_models(pipeline_kafka):
-    assert read_latest(pipeline_kafka) == ({}, [])
+    assert read_latest(pipeline_kafka, TRUST) == ({}, [])
 
 
 def test_tail_sees_versions_published_after_it_started_and_not_before(pipeline_kafka):
-    publisher = ModelPublisher(pipeline_kafka)
+    publisher = ModelPublisher(pipeline_kafka, TEST_KEY)
     publisher.publish(update(1))
     seen: list[int] = []
 
     def follow():
-        for item in tail(pipeline_kafka, idle_s=10.0, poll_s=0.2):
+        for item in tail(pipeline_kafka, TRUST, idle_s=10.0, poll_s=0.2):
             seen.append(item.update.version)
             if len(seen) == 2:
                 return
@@ -62,8 +63,8 @@ def test_tail_sees_versions_published_after_it_started_and_not_before(pipeline_k
 def test_models_list_and_tail_commands_print_versions(pipeline_kafka, monkeypatch, capsys):
     monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # --bootstrap overrides it
     monkeypatch.setenv("HEADROOM_TOPIC_MODELS", pipeline_kafka.model_topic)
-    ModelPublisher(pipeline_kafka).publish(update(4, target="tpot", objective="quantile"))
-    ModelPublisher(pipeline_kafka).publish(update(5, target="ttft"))  # a mean model: its coverage means nothing
+    ModelPublisher(pipeline_kafka, TEST_KEY).publish(update(4, target="tpot", objective="quantile"))
+    ModelPublisher(pipeline_kafka, TEST_KEY).publish(update(5, target="ttft"))  # a mean model: coverage means nothing
     assert main(["models", "list", "--bootstrap", pipeline_kafka.bootstrap_servers]) == 0
     listing = capsys.readouterr().out
     assert "pool-a/tpot/quantile" in listing and "0.910 (p90)" in listing

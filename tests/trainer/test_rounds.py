@@ -10,6 +10,7 @@ from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.params import TrainParams
 from headroom.trainer.rounds import MIN_GATE_ROWS, RoundSpec, train_round
 from headroom.trainer.samples import Samples
+from tests.keys import TEST_KEY, TRUST
 from tests.trainer.synthetic import samples_of, synthetic_records
 
 PARAMS = [TrainParams(n_trees=40, learning_rate=0.2),
@@ -28,7 +29,7 @@ def test_first_round_promotes_version_1_of_each_objective(first_round):
     _, _, outcomes = first_round
     assert [(o.objective, o.decision.promote, o.update.version) for o in outcomes] == [
         ("mean", True, 1), ("quantile", True, 1)]
-    update = decode_update(encode_update(outcomes[1].update))
+    update = decode_update(TEST_KEY.sign(encode_update(outcomes[1].update)), TRUST)
     assert update.key == "pool-a/ttft/quantile" and update.quantile == 0.9
     assert update.feature_schema == FEATURE_SCHEMA and update.model_format == "ubj"
     assert update.holdout_metrics["rows"] == update.window_stats["holdout_rows"] > 0
