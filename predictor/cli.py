@@ -30,9 +30,8 @@ def run_serve(args) -> int:
     try:
         settings = from_env(PredictorSettings, **overrides)
         kafka = from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))
+        return serve(settings, kafka)
     except SettingsError as err:
         raise CommandError(str(err)) from err
-    try:
-        return serve(settings, kafka)
     except (OSError, ValueError) as err:
         raise CommandError(f"cannot start the predictor: {err}") from err

@@ -6,6 +6,7 @@ round-robin over the instances; an instance that fails with anything but INVALID
 for ``backoff_seconds`` and the RPC is retried on the next one while the callers' deadline allows.
 Failures are per candidate: rows with non-finite features are never sent, and every row of a call that
 could not be answered is reported with ``ok = False`` and the reason — the call itself does not raise.
+Channels speak TLS when given credentials (:func:`headroom.tls.channel_credentials`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from headroom.contract.features import FEATURE_NAMES
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
+from headroom.tls import channel
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class _Call:
 
 class PredictorClient:
     def __init__(self, addresses: list[str], *, window_seconds: float = 0.0003, timeout_seconds: float = 0.05,
-                 backoff_seconds: float = 1.0, max_batch_rows: int = 8192) -> None:
+                 backoff_seconds: float = 1.0, max_batch_rows: int = 8192,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         if not addresses:
             raise ValueError("PredictorClient needs at least one predictor address")
         self.addresses = list(addresses)
@@ -64,7 +67,7 @@ class PredictorClient:
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
         self.max_batch_rows = max_batch_rows
-        self._channels = [grpc.insecure_channel(a, options=GRPC_MESSAGE_OPTIONS) for a in self.addresses]
+        self._channels = [channel(a, credentials, GRPC_MESSAGE_OPTIONS) for a in self.addresses]
         self._stubs = [prediction_pb2_grpc.PredictionServiceStub(c) for c in self._channels]
         self._down_until = [0.0] * len(self.addresses)
         self._turn = itertools.count()
@@ -114,8 +117,8 @@ class PredictorClient:
         self._closed = True
         self._queue.put(None)
         self._dispatcher.join(5)
-        for channel in self._channels:
-            channel.close()
+        for open_channel in self._channels:
+            open_channel.close()
 
     def __enter__(self) -> PredictorClient:
         return self

@@ -1,6 +1,9 @@
 """One prediction server instance: the runtime, its model-update tailer, the gRPC server (PredictionService,
-health checking, reflection) and the Prometheus endpoint. Explicit :meth:`start`, :meth:`wait` and a
-graceful :meth:`stop`; :func:`serve` runs one until SIGTERM or SIGINT.
+health checking, and reflection only when asked for) and the Prometheus endpoint. Explicit :meth:`start`,
+:meth:`wait` and a graceful :meth:`stop`; :func:`serve` runs one until SIGTERM or SIGINT.
+
+The gRPC server speaks TLS when given a certificate, and requires client certificates when given a client
+CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a trusted key.
 
 Health: ``NOT_SERVING`` until the tailer has caught up with the topic and a model is live, then
 ``SERVING``; ``NOT_SERVING`` again while stopping, so load balancers drain the instance first.
@@ -26,6 +29,7 @@ from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
 from headroom.predictor.settings import PredictorSettings
 from headroom.predictor.tailer import ModelUpdateTailer
+from headroom.tls import grpc_server_credentials, server_pair
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,8 @@ class PredictorServer:
     def __init__(self, settings: PredictorSettings, kafka: KafkaSettings | None,
                  runtime: ModelRuntime | None = None) -> None:
         self.settings = settings
-        self.runtime = runtime or ModelRuntime(engine=settings.engine or None, threads=settings.threads)
+        self.runtime = runtime or ModelRuntime(trust=settings.signing.trust(), engine=settings.engine or None,
+                                               threads=settings.threads)
         self.metrics = PredictorMetrics(self.runtime)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
                                         on_result=self.metrics.update_applied) if kafka else None
@@ -66,10 +71,13 @@ class PredictorServer:
         prediction_pb2_grpc.add_PredictionServiceServicer_to_server(
             PredictionServicer(self.runtime, self.metrics), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        if self.settings.reflection:
+            reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         address = f"{self.settings.host}:{self.settings.port}"
+        pair = server_pair(self.settings.tls)
         try:
-            self.port = server.add_insecure_port(address)
+            self.port = server.add_insecure_port(address) if pair is None else \
+                server.add_secure_port(address, grpc_server_credentials(pair, self.settings.tls))
         except RuntimeError as err:
             raise OSError(f"cannot bind the gRPC address {address} (HEADROOM_PREDICTOR_PORT): {err}") from err
         if self.port == 0:
@@ -85,7 +93,9 @@ class PredictorServer:
             self.metrics_port = self._metrics_http.server_port
         self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
         self._watcher.start()
-        log.info("predictor serving gRPC on %s (metrics port %s)", self.address, self.metrics_port)
+        log.info("predictor serving gRPC on %s (%s; metrics port %s)", self.address,
+                 "plaintext" if pair is None else "mTLS" if self.settings.tls.client_ca_file else "TLS",
+                 self.metrics_port)
         return self
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headroom.contract.settings import setting
+from headroom.contract.settings import nested, setting
+from headroom.contract.signing import SigningSettings
+from headroom.contract.tls import ServerTls
 
 
 @dataclass(frozen=True)
@@ -21,3 +23,7 @@ class PredictorSettings:
                                    "How long in-flight calls may finish after SIGTERM.")
     fetch_wait_ms: int = setting(20, "HEADROOM_PREDICTOR_FETCH_WAIT_MS",
                                  "Longest wait of one model-update fetch (bounds publish-to-serving delay).")
+    reflection: bool = setting(False, "HEADROOM_PREDICTOR_REFLECTION",
+                               "Serve gRPC reflection (lets anyone list the services; off unless asked for).")
+    tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the gRPC server.")
+    signing: SigningSettings = nested(SigningSettings, "The keys model updates must be signed by.")

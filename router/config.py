@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from headroom.contract.settings import from_env
+from headroom.contract.settings import SettingsError, from_env
 from headroom.router.errors import ConfigError
 from headroom.router.params import camel
 from headroom.router.pipeline import Pipeline, load_pipeline
@@ -77,20 +77,29 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"settings must be a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(RouterSettings)
-    by_key = {camel(f.name): f.name for f in dataclasses.fields(RouterSettings)}
-    overrides = {}
+    by_key = {camel(f.name): f.name for f in dataclasses.fields(RouterSettings) if "nested" not in f.metadata}
+    overrides: dict[str, Any] = {}
     for key, value in raw.items():
         name = by_key.get(key)
         if name is None:
-            raise ConfigError(f"settings: unknown key {key!r} (known: {', '.join(sorted(by_key))})")
+            raise ConfigError(f"settings: unknown key {key!r} (known: {', '.join(sorted(by_key))}; TLS and model "
+                              f"signing come from the environment)")
         kind = hints[name]
+        if kind == Path | None:
+            if not isinstance(value, str):
+                raise ConfigError(f"settings: {key!r} must be a path, got {value!r}")
+            overrides[name] = Path(value)
+            continue
         ok = (isinstance(value, bool) if kind is bool else
               isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
               isinstance(value, int) and not isinstance(value, bool) if kind is int else isinstance(value, kind))
         if not ok:
             raise ConfigError(f"settings: {key!r} must be {kind.__name__}, got {value!r}")
         overrides[name] = float(value) if kind is float else value
-    settings = from_env(RouterSettings, environ, **overrides)
+    try:
+        settings = from_env(RouterSettings, environ, **overrides)
+    except SettingsError as err:
+        raise ConfigError(str(err)) from err
     if settings.predictor not in ("embedded", "remote", "none"):
         raise ConfigError(f"settings: 'predictor' must be 'embedded', 'remote' or 'none', got {settings.predictor!r}")
     return settings

@@ -6,11 +6,16 @@ Latency histograms follow SPEC §4: TTFT means E2E when the request does not str
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from headroom.router.telemetry_sink import TelemetryCounts
+
+if TYPE_CHECKING:
+    from headroom.predictor.runtime import ModelRuntime
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -55,6 +60,8 @@ class RouterMetrics:
                                  ["outcome"], registry=r)
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
+        self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests refused for a missing or "
+                                       "unknown bearer token, by listener.", ["listener"], registry=r)
 
     def report_telemetry(self, counts: TelemetryCounts) -> None:
         """Export ``counts`` (the sink's :class:`~router.telemetry_sink.TelemetryCounts`), read at scrape time."""
@@ -75,3 +82,20 @@ class _TelemetryDelivery:
         for outcome in ("delivered", "failed", "dropped"):
             family.add_metric([outcome], getattr(self.counts, outcome))
         yield family
+
+
+class ModelUpdateCollector(Collector):
+    """The embedded predictor's model-update outcomes (``rejected`` by reason: ``unsigned``, ``unknown-key``,
+    ``bad-signature``, ``replayed``, ...), read from its runtime at scrape time."""
+
+    def __init__(self, runtime: ModelRuntime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        updates = CounterMetricFamily("headroom_router_model_updates", "Model-update messages by outcome and "
+                                      "rejection reason.", labels=["outcome", "reason"])
+        updates.add_metric(["applied", ""], self.runtime.applied)
+        updates.add_metric(["stale", ""], self.runtime.stale)
+        for reason, count in sorted(self.runtime.rejected.items()):
+            updates.add_metric(["rejected", reason], count)
+        yield updates

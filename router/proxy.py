@@ -8,7 +8,9 @@ tokens. The chosen server is named in the ``x-headroom-server`` response header,
 headers clients rely on (:func:`~router.openai_api.relayed_headers`). Every error the router answers
 itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models``
 lists the models of every server that answers. ``GET /metrics`` serves the router's Prometheus metrics
-and ``GET /healthz`` its liveness.
+and ``GET /healthz`` its liveness, on the proxy's port or on an app of their own
+(:meth:`Proxy.metrics_app`). When the router authenticates its clients, their ``authorization`` header is
+theirs to the router and is not forwarded to the model servers.
 """
 
 from __future__ import annotations
@@ -58,9 +60,12 @@ async def openai_errors(request: web.Request,
 
 
 class Proxy:
-    def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0):
+    def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0, *, metrics_routes: bool = True,
+                 strip_authorization: bool = False):
         self.service = service
         self.upstream_timeout_s = upstream_timeout_s
+        self.metrics_routes = metrics_routes  # /metrics and /healthz on the proxy's app
+        self.hop_by_hop = _HOP_BY_HOP | ({"authorization"} if strip_authorization else set())
         self.session: aiohttp.ClientSession | None = None
         self._ids = map(f"{uuid.uuid4().hex[:12]}-{{}}".format, itertools.count())  # unique across routers
 
@@ -69,11 +74,21 @@ class Proxy:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
+        if self.metrics_routes:
+            self._add_metrics_routes(app)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
+
+    def metrics_app(self) -> web.Application:
+        """``/metrics`` and ``/healthz`` alone, for a port of their own."""
+        app = web.Application()
+        self._add_metrics_routes(app)
+        return app
+
+    def _add_metrics_routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
 
     async def _open(self, app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
@@ -143,7 +158,7 @@ class Proxy:
     async def _forward(self, request: web.Request, dispatch: Dispatch, body: bytes) -> web.StreamResponse:
         assert self.session is not None
         url = f"http://{dispatch.server.address}{request.path}"
-        forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        forward = {k: v for k, v in request.headers.items() if k.lower() not in self.hop_by_hop}
         forward["content-type"] = "application/json"
         finished = False
         try:

@@ -5,6 +5,13 @@ Lifecycle: :meth:`RouterServer.start` binds every listener and starts the backgr
 :meth:`RouterServer.stop` stops accepting, lets requests in progress finish for ``grace_s``, then flushes
 telemetry; :meth:`RouterServer.serve` does both around SIGTERM / SIGINT, and :func:`serve` runs that on
 uvloop's event loop (libuv's I/O costs the proxy about half the CPU per request of asyncio's own loop).
+
+Security (:class:`~contract.tls.ServerTls`, ``docs/security.md``): given a certificate, the HTTP, Pick and
+ext_proc listeners speak TLS, and with a client CA they require client certificates. ext_proc speaks TLS by
+default even without one, with a self-signed certificate (:attr:`RouterServer.ext_proc_certificate`), as the
+gateway's endpoint picker does. Given a token file, the HTTP proxy and the Pick API — which accepts telemetry
+through ``Report`` — require a bearer token. ``/metrics`` and ``/healthz`` may move to a port of their own.
+The embedded predictor serves models signed by a trusted key only.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import uvloop
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
+from headroom.certificates import KeyPair
 from headroom.contract.topics import KafkaSettings
+from headroom.router.auth import BearerTokens, GrpcBearerAuth, http_middleware
 from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
@@ -40,6 +49,7 @@ from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.scraper import MetricsScraper
 from headroom.router.state.servers import ServerFile
 from headroom.router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
+from headroom.tls import channel_credentials, grpc_server_credentials, self_signed_pair, server_pair, ssl_server_context
 
 if TYPE_CHECKING:
     from headroom.predictor.client import PredictorClient
@@ -62,11 +72,12 @@ class RouterServer:
         self.telemetry = KafkaTelemetry(kafka, s.telemetry_buffer) if s.telemetry else MemoryTelemetry()
         self._tailer: ModelUpdateTailer | None = None
         self._client: PredictorClient | None = None
+        self.tokens = BearerTokens.load(s.auth_tokens_file) if s.auth_tokens_file else None
+        self.metrics = RouterMetrics()
         if predictor is None and s.predictor == "embedded":
             predictor = self._embedded_predictor()
         elif predictor is None and s.predictor == "remote":
             predictor = self._remote_predictor()
-        self.metrics = RouterMetrics()
         if isinstance(self.telemetry, KafkaTelemetry):
             self.metrics.report_telemetry(self.telemetry.counts)
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
@@ -76,9 +87,11 @@ class RouterServer:
                                      ttft_slo_ms=s.autoscale_ttft_slo_ms or None,
                                      reference_prompt_tokens=s.autoscale_reference_prompt_tokens,
                                      memory_capacity_gib=s.accelerator_memory_gib)
-        self.proxy = Proxy(self.service, s.upstream_timeout_s)
-        self.http_port = self.pick_port = self.ext_proc_port = 0
-        self._runner: web.AppRunner | None = None
+        self.proxy = Proxy(self.service, s.upstream_timeout_s, metrics_routes=s.metrics_port < 0,
+                           strip_authorization=self.tokens is not None)
+        self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
+        self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
+        self._runners: list[web.AppRunner] = []
         self._grpc: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
@@ -86,16 +99,20 @@ class RouterServer:
     def _embedded_predictor(self) -> LatencyPredictor:
         from headroom.predictor.runtime import ModelRuntime
         from headroom.predictor.tailer import ModelUpdateTailer
+        from headroom.router.metrics import ModelUpdateCollector
         from headroom.router.predictors import EmbeddedPredictor
-        runtime = ModelRuntime()
+        runtime = ModelRuntime(trust=self.config.settings.signing.trust())
+        self.metrics.registry.register(ModelUpdateCollector(runtime))
         self._tailer = ModelUpdateTailer(runtime, self.kafka)
         return EmbeddedPredictor(runtime)
 
     def _remote_predictor(self) -> LatencyPredictor:
         from headroom.predictor.client import PredictorClient
         from headroom.router.predictors import RemotePredictor
-        addresses = [a.strip() for a in self.config.settings.predictor_addresses.split(",") if a.strip()]
-        self._client = PredictorClient(addresses, timeout_seconds=self.config.settings.predictor_timeout_s)
+        s = self.config.settings
+        addresses = [a.strip() for a in s.predictor_addresses.split(",") if a.strip()]
+        self._client = PredictorClient(addresses, timeout_seconds=s.predictor_timeout_s,
+                                       credentials=channel_credentials(s.predictor_tls))
         return RemotePredictor(self._client)
 
     async def start(self) -> None:
@@ -108,27 +125,54 @@ class RouterServer:
             self._tailer.start()
         if self.pods is not None:
             await asyncio.to_thread(self.pods.start)
-        self._runner = web.AppRunner(self.proxy.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.http_port)
-        await site.start()
-        self.http_port = self._runner.addresses[0][1]
+        app = self.proxy.app()
+        if self.tokens is not None:
+            app.middlewares.append(http_middleware(self.tokens, self.metrics.unauthenticated.labels("http").inc))
+        self.http_port = await self._serve_http(app, s.http_port, tls=True)
+        if s.metrics_port >= 0:
+            self.metrics_port = await self._serve_http(self.proxy.metrics_app(), s.metrics_port, tls=False)
+        pair = server_pair(s.tls)
         if s.pick_port >= 0:
-            server = grpc.aio.server()
+            interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
+                if self.tokens is not None else []
+            server = grpc.aio.server(interceptors=interceptors)
             router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service), server)
-            self.pick_port = server.add_insecure_port(f"{s.host}:{s.pick_port}")
+            self.pick_port = self._bind(server, s.pick_port, pair)
             await server.start()
             self._grpc.append(server)
         if s.ext_proc_port >= 0:
+            ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
+            self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
             server = grpc.aio.server()
             ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service), server)
-            self.ext_proc_port = server.add_insecure_port(f"{s.host}:{s.ext_proc_port}")
+            self.ext_proc_port = self._bind(server, s.ext_proc_port, ext_proc_pair)
             await server.start()
             self._grpc.append(server)
         self._tasks = [asyncio.create_task(self.scraper.run(self._stop), name="scraper"),
                        asyncio.create_task(self._background(), name="router-background"),
                        asyncio.create_task(self._autoscale_signals(), name="autoscale-signals")]
-        log.info("router listening: http %d, pick %d, ext_proc %d", self.http_port, self.pick_port, self.ext_proc_port)
+        log.info("router listening: http %d%s, pick %d, ext_proc %d (%s); metrics %s; client tokens %s",
+                 self.http_port, " (TLS)" if pair else "", self.pick_port, self.ext_proc_port,
+                 "TLS" if self.ext_proc_certificate else "plaintext",
+                 self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
+
+    async def _serve_http(self, app: web.Application, port: int, *, tls: bool) -> int:
+        """Serve ``app`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        self._runners.append(runner)
+        s = self.config.settings
+        await web.TCPSite(runner, s.host, port, ssl_context=ssl_server_context(s.tls) if tls else None).start()
+        bound: int = runner.addresses[-1][1]
+        return bound
+
+    def _bind(self, server: grpc.aio.Server, port: int, pair: KeyPair | None) -> int:
+        address = f"{self.config.settings.host}:{port}"
+        if pair is None:
+            bound: int = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, grpc_server_credentials(pair, self.config.settings.tls))
+        return bound
 
     async def _autoscale_signals(self) -> None:
         every = self.config.settings.autoscale_refresh_s
@@ -159,8 +203,8 @@ class RouterServer:
 
     async def stop(self, grace_s: float = 5.0, flush_s: float = 5.0) -> None:
         await asyncio.gather(*(server.stop(grace_s) for server in self._grpc))
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for runner in self._runners:
+            await runner.cleanup()
         self._stop.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._tailer is not None:

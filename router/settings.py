@@ -1,22 +1,29 @@
 """The router's typed settings: each declared once with a type, default, environment variable and meaning.
 
 Built once at the entry point: defaults, then the environment, then the ``settings:`` section of the
-config file (camelCase keys, e.g. ``httpPort``).
+config file (camelCase keys, e.g. ``httpPort``). TLS, the predictor client's TLS and the model-signing keys
+are nested settings of the contract and come from the environment only (they name Secrets' files).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from headroom.contract.settings import setting
+from headroom.contract.settings import nested, setting
+from headroom.contract.signing import SigningSettings
+from headroom.contract.tls import PredictorClientTls, ServerTls
 
 
 @dataclass(frozen=True)
 class RouterSettings:
     host: str = setting("127.0.0.1", "HEADROOM_ROUTER_HOST", "Interface every router listener binds.")
-    http_port: int = setting(8080, "HEADROOM_ROUTER_HTTP_PORT", "OpenAI-compatible proxy and /metrics; 0 picks a free port.")
+    http_port: int = setting(8080, "HEADROOM_ROUTER_HTTP_PORT", "OpenAI-compatible proxy (and /metrics, /healthz unless on their own port); 0 picks a free port.")
+    metrics_port: int = setting(-1, "HEADROOM_ROUTER_METRICS_PORT", "Plain-HTTP port of /metrics and /healthz alone, without TLS or tokens; 0 picks a free port, -1 serves them on the HTTP port.")
     pick_port: int = setting(9090, "HEADROOM_ROUTER_PICK_PORT", "gRPC Pick/Report API; 0 picks a free port, -1 disables.")
     ext_proc_port: int = setting(9091, "HEADROOM_ROUTER_EXT_PROC_PORT", "Envoy ext_proc gRPC server; 0 picks a free port, -1 disables.")
+    ext_proc_secure: bool = setting(True, "HEADROOM_EXT_PROC_SECURE", "ext_proc speaks TLS, with a self-signed certificate when HEADROOM_TLS_CERT_FILE is not given (the endpoint picker's convention).")
+    auth_tokens_file: Path | None = setting(None, "HEADROOM_ROUTER_AUTH_TOKENS_FILE", "Bearer tokens (one per line) the HTTP proxy and Pick API require of clients; unset, they require none.")
     scrape_interval_s: float = setting(0.05, "HEADROOM_ROUTER_SCRAPE_INTERVAL_S", "How often each server's /metrics is scraped.")
     scrape_timeout_s: float = setting(1.0, "HEADROOM_ROUTER_SCRAPE_TIMEOUT_S", "Timeout of one metrics scrape.")
     unhealthy_after_s: float = setting(5.0, "HEADROOM_ROUTER_UNHEALTHY_AFTER_S", "A server unscraped this long stops being a candidate.")
@@ -34,3 +41,6 @@ class RouterSettings:
     autoscale_ttft_slo_ms: float = setting(0.0, "HEADROOM_ROUTER_AUTOSCALE_TTFT_SLO_MS", "TTFT SLO of the predicted-TTFT autoscaling signal; 0 turns it off.")
     autoscale_reference_prompt_tokens: int = setting(1024, "HEADROOM_ROUTER_AUTOSCALE_PROMPT_TOKENS", "Prompt length of the reference request the predicted-TTFT signal asks about.")
     accelerator_memory_gib: float = setting(80.0, "HEADROOM_ROUTER_ACCELERATOR_MEMORY_GIB", "Accelerator memory per server, for the memory-usage signal.")
+    tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the HTTP, Pick and ext_proc listeners.")
+    predictor_tls: PredictorClientTls = nested(PredictorClientTls, "TLS of the calls to remote prediction servers.")
+    signing: SigningSettings = nested(SigningSettings, "The keys the embedded predictor's models must be signed by.")

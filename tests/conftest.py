@@ -3,7 +3,9 @@
 ``kafka`` starts a real Kafka broker (KRaft, loopback, free ports, a temporary state folder) once per test
 session, creates the declared topics, yields their :class:`~contract.topics.KafkaSettings`, and stops the
 broker afterwards — also when tests fail. Set ``HEADROOM_TEST_KAFKA_BOOTSTRAP`` to use a broker that is
-already running instead.
+already running instead. ``secure_kafka`` is the same broker in secure mode (TLS, users, ACLs), started once
+per session by the tests that need it. ``pki`` is a private CA with server and client certificates, and a
+client certificate from another CA, for tests of TLS and mTLS.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import admin, broker
@@ -67,3 +72,25 @@ def pipeline_kafka(kafka: KafkaSettings) -> KafkaSettings:
                                    model_topic=f"model-updates-{tag}", telemetry_partitions=4)
     admin.ensure_topics(settings)
     return settings
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Files of a private CA: its certificate, a server's (127.0.0.1, localhost) and a client's pair, and a
+    client pair from another CA."""
+
+    ca: Path
+    server: tuple[Path, Path]
+    client: tuple[Path, Path]
+    stranger: tuple[Path, Path]
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    folder = tmp_path_factory.mktemp("pki")
+    ca = CertificateAuthority.create("headroom tests CA")
+    ca.write(folder)
+    other = CertificateAuthority.create("another CA")
+    return Pki(ca=folder / "ca.pem", server=ca.issue("server", ("127.0.0.1", "localhost")).write(folder, "server"),
+               client=ca.issue("client").write(folder, "client"),
+               stranger=other.issue("client").write(folder, "stranger"))

@@ -10,6 +10,7 @@ from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import SERVICE_NAME
+from tests.keys import TEST_KEY, TRUST
 from tests.predictor.models import candidate_rows, message, train
 
 ROWS = candidate_rows(30, seed=11)
@@ -22,7 +23,7 @@ def boosters():
 
 
 def runtime_with(boosters) -> ModelRuntime:
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(boosters["ttft"], 3))
     runtime.apply(message(boosters["p90"], 2, objective="quantile"))
     runtime.apply(message(boosters["tpot"], 1, target="tpot"))
@@ -88,7 +89,7 @@ def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_serv
 
 
 def test_unavailable_and_not_serving_before_the_first_model(start_server, boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     server = start_server(runtime=runtime)
     channel, stub = stub_of(server)
     with channel:
@@ -109,15 +110,24 @@ def test_unavailable_and_not_serving_before_the_first_model(start_server, booste
         assert stub.Predict(request(), timeout=5).predictions[0].version == 1
 
 
-def test_reflection_lists_the_services(start_server, boosters):
-    server = start_server(runtime=runtime_with(boosters))
-    channel = grpc.insecure_channel(server.address)
-    with channel:
+def list_services(server) -> set[str]:
+    with grpc.insecure_channel(server.address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         answers = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
                                             timeout=5)
-        names = {s.name for answer in answers for s in answer.list_services_response.service}
-    assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
+        return {s.name for answer in answers for s in answer.list_services_response.service}
+
+
+def test_reflection_lists_the_services_when_asked_for(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters), reflection=True)
+    assert {SERVICE_NAME, "grpc.health.v1.Health"} <= list_services(server)
+
+
+def test_reflection_is_off_by_default(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters))
+    with pytest.raises(grpc.RpcError) as refused:
+        list_services(server)
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_metrics_endpoint_reports_served_and_models(start_server, boosters):
@@ -130,7 +140,9 @@ def test_metrics_endpoint_reports_served_and_models(start_server, boosters):
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
     assert f"headroom_predictor_candidates_total {float(len(ROWS))}" in text
     assert 'headroom_predictor_model_version{objective="mean",pool_key="pool-a",target="ttft"} 3.0' in text
-    assert 'headroom_predictor_model_updates_total{outcome="rejected",reason="decode"} 1.0' in text
+    assert 'headroom_predictor_model_updates_total{outcome="rejected",reason="unsigned"} 1.0' in text
+    assert f'headroom_predictor_model_signer{{objective="mean",pool_key="pool-a",signer="{TEST_KEY.key_id}",' \
+           f'target="ttft"}} 1.0' in text
     assert "headroom_predictor_request_seconds_bucket" in text
     assert "headroom_predictor_model_age_seconds" in text
 

@@ -60,8 +60,9 @@ class TablePredictor:
                                ok=ok, versions={"ttft": self.version, "tpot": self.version})
 
 
-def router_config(addresses, *, scheduling=None, **settings):
-    """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing."""
+def router_config(addresses, *, scheduling=None, environ=None, **settings):
+    """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing; ``environ``
+    holds the settings that come from the environment only (TLS, model signing)."""
     from headroom.router.config import load_config
     base = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": False, "predictor": "none",
             "scrapeIntervalS": 0.02, "seed": 1}
@@ -69,7 +70,7 @@ def router_config(addresses, *, scheduling=None, **settings):
     data = {"settings": base, "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     if scheduling is not None:
         data["scheduling"] = scheduling
-    return load_config(data, environ={})
+    return load_config(data, environ=environ or {})
 
 
 def in_flight(router) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""The Envoy ext_proc server, driven by a client speaking the protocol as Envoy does."""
+"""The Envoy ext_proc server, driven by a client speaking the protocol as Envoy does — over TLS, which the
+listener speaks by default with a self-signed certificate (the endpoint picker's convention)."""
 
 import asyncio
 import json
@@ -24,10 +25,16 @@ def sse(*chunks):
     return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
 
 
-async def exchange(port, messages):
+def ext_proc_channel(router) -> grpc.aio.Channel:
+    """A channel to the router's ext_proc listener, trusting the certificate it serves."""
+    credentials = grpc.ssl_channel_credentials(root_certificates=router.ext_proc_certificate)
+    return grpc.aio.secure_channel(f"127.0.0.1:{router.ext_proc_port}", credentials)
+
+
+async def exchange(router, messages):
     """Send ``messages`` one at a time, as Envoy does, collecting each reply."""
     replies = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with ext_proc_channel(router) as channel:
         call = ep_grpc.ExternalProcessorStub(channel).Process()
         for message in messages:
             await call.write(message)
@@ -65,7 +72,7 @@ def test_routes_and_meters_a_streaming_response():
                      {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
         for i, chunk in enumerate(chunks):
             response.append(ep.ProcessingRequest(response_body=ep.HttpBody(body=chunk, end_of_stream=i == len(chunks) - 1)))
-        head = await exchange(router.ext_proc_port, request_messages(
+        head = await exchange(router, request_messages(
             {"x-prediction-based-scheduling": "true", "x-request-id": "env-1"}, body) + response)
         return head, {s.address for s in servers}
     (replies, addresses), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
@@ -88,7 +95,7 @@ def test_the_first_streamed_token_ends_the_prefill_accounting():
         body = {"prompt": "hello world", "max_tokens": 4, "stream": True}
         first, rest = sse({"choices": [{"text": "ab"}]}, {"choices": [{"text": "cd"}]})[:1], sse()
         loads = []
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.ext_proc_port}") as channel:
+        async with ext_proc_channel(router) as channel:
             call = ep_grpc.ExternalProcessorStub(channel).Process()
             for message in request_messages({"x-request-id": "env-2"}, body) + [
                     ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=header_map({":status": "200"})))]:
@@ -108,8 +115,8 @@ def test_the_first_streamed_token_ends_the_prefill_accounting():
 
 def test_immediate_errors():
     async def scenario(router, servers):
-        bad = await exchange(router.ext_proc_port, request_messages({"x-slo-ttft-ms": "soon"}, {"prompt": "x"}))
-        shed = await exchange(router.ext_proc_port, request_messages(
+        bad = await exchange(router, request_messages({"x-slo-ttft-ms": "soon"}, {"prompt": "x"}))
+        shed = await exchange(router, request_messages(
             {"x-prediction-based-scheduling": "true", "x-slo-ttft-ms": "1", "x-request-priority": "-1"}, {"prompt": "x"}))
         return bad[-1].immediate_response, shed[-1].immediate_response
     (bad, shed), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
@@ -121,7 +128,7 @@ def test_immediate_errors():
 
 def test_stream_ending_early_releases_the_request():
     async def scenario(router, servers):
-        await exchange(router.ext_proc_port, request_messages({}, {"prompt": "x"}))
+        await exchange(router, request_messages({}, {"prompt": "x"}))
         return await wait_for(lambda: len(router.pool.inflight) == 0)
     released, router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
     assert released
