@@ -19,15 +19,15 @@ from headroom.localkafka.drift import TopicDrift, compare
 log = logging.getLogger(__name__)
 
 
-def answers(bootstrap: str, timeout: float = 2.0) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request."""
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
+def answers(kafka: KafkaSettings, timeout: float = 2.0) -> bool:
+    """True when a broker at ``kafka.bootstrap_servers`` answers a metadata request from this client."""
+    host, _, port = kafka.bootstrap_servers.split(",")[0].rpartition(":")
     try:  # a refused connection needs no client (and no client log noise)
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError:
         return False
     try:
-        admin(KafkaSettings(bootstrap_servers=bootstrap)).list_topics(timeout=timeout)
+        admin(kafka).list_topics(timeout=timeout)
         return True
     except KafkaException:
         return False

@@ -1,8 +1,12 @@
 """The local broker's lifecycle: ``up`` (idempotent), ``down`` and ``status``.
 
 Everything lives under ``<state_dir>/kafka``: ``data/`` (KRaft storage), ``broker.log``, ``stdout.log``,
-``broker.pid`` and the rendered ``server.properties``. A pid file whose process is gone, or is not a
-Kafka broker, is stale and is removed.
+``broker.pid`` and the rendered ``server.properties``; in secure mode also ``security/``
+(:mod:`localkafka.security`), whose users are created when the storage is formatted. A pid file whose
+process is gone, or is not a Kafka broker, is stale and is removed.
+
+Passwords never appear on a command line: the storage tool reads its arguments from a file (a JVM
+argument file, ``java @file``) that is removed once it has run.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from headroom.localkafka import admin, jars
+from headroom.certificates import write_private
+from headroom.localkafka import admin, jars, security
 from headroom.localkafka.errors import BrokerFailed, PortTaken, PrerequisiteMissing
 from headroom.localkafka.settings import BrokerSettings
 
 STOP_TIMEOUT_S = 30.0
-BROKER_FILES = ("pom.xml", "server.properties", "log4j2.yaml")
+BROKER_FILES = ("pom.xml", "server.properties", "listeners-plaintext.properties", "listeners-secure.properties",
+                "log4j2.yaml")
 _children: dict[int, subprocess.Popen] = {}  # brokers this process started, reaped by down()
 
 
@@ -37,7 +43,7 @@ class Status:
 
 def status(settings: BrokerSettings) -> Status:
     pid = _live_pid(settings)
-    answering = pid is not None and admin.answers(settings.bootstrap)
+    answering = pid is not None and admin.answers(security.client(settings))
     return Status(pid is not None, pid, settings.bootstrap, answering, _log_file(settings))
 
 
@@ -51,14 +57,21 @@ def up(settings: BrokerSettings) -> Status:
     if current.running:
         _wait_until_answering(settings, current.pid)
         return status(settings)
-    for port in (settings.port, settings.controller_port):
+    for port in (settings.port, settings.controller_port) + ((settings.ssl_port,) if settings.secure else ()):
         _check_port_free(port)
     java = jars.java_command()
     lib = jars.jar_dir(settings)
     home = settings.home
+    formatted = (home / "data" / "meta.properties").exists()
+    if formatted and settings.secure != security.layout(settings).ca.exists():
+        raise BrokerFailed(f"the broker storage in {home / 'data'} was formatted "
+                           f"{'without' if settings.secure else 'with'} secure mode; use another state folder "
+                           f"or remove {home}")
     (home / "data").mkdir(parents=True, exist_ok=True)
+    if settings.secure:
+        security.prepare(settings)
     properties = _render_properties(settings)
-    if not (home / "data" / "meta.properties").exists():
+    if not formatted:
         _format_storage(java, lib, settings, properties)
     with open(home / "stdout.log", "ab") as out:
         process = subprocess.Popen(
@@ -107,7 +120,7 @@ def _wait_until_answering(settings: BrokerSettings, pid: int) -> None:
     while time.monotonic() < deadline:
         if not _alive(pid):
             raise BrokerFailed(f"the Kafka broker exited during start-up\n{log_tail(settings)}")
-        if admin.answers(settings.bootstrap, timeout=1.0):
+        if admin.answers(security.client(settings), timeout=1.0):
             return
         time.sleep(0.25)
     raise BrokerFailed(f"the Kafka broker did not answer on {settings.bootstrap} within "
@@ -115,9 +128,16 @@ def _wait_until_answering(settings: BrokerSettings, pid: int) -> None:
 
 
 def _format_storage(java: str, lib: Path, settings: BrokerSettings, properties: Path) -> None:
-    done = subprocess.run(
-        [java, *_jvm_flags(lib, settings), "kafka.tools.StorageTool", "format", "--ignore-formatted",
-         f"--cluster-id={_cluster_id()}", "-c", str(properties)], capture_output=True, text=True)
+    arguments = ["kafka.tools.StorageTool", "format", "--ignore-formatted", f"--cluster-id={_cluster_id()}",
+                 "-c", str(properties)]
+    if settings.secure:
+        arguments += security.scram_arguments(settings)
+    argument_file = settings.home / "format.args"
+    write_private(argument_file, "\n".join(arguments).encode())
+    try:
+        done = subprocess.run([java, *_jvm_flags(lib, settings), f"@{argument_file}"], capture_output=True, text=True)
+    finally:
+        argument_file.unlink(missing_ok=True)
     if done.returncode != 0:
         raise BrokerFailed(f"formatting the broker storage failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
@@ -130,16 +150,21 @@ def _cluster_id() -> str:
 def _jvm_flags(lib: Path, settings: BrokerSettings) -> list[str]:
     return ["-cp", f"{lib}/*", f"-Dheadroom.kafka.log={_log_file(settings)}",
             f"-Dlog4j2.configurationFile={settings.infra_dir / 'log4j2.yaml'}",
-            "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+            "-XX:+UseG1GC", "-Djava.awt.headless=true", *(security.jvm_flags(settings) if settings.secure else [])]
 
 
 def _render_properties(settings: BrokerSettings) -> Path:
-    template = (settings.infra_dir / "server.properties").read_text()
-    rendered = (template.replace("{port}", str(settings.port))
-                .replace("{controller_port}", str(settings.controller_port))
-                .replace("{data_dir}", str((settings.home / "data").resolve())))
+    """``server.properties`` and the listeners of the broker's mode, placeholders filled in; readable by its
+    owner only, since in secure mode it holds the broker's key and the PLAIN users' passwords."""
+    listeners = "listeners-secure.properties" if settings.secure else "listeners-plaintext.properties"
+    rendered = "\n".join((settings.infra_dir / name).read_text() for name in ("server.properties", listeners))
+    values = {"port": str(settings.port), "controller_port": str(settings.controller_port),
+              "data_dir": str((settings.home / "data").resolve()),
+              **(security.listener_values(settings) if settings.secure else {})}
+    for name, value in values.items():
+        rendered = rendered.replace(f"{{{name}}}", value)
     path = settings.home / "server.properties"
-    path.write_text(rendered)
+    write_private(path, rendered.encode())
     return path
 
 

@@ -1,4 +1,5 @@
-"""``headroom kafka up|down|status|check`` — the local broker; ``headroom kafka topics`` — any broker's topics."""
+"""``headroom kafka up|down|status|check`` — the local broker (``up --secure``: with TLS, users and ACLs);
+``headroom kafka topics`` — any broker's topics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
@@ -14,7 +16,7 @@ from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
-from headroom.localkafka import admin, broker
+from headroom.localkafka import acls, admin, broker, security
 from headroom.localkafka.errors import BrokerError
 from headroom.localkafka.selftest import round_trip, synthetic_records
 from headroom.localkafka.settings import BrokerSettings
@@ -31,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--state-dir", type=Path, help="folder for broker data, log and pid file "
                             "(default $HEADROOM_STATE_DIR or .headroom)")
         parser.set_defaults(run=run)
+        if name == "up":
+            parser.add_argument("--secure", action="store_true", default=None,
+                                help="TLS listeners, SCRAM / PLAIN / OAUTHBEARER / certificate users and ACLs "
+                                     "(HEADROOM_KAFKA_SECURE); each component's settings go to "
+                                     "<state-dir>/kafka/security/clients/<user>.env")
+            parser.add_argument("--worker-app-id", help="the learning worker's app id, whose changelog topics and "
+                                "groups its principal owns (default $HEADROOM_PIPELINE_APP_ID)")
         if name == "check":
             parser.add_argument("--records", type=int, default=5000, help="telemetry records to send")
             parser.add_argument("--servers", type=int, default=8, help="servers the records are spread over")
@@ -49,27 +58,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
     settings = from_env(BrokerSettings)
-    return replace(settings, state_dir=args.state_dir) if args.state_dir else settings
+    overrides = {"state_dir": args.state_dir, "secure": getattr(args, "secure", None)}
+    return replace(settings, **{name: value for name, value in overrides.items() if value is not None})
 
 
-def start(settings: BrokerSettings) -> tuple[broker.Status, list[str]]:
-    """Bring the broker up and create the declared topics on it."""
+def start(settings: BrokerSettings, worker_app_id: str | None = None) -> tuple[broker.Status, list[str]]:
+    """Bring the broker up and create the declared topics on it (in secure mode as ``admin``, with the ACLs of
+    :mod:`localkafka.acls`)."""
     status = broker.up(settings)
-    kafka = from_env(KafkaSettings, bootstrap_servers=settings.bootstrap)
-    return status, admin.ensure_topics(kafka)
+    kafka = security.client(settings, "admin", base=from_env(KafkaSettings))
+    created = admin.ensure_topics(kafka)
+    if settings.secure:
+        if worker_app_id is None:
+            from headroom.streams.settings import PipelineSettings
+            worker_app_id = from_env(PipelineSettings).app_id
+        acls.apply(kafka, kafka, worker_app_id)
+    return status, created
 
 
 def _up(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     began = time.monotonic()
     try:
-        status, created = start(settings)
-    except BrokerError as err:
+        status, created = start(settings, args.worker_app_id)
+    except (BrokerError, KafkaException) as err:
         raise CommandError(str(err)) from err
     print(f"Kafka is up on {status.bootstrap} (pid {status.pid}) after {time.monotonic() - began:.1f} s; "
           f"log {status.log_file}")
     if created:
         print(f"created topics: {', '.join(created)}")
+    if settings.secure:
+        files = security.layout(settings)
+        print(f"secure: SASL_SSL on {settings.bootstrap}, certificate-authenticated TLS on 127.0.0.1:"
+              f"{settings.ssl_port}, ACLs on; CA {files.ca}\nconnect as a component with its settings, e.g. "
+              f"`set -a; . {files.env_file('router')}; set +a` (users: {', '.join(security.USERS)})")
     return 0
 
 
@@ -91,7 +113,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _topics(args: argparse.Namespace) -> int:
     kafka = from_env(KafkaSettings)
-    if not admin.answers(kafka.bootstrap_servers):
+    if not admin.answers(kafka):
         raise CommandError(f"no broker answers on {kafka.bootstrap_servers} (HEADROOM_KAFKA_BOOTSTRAP)")
     created = admin.ensure_topics(kafka, alter=args.alter)
     drifts = admin.topic_drift(kafka)
@@ -112,7 +134,7 @@ def _check(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if not broker.status(settings).answering:
         raise CommandError(f"no broker answers on {settings.bootstrap}; run `headroom kafka up` first")
-    kafka = from_env(KafkaSettings, bootstrap_servers=settings.bootstrap)
+    kafka = security.client(settings, "admin", base=from_env(KafkaSettings))
     summary = round_trip(kafka, synthetic_records(args.records, args.servers, seed=1))
     console = Console()
     table = Table(title=f"telemetry read back from '{kafka.telemetry_topic}'")

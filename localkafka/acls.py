@@ -1,0 +1,75 @@
+"""Who may do what on the brokers: each component's principal and its grants, declared once.
+
+The local secure broker applies them (:func:`apply`, as a super user); ``docs/security.md`` gives the same
+grants as Strimzi ``KafkaUser`` ACLs. Everything not granted is denied (``allow.everyone.if.no.acl.found``
+is false):
+
+- ``worker`` reads ``telemetry``, writes the dead-letter topic, reads and writes ``model-updates`` (it warm-starts
+  from it and publishes to it), and owns the topics and consumer groups named after its app id (the window
+  changelog, Faust's assignor topic, the Faust group and the telemetry reader's group);
+- ``router`` writes ``telemetry`` and reads ``model-updates`` (its embedded predictor);
+- ``predictor`` reads ``model-updates``;
+- ``backtest`` reads ``telemetry`` and ``model-updates``.
+
+No other principal may write ``model-updates``. Readers of ``model-updates`` and of a range of telemetry
+are assigned partitions and never commit, so they need no consumer-group grant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from headroom.contract.topics import KafkaSettings
+from headroom.kafka_clients import admin
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Operations allowed on a topic or group: one named exactly, or every one whose name starts so."""
+
+    resource: str  # "topic" or "group"
+    name: str
+    operations: tuple[str, ...]
+    prefixed: bool = False
+
+
+def grants(kafka: KafkaSettings, worker_app_id: str) -> dict[str, tuple[Grant, ...]]:
+    """The grants of every component's principal, for the topics of ``kafka`` and the worker's app id."""
+    telemetry, dead_letters, models = kafka.telemetry_topic, kafka.dlq_topic, kafka.model_topic
+    read, write = ("READ", "DESCRIBE"), ("WRITE", "DESCRIBE")
+    return {
+        "worker": (Grant("topic", telemetry, read), Grant("topic", dead_letters, write),
+                   Grant("topic", models, ("READ", "WRITE", "DESCRIBE")),
+                   Grant("topic", f"{worker_app_id}-", ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"),
+                         prefixed=True),
+                   Grant("group", worker_app_id, read, prefixed=True)),
+        "router": (Grant("topic", telemetry, write), Grant("topic", models, read)),
+        "predictor": (Grant("topic", models, read),),
+        "backtest": (Grant("topic", telemetry, read), Grant("topic", models, read)),
+    }
+
+
+def bindings(kafka: KafkaSettings, worker_app_id: str) -> list[AclBinding]:
+    """:func:`grants` as ACL bindings: one ALLOW per principal, resource and operation, from any host."""
+    return [AclBinding(ResourceType[grant.resource.upper()], grant.name,
+                       ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL,
+                       f"User:{user}", "*", AclOperation[operation], AclPermissionType.ALLOW)
+            for user, user_grants in grants(kafka, worker_app_id).items()
+            for grant in user_grants for operation in grant.operations]
+
+
+def apply(admin_kafka: KafkaSettings, kafka: KafkaSettings, worker_app_id: str, timeout_s: float = 30.0) -> int:
+    """Create the ACLs (as a super user, ``admin_kafka``); returns how many bindings there are. Idempotent."""
+    wanted = bindings(kafka, worker_app_id)
+    client = admin(admin_kafka)  # must outlive the futures
+    for future in client.create_acls(wanted, request_timeout=timeout_s).values():
+        future.result()
+    return len(wanted)
