@@ -12,7 +12,9 @@ is false):
 - ``backtest`` reads ``telemetry`` and ``model-updates``.
 
 No other principal may write ``model-updates``. Readers of ``model-updates`` and of a range of telemetry
-are assigned partitions and never commit, so they need no consumer-group grant.
+are assigned partitions and never commit; they may only DESCRIBE their own groups (librdkafka looks up a
+group's coordinator even so: :data:`~headroom.kafka_clients.MODEL_READERS`,
+:data:`~headroom.kafka_clients.REPLAY_READERS`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from headroom.contract.topics import KafkaSettings
-from headroom.kafka_clients import admin
+from headroom.kafka_clients import MODEL_READERS, REPLAY_READERS, admin
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,18 @@ def grants(kafka: KafkaSettings, worker_app_id: str) -> dict[str, tuple[Grant, .
     """The grants of every component's principal, for the topics of ``kafka`` and the worker's app id."""
     telemetry, dead_letters, models = kafka.telemetry_topic, kafka.dlq_topic, kafka.model_topic
     read, write = ("READ", "DESCRIBE"), ("WRITE", "DESCRIBE")
+    model_reader = (Grant("topic", models, read), Grant("group", f"{MODEL_READERS}-", ("DESCRIBE",), prefixed=True))
     return {
         "worker": (Grant("topic", telemetry, read), Grant("topic", dead_letters, write),
                    Grant("topic", models, ("READ", "WRITE", "DESCRIBE")),
+                   Grant("group", f"{MODEL_READERS}-", ("DESCRIBE",), prefixed=True),
                    Grant("topic", f"{worker_app_id}-", ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"),
                          prefixed=True),
                    Grant("group", worker_app_id, read, prefixed=True)),
-        "router": (Grant("topic", telemetry, write), Grant("topic", models, read)),
-        "predictor": (Grant("topic", models, read),),
-        "backtest": (Grant("topic", telemetry, read), Grant("topic", models, read)),
+        "router": (Grant("topic", telemetry, write), *model_reader),
+        "predictor": model_reader,
+        "backtest": (Grant("topic", telemetry, read), Grant("group", f"{REPLAY_READERS}-", ("DESCRIBE",), prefixed=True),
+                     *model_reader),
     }
 
 

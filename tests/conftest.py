@@ -23,7 +23,8 @@ import pytest
 from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings, TopicSpec
-from headroom.localkafka import admin, broker
+from headroom.localkafka import admin, broker, security
+from headroom.localkafka.cli import start
 from headroom.localkafka.settings import BrokerSettings
 
 pytest_plugins = ["tests.kube"]  # the helm and kube_api fixtures
@@ -52,6 +53,35 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
         yield settings
     finally:
         broker.down(broker_settings)
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    """The session's secure broker: its settings, and how each user reaches it."""
+
+    settings: BrokerSettings
+    worker_app_id: str
+
+    def client(self, user: str, mechanism: str = "SCRAM-SHA-512") -> KafkaSettings:
+        return security.client(self.settings, user, mechanism, base=from_env(KafkaSettings, {}))
+
+    def environ(self, user: str) -> dict[str, str]:
+        """The ``HEADROOM_KAFKA_*`` variables of ``user``, as a component's process reads them."""
+        lines = security.layout(self.settings).env_file(user).read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if line)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """A broker in secure mode (``headroom kafka up --secure``) with the declared topics and every
+    component's ACLs, the worker's for the app id ``headroom-secure-tests``; started once per session."""
+    settings = from_env(BrokerSettings, secure=True, port=free_port(), controller_port=free_port(),
+                        ssl_port=free_port(), state_dir=tmp_path_factory.mktemp("secure-kafka-state"))
+    try:
+        start(settings, worker_app_id="headroom-secure-tests")
+        yield SecureBroker(settings, "headroom-secure-tests")
+    finally:
+        broker.down(settings)
 
 
 @pytest.fixture
