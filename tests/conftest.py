@@ -116,6 +116,14 @@ class Pki:
 
 
 @pytest.fixture(scope="session")
+def trusted_keys(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """HEADROOM_MODEL_TRUSTED_KEYS of a reader that trusts the tests' signing key (tests.keys.TEST_KEY)."""
+    from tests.keys import write_public_key
+
+    return str(write_public_key(tmp_path_factory.mktemp("trusted-keys")))
+
+
+@pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     folder = tmp_path_factory.mktemp("pki")
     ca = CertificateAuthority.create("headroom tests CA")

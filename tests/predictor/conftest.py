@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from headroom.contract.settings import from_env
+from headroom.contract.signing import SigningSettings
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
 
@@ -13,11 +14,12 @@ def local_settings(**overrides) -> PredictorSettings:
 
 
 @pytest.fixture
-def start_server():
-    """Starts PredictorServers on free loopback ports; stops them after the test."""
+def start_server(trusted_keys):
+    """Starts PredictorServers on free loopback ports, trusting the tests' signing key; stops them after the test."""
     started: list[PredictorServer] = []
 
     def start(kafka=None, runtime=None, **overrides) -> PredictorServer:
+        overrides.setdefault("signing", SigningSettings(trusted_keys=trusted_keys))
         server = PredictorServer(local_settings(**overrides), kafka, runtime).start()
         started.append(server)
         return server

@@ -20,14 +20,15 @@ HEADROOM = str(Path(sys.executable).with_name("headroom"))
 
 
 @pytest.mark.kafka
-def test_serve_becomes_healthy_and_stops_gracefully_on_sigterm(kafka, fresh_topic):
+def test_serve_becomes_healthy_and_stops_gracefully_on_sigterm(kafka, fresh_topic, trusted_keys):
     topic = fresh_topic("model-updates", config={"cleanup.policy": "compact"})
     publish(dataclasses.replace(kafka, model_topic=topic), topic,
             (model_key("pool-a", "ttft", "mean"), message(train(seed=1), 1)))
     port = free_port()
     env = {**os.environ, "HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "HEADROOM_TOPIC_MODELS": topic,
            "HEADROOM_PREDICTOR_HOST": "127.0.0.1", "HEADROOM_PREDICTOR_PORT": str(port),
-           "HEADROOM_PREDICTOR_METRICS_PORT": "0", "HEADROOM_PREDICTOR_GRACE_SECONDS": "1"}
+           "HEADROOM_PREDICTOR_METRICS_PORT": "0", "HEADROOM_PREDICTOR_GRACE_SECONDS": "1",
+           "HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}
     process = subprocess.Popen([HEADROOM, "predictor", "serve"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -52,10 +53,16 @@ def test_serve_becomes_healthy_and_stops_gracefully_on_sigterm(kafka, fresh_topi
     assert "stopping gracefully" in output and "stopped" in output
 
 
-def test_serve_reports_a_bad_setting_without_a_traceback():
-    env = {**os.environ, "HEADROOM_PREDICTOR_PORT": "not-a-port"}
+@pytest.mark.parametrize("env, message", [
+    pytest.param({"HEADROOM_PREDICTOR_PORT": "not-a-port"}, "HEADROOM_PREDICTOR_PORT='not-a-port'", id="port"),
+    pytest.param({}, "no trusted model-signing keys: set HEADROOM_MODEL_TRUSTED_KEYS", id="no-trusted-keys"),
+    pytest.param({"HEADROOM_TLS_CLIENT_CA_FILE": "ca.pem"}, "HEADROOM_TLS_CLIENT_CA_FILE needs HEADROOM_TLS_CERT_FILE",
+                 id="mtls-without-tls"),
+])
+def test_serve_reports_a_bad_setting_without_a_traceback(env, message):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_MODEL_")}, **env}
     result = subprocess.run([HEADROOM, "predictor", "serve"], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert "HEADROOM_PREDICTOR_PORT='not-a-port'" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr

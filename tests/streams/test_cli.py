@@ -19,3 +19,11 @@ def test_settings_with_a_calibration_share_of_one_are_refused():
 
     with pytest.raises(ValueError, match=r"calibration fraction must be within \[0, 1\), got 1.0"):
         PipelineSettings(calibration_fraction=1.0)
+
+
+def test_worker_start_refuses_to_publish_unsigned_models_unless_allowed(monkeypatch, capsys):
+    monkeypatch.delenv("HEADROOM_MODEL_SIGNING_KEY_FILE", raising=False)
+    monkeypatch.delenv("HEADROOM_MODEL_ALLOW_UNSIGNED", raising=False)
+    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached
+    assert main(["worker", "start"]) == 1
+    assert "the worker signs every model it publishes: set HEADROOM_MODEL_SIGNING_KEY_FILE" in capsys.readouterr().err
