@@ -7,6 +7,10 @@ in site-packages. Beside them, what every package shares:
 
 - :mod:`headroom.errors` — the error hierarchy, and :class:`~headroom.errors.CommandError`.
 - :mod:`headroom.kafka_clients` — every Kafka client, made from :class:`~contract.topics.KafkaSettings`.
+- :mod:`headroom.kafka_auth` — Kafka client security in librdkafka's and Faust's terms;
+  :mod:`headroom.google_kafka` — the OAUTHBEARER token provider for Google's managed Kafka.
+- :mod:`headroom.tls` — TLS of the gRPC and HTTP listeners and clients; :mod:`headroom.certificates` — a
+  private CA and self-signed certificates.
 - :mod:`headroom.model_topic` — the one reader of ``model-updates``.
 - :mod:`headroom.process` — process-wide settings, applied once where a process starts.
 """

@@ -1,7 +1,7 @@
 """Who may do what on the brokers: each component's principal and its grants, declared once.
 
-The local secure broker applies them (:func:`apply`, as a super user); ``docs/security.md`` gives the same
-grants as Strimzi ``KafkaUser`` ACLs. Everything not granted is denied (``allow.everyone.if.no.acl.found``
+The local secure broker applies them (:func:`apply`, as a super user); on Kubernetes the same grants are
+Strimzi ``KafkaUser`` resources (:func:`strimzi_users`, printed by ``headroom kafka acls --strimzi CLUSTER``). Everything not granted is denied (``allow.everyone.if.no.acl.found``
 is false):
 
 - ``worker`` reads ``telemetry``, writes the dead-letter topic, reads and writes ``model-updates`` (it warm-starts
@@ -69,6 +69,24 @@ def bindings(kafka: KafkaSettings, worker_app_id: str) -> list[AclBinding]:
                        f"User:{user}", "*", AclOperation[operation], AclPermissionType.ALLOW)
             for user, user_grants in grants(kafka, worker_app_id).items()
             for grant in user_grants for operation in grant.operations]
+
+
+def strimzi_users(kafka: KafkaSettings, worker_app_id: str, cluster: str,
+                  authentication: str = "scram-sha-512") -> list[dict[str, object]]:
+    """The grants as Strimzi ``KafkaUser`` manifests of the Kafka cluster ``cluster`` (``scram-sha-512`` or
+    ``tls`` users; Strimzi keeps each user's password or certificate in a Secret named after it)."""
+    return [{"apiVersion": "kafka.strimzi.io/v1beta2", "kind": "KafkaUser",
+             "metadata": {"name": f"headroom-{user}", "labels": {"strimzi.io/cluster": cluster}},
+             "spec": {"authentication": {"type": authentication},
+                      "authorization": {"type": "simple", "acls": [
+                          {"resource": {"type": grant.resource, "name": grant.name,
+                                        "patternType": "prefix" if grant.prefixed else "literal"},
+                           "operations": [_STRIMZI_OPERATIONS.get(op, op.capitalize()) for op in grant.operations]}
+                          for grant in user_grants]}}}
+            for user, user_grants in grants(kafka, worker_app_id).items()]
+
+
+_STRIMZI_OPERATIONS = {"DESCRIBE_CONFIGS": "DescribeConfigs"}
 
 
 def apply(admin_kafka: KafkaSettings, kafka: KafkaSettings, worker_app_id: str, timeout_s: float = 30.0) -> int:

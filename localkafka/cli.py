@@ -56,6 +56,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     strimzi.set_defaults(run=_strimzi)
 
 
+def _worker_app_id(given: str | None) -> str:
+    if given:
+        return given
+    from headroom.streams.settings import PipelineSettings
+    return from_env(PipelineSettings).app_id
+
+
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
     settings = from_env(BrokerSettings)
     overrides = {"state_dir": args.state_dir, "secure": getattr(args, "secure", None)}
@@ -69,10 +76,7 @@ def start(settings: BrokerSettings, worker_app_id: str | None = None) -> tuple[b
     kafka = security.client(settings, "admin", base=from_env(KafkaSettings))
     created = admin.ensure_topics(kafka)
     if settings.secure:
-        if worker_app_id is None:
-            from headroom.streams.settings import PipelineSettings
-            worker_app_id = from_env(PipelineSettings).app_id
-        acls.apply(kafka, kafka, worker_app_id)
+        acls.apply(kafka, kafka, _worker_app_id(worker_app_id))
     return status, created
 
 
