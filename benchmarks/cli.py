@@ -41,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
                                     **reads(KafkaSettings))
-    predictor.add_argument("what", choices=("runtime", "grpc", "update", "all"),
-                           help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP")
+    predictor.add_argument("what", choices=("runtime", "grpc", "update", "verify", "all"),
+                           help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP; "
+                                "verify: what checking a model update's signature costs")
     predictor.add_argument("--candidates", type=int, nargs="+", help="candidate rows per call")
     predictor.add_argument("--iterations", type=int, default=2000, help="in-process calls per measurement")
     predictor.add_argument("--clients", type=int, default=4, help="concurrent closed-loop gRPC clients")
@@ -58,6 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "costs the shared cores less CPU per call)")
     predictor.add_argument("--models", type=int, default=4, choices=(1, 2, 3, 4),
                            help="models per pool: TTFT mean, TPOT mean, TTFT p90, TPOT p90")
+    predictor.add_argument("--tls", action="store_true",
+                           help="grpc: a TLS server beside the plaintext one, the two loaded in turn (see --rounds)")
+    predictor.add_argument("--rounds", type=int, default=1, help="grpc: runs of each transport and candidate count")
+    predictor.add_argument("--rpc", choices=("predict", "health"), default="predict",
+                           help="grpc: the call to load (health: the transport alone; needs --go-load)")
     predictor.set_defaults(run=_predictor)
 
     sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.",
@@ -122,10 +128,14 @@ def _predictor(args: argparse.Namespace) -> int:
     if args.what in ("grpc", "all"):
         for row in predictor_grpc.bench_grpc(tuple(args.candidates or (100, 1000)), args.clients, args.seconds,
                                              args.workers, args.models, args.load_generator or "python",
-                                             args.threads):
+                                             args.threads, ("plaintext", "tls") if args.tls else ("plaintext",),
+                                             args.rounds, args.rpc):
             print(json.dumps(row))
     if args.what in ("update", "all"):
         print(json.dumps(predictor.bench_update(from_env(KafkaSettings))))
+    if args.what in ("verify", "all"):
+        for row in predictor.bench_verify(args.iterations, args.models):
+            print(json.dumps(row))
     return 0
 
 

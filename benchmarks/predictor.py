@@ -115,6 +115,31 @@ def _time(work, runs: int) -> list[float]:
     return samples
 
 
+def bench_verify(iterations: int = 2000, models: int = 4) -> list[dict]:
+    """Per reference-size update: opening the signed message (the Ed25519 check), decoding it with the check
+    and without (an unsigned message, allowed), and the whole of ``ModelRuntime.apply`` (load, tree layout,
+    probe) beside them, in the same run."""
+    from headroom.contract.model_update import decode_update
+    from headroom.predictor.runtime import ModelRuntime
+
+    unsigned_allowed = TrustedKeys(allow_unsigned=True)
+    results = []
+    for raw, _ in reference_messages()[:models]:
+        update = decode_update(raw, BENCH_TRUST)
+        unsigned = encode_update(update)
+        steps = {"open signed (Ed25519 verify)": partial(BENCH_TRUST.open, raw),
+                 "decode signed": partial(decode_update, raw, BENCH_TRUST),
+                 "decode unsigned": partial(decode_update, unsigned, unsigned_allowed),
+                 "sign (publisher)": partial(BENCH_KEY.sign, unsigned)}
+        row = {"model": update.key, "message_bytes": len(raw)}
+        for name, step in steps.items():
+            row[name] = percentiles(_time(step, iterations))
+        row["runtime.apply (all checks)"] = percentiles(
+            _time(lambda raw=raw: ModelRuntime(trust=BENCH_TRUST).apply(raw), max(20, iterations // 100)))
+        results.append(row)
+    return results
+
+
 def bench_update(kafka, versions: int = 10) -> dict:
     """Publish→serving delay: a fresh compacted topic, one instance tailing it, ``versions`` new TTFT versions
     published one after another (reference-size models), each timed until ``predict`` uses it."""

@@ -2,11 +2,14 @@
 // measures the server rather than its client. It sends one pre-serialized request again and again through a
 // pass-through codec (no protobuf code on the client) and prints one JSON line of results.
 //
-// Usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -request FILE [-clients 4] [-seconds 10]
+// Usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -request FILE [-clients 4] [-seconds 10] [-ca FILE]
+// (with -ca, the connection is TLS and the server's certificate is checked against that CA)
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -42,6 +46,7 @@ func main() {
 	clients := flag.Int("clients", 4, "concurrent closed-loop clients on one connection")
 	seconds := flag.Float64("seconds", 10, "how long to run")
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each call")
+	caFile := flag.String("ca", "", "CA certificate (PEM): speak TLS and check the server against it")
 	flag.Parse()
 	if *addr == "" || *method == "" || *requestFile == "" || *clients < 1 || *seconds <= 0 {
 		fmt.Fprintln(os.Stderr, "grpc-load: -addr, -method and -request are required; -clients and -seconds must be positive")
@@ -51,7 +56,19 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	conn, err := grpc.Dial(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	transport := insecure.NewCredentials()
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			fail(err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			fail(fmt.Errorf("no certificate in %s", *caFile))
+		}
+		transport = credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	}
+	conn, err := grpc.Dial(*addr, grpc.WithTransportCredentials(transport),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(bytesCodec{})))
 	if err != nil {
 		fail(err)
