@@ -51,6 +51,17 @@ class PredictorMetrics:
         self.update_delay.observe(delay_seconds)
 
 
+def update_outcomes(name: str, runtime: ModelRuntime) -> CounterMetricFamily:
+    """The runtime's model-update messages by outcome and rejection reason, as the counter ``name``."""
+    updates = CounterMetricFamily(name, "Model-update messages by outcome and rejection reason.",
+                                  labels=["outcome", "reason"])
+    updates.add_metric(["applied", ""], runtime.applied)
+    updates.add_metric(["stale", ""], runtime.stale)
+    for reason, count in sorted(runtime.rejected.items()):
+        updates.add_metric(["rejected", reason], count)
+    return updates
+
+
 class _RuntimeCollector:
     def __init__(self, runtime: ModelRuntime) -> None:
         self.runtime = runtime
@@ -68,12 +79,7 @@ class _RuntimeCollector:
             version.add_metric(values, model.version)
             age.add_metric(values, max(0.0, now - model.created_at))
             signer.add_metric([*values, model.signer or "unsigned"], 1)
-        updates = CounterMetricFamily("headroom_predictor_model_updates", "Model-update messages by outcome "
-                                      "and rejection reason.", labels=["outcome", "reason"])
-        updates.add_metric(["applied", ""], self.runtime.applied)
-        updates.add_metric(["stale", ""], self.runtime.stale)
-        for reason, count in sorted(self.runtime.rejected.items()):
-            updates.add_metric(["rejected", reason], count)
+        updates = update_outcomes("headroom_predictor_model_updates", self.runtime)
         ready = GaugeMetricFamily("headroom_predictor_models_live", "Live model versions.")
         ready.add_metric([], len(self.runtime.live()))
         yield from (version, age, signer, updates, ready)

@@ -92,10 +92,5 @@ class ModelUpdateCollector(Collector):
         self.runtime = runtime
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        updates = CounterMetricFamily("headroom_router_model_updates", "Model-update messages by outcome and "
-                                      "rejection reason.", labels=["outcome", "reason"])
-        updates.add_metric(["applied", ""], self.runtime.applied)
-        updates.add_metric(["stale", ""], self.runtime.stale)
-        for reason, count in sorted(self.runtime.rejected.items()):
-            updates.add_metric(["rejected", reason], count)
-        yield updates
+        from headroom.predictor.metrics import update_outcomes
+        yield update_outcomes("headroom_router_model_updates", self.runtime)

@@ -58,6 +58,8 @@ def test_learn_publish_serve_over_sasl_ssl(secure_kafka, tmp_path, monkeypatch, 
         assert {m.key: m.signer for m in router.service.predictor.runtime.live()}.get("pool-a/ttft/mean") \
             == TEST_KEY.key_id
         assert predictor.runtime.rejected == {}
+        assert 'headroom_router_model_updates_total{outcome="rejected"' not in router.metrics.exposition().decode()
+        assert 'headroom_router_model_updates_total{outcome="applied",reason=""}' in router.metrics.exposition().decode()
         channel, stub = stub_of(predictor)
         with channel:
             assert stub.Predict(request(), timeout=5).predictions
