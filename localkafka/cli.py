@@ -64,9 +64,13 @@ def _worker_app_id(given: str | None) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
+    """The broker's settings; a broker whose state was made secure is secure for every command but ``up``."""
     settings = from_env(BrokerSettings)
     overrides = {"state_dir": args.state_dir, "secure": getattr(args, "secure", None)}
-    return replace(settings, **{name: value for name, value in overrides.items() if value is not None})
+    settings = replace(settings, **{name: value for name, value in overrides.items() if value is not None})
+    if args.kafka_command != "up" and security.layout(settings).ca.exists():
+        settings = replace(settings, secure=True)
+    return settings
 
 
 def start(settings: BrokerSettings, worker_app_id: str | None = None) -> tuple[broker.Status, list[str]]:
