@@ -130,7 +130,7 @@ def client(settings: BrokerSettings, user: str = "admin", mechanism: str = "SCRA
            base: KafkaSettings | None = None) -> KafkaSettings:
     """How ``user`` reaches the local broker: SASL_SSL with ``mechanism`` (a SCRAM one or PLAIN), or ``"SSL"``
     with the user's certificate on the TLS listener; plain PLAINTEXT when the broker is not secure. Topic
-    settings come from ``base`` (the environment's when None)."""
+    settings come from ``base`` (the defaults when None)."""
     base = base or from_env(KafkaSettings, {})
     if not settings.secure:
         return dataclasses.replace(base, bootstrap_servers=settings.bootstrap, security=KafkaSecurity())

@@ -23,18 +23,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from headroom.contract.settings import from_env
+    from headroom.contract.settings import SettingsError, from_env
     from headroom.contract.topics import KafkaSettings
     from headroom.router.config import load_config
     from headroom.router.errors import ConfigError
     from headroom.router.server import RouterServer, serve
     try:
-        config = load_config(args.config)
-    except ConfigError as err:
+        server = RouterServer(load_config(args.config), from_env(KafkaSettings))
+    except (ConfigError, SettingsError) as err:  # also the token file, trusted keys and TLS files it reads
         raise CommandError(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        serve(RouterServer(config, from_env(KafkaSettings)))
+        serve(server)
     except ConfigError as err:
         raise CommandError(str(err)) from err
     return 0

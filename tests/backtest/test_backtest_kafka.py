@@ -65,7 +65,7 @@ def test_backtest_promotes_what_the_live_pipeline_promoted_and_writes_the_report
     asyncio.run(live_worker(kafka, settings, len(records)))
     live = [(item.update.key, item.update.version) for item in read_all(kafka, TRUST)]
 
-    result = run_backtest(Source(kafka, Range()), settings,
+    result = run_backtest(Source(kafka, TRUST, Range()), settings,
                           BacktestSettings(out_dir=tmp_path / "report",
                                            policies="round-robin,least-queue,predicted-latency"))
 
@@ -104,7 +104,7 @@ def test_time_range_limits_the_replay(kafka, fresh_topic, tmp_path):
     kafka = dataclasses.replace(kafka, telemetry_topic=fresh_topic("bt-range"), model_topic=fresh_topic("bt-none"))
     fill(kafka.bootstrap_servers, kafka.telemetry_topic, records)
     middle_ms = int(records[len(records) // 2].completion_ts * 1000)
-    result = run_backtest(Source(kafka, Range(start_ms=middle_ms)), quick_settings(),
+    result = run_backtest(Source(kafka, TRUST, Range(start_ms=middle_ms)), quick_settings(),
                           BacktestSettings(out_dir=tmp_path / "late", policies=""))
     assert result.records.height == sum(1 for r in records if r.completion_ts * 1000 >= middle_ms)
     assert result.updates.height == 0
@@ -116,14 +116,16 @@ def test_an_empty_range_still_gives_a_report(kafka, fresh_topic, tmp_path):
     kafka = dataclasses.replace(kafka, telemetry_topic=fresh_topic("bt-empty"), model_topic=fresh_topic("bt-none"))
     fill(kafka.bootstrap_servers, kafka.telemetry_topic, records)
     after_ms = int(records[-1].completion_ts * 1000) + 1
-    result = run_backtest(Source(kafka, Range(start_ms=after_ms)), quick_settings(),
+    result = run_backtest(Source(kafka, TRUST, Range(start_ms=after_ms)), quick_settings(),
                           BacktestSettings(out_dir=tmp_path / "empty"))
     assert result.records.height == 0
     assert result.prequential.rounds.height == 0
     assert "0 valid records" in (tmp_path / "empty" / "report.md").read_text()
 
 
-def test_the_command_line_passes_kafka_options_and_pipeline_settings(kafka, fresh_topic, tmp_path, capsys):
+def test_the_command_line_passes_kafka_options_and_pipeline_settings(kafka, fresh_topic, tmp_path, capsys,
+                                                                    monkeypatch, trusted_keys):
+    monkeypatch.setenv("HEADROOM_MODEL_TRUSTED_KEYS", trusted_keys)
     from headroom.cli.main import main
 
     records = simulated_records(seconds=20.0)

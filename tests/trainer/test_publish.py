@@ -26,11 +26,13 @@ def test_read_latest_keeps_the_newest_version_per_key_and_reports_bad_messages(p
     for u in (update(1), update(2), update(1, objective="quantile"), update(3)):
         publisher.publish(u)
     garbage = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers})
-    garbage.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=b"HRMU\x00\x00\x00\x02{}")
+    for junk in (TEST_KEY.sign(b"HRMU\x00\x00\x00\x02{}"), b"HRMU\x00\x00\x00\x02{}"):  # signed, and not
+        garbage.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=junk)
     garbage.flush(10)
     latest, rejected = read_latest(pipeline_kafka, TRUST)
     assert {k: u.version for k, u in latest.items()} == {"pool-a/ttft/mean": 3, "pool-a/ttft/quantile": 1}
-    assert len(rejected) == 1 and "format version" in rejected[0].error
+    assert [item.reason for item in rejected] == ["invalid", "unsigned"]
+    assert "format version" in rejected[0].error
 
 
 def test_an_empty_topic_has_no_models(pipeline_kafka):
@@ -60,18 +62,20 @@ def test_tail_sees_versions_published_after_it_started_and_not_before(pipeline_k
     assert seen[1] == seen[0] + 1
 
 
-def test_models_list_and_tail_commands_print_versions(pipeline_kafka, monkeypatch, capsys):
+def test_models_list_and_tail_commands_print_versions_and_signers(pipeline_kafka, monkeypatch, capsys, trusted_keys):
+    monkeypatch.setenv("HEADROOM_MODEL_TRUSTED_KEYS", trusted_keys)
     monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # --bootstrap overrides it
     monkeypatch.setenv("HEADROOM_TOPIC_MODELS", pipeline_kafka.model_topic)
     ModelPublisher(pipeline_kafka, TEST_KEY).publish(update(4, target="tpot", objective="quantile"))
     ModelPublisher(pipeline_kafka, TEST_KEY).publish(update(5, target="ttft"))  # a mean model: coverage means nothing
     assert main(["models", "list", "--bootstrap", pipeline_kafka.bootstrap_servers]) == 0
     listing = capsys.readouterr().out
-    assert "pool-a/tpot/quantile" in listing and "0.910 (p90)" in listing
+    assert "pool-a/tpot/quantile" in listing and "0.910 (p90)" in listing and f"key {TEST_KEY.key_id}" in listing
     mean_row = next(line for line in listing.splitlines() if "pool-a/ttft/mean" in line)
     assert "0.910" not in mean_row and "3.50" in mean_row
     assert main(["models", "tail", "--bootstrap", pipeline_kafka.bootstrap_servers, "--from-beginning",
                  "--count", "2", "--idle-seconds", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "pool-a/tpot/quantile v4" in lines[0] and "coverage 0.910 (p90)" in lines[0]
+    assert f"signed by key {TEST_KEY.key_id}" in lines[0]
     assert "pool-a/ttft/mean v5" in lines[1] and "coverage" not in lines[1]
