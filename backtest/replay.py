@@ -71,7 +71,7 @@ def consumer(kafka: KafkaSettings, extra: Mapping[str, Any] | None = None) -> Co
     """A consumer that never commits: its group id is its own and auto-commit is off."""
     # Moderate fetches start the flow of records sooner; a short queue backoff keeps a full prefetch
     # queue from pausing the fetcher for a second (librdkafka's default) each time it fills.
-    return kafka_clients.consumer(kafka, kafka_clients.REPLAY_READERS, {
+    return kafka_clients.consumer(kafka, "headroom-replay", {
         "enable.partition.eof": False, "fetch.max.bytes": 16 * 1024 * 1024,
         "max.partition.fetch.bytes": 4 * 1024 * 1024, "fetch.queue.backoff.ms": 10, **(extra or {})})
 

@@ -43,8 +43,6 @@ def librdkafka_logger(name: str) -> logging.Logger:
     if not any(isinstance(f, _TransientToDebug) for f in logger.filters):
         logger.addFilter(_TransientToDebug())
     return logger
-MODEL_READERS = "headroom-models"  # group prefix of the readers of model-updates (headroom.model_topic)
-REPLAY_READERS = "headroom-replay"  # group prefix of the readers of telemetry history (backtest.replay)
 
 
 def client_config(kafka: KafkaSettings) -> dict[str, Any]:

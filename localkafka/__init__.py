@@ -4,5 +4,5 @@
 - :mod:`localkafka.broker` — ``up`` / ``down`` / ``status`` of the broker process.
 - :mod:`localkafka.admin` — creating and describing the topics declared in :mod:`contract.topics`.
 - :mod:`localkafka.security` — secure mode: the broker's CA, certificates, users and their credentials.
-- :mod:`localkafka.acls` — each component's grants, applied to the secure broker or written as Strimzi users.
+- :mod:`localkafka.acls` — each component's grants (:mod:`localkafka.strimzi`) as the secure broker's ACLs.
 """

@@ -99,7 +99,7 @@ def _up(args: argparse.Namespace) -> int:
         files = security.layout(settings)
         print(f"secure: SASL_SSL on {settings.bootstrap}, certificate-authenticated TLS on 127.0.0.1:"
               f"{settings.ssl_port}, ACLs on; CA {files.ca}\nconnect as a component with its settings, e.g. "
-              f"`set -a; . {files.env_file('router')}; set +a` (users: {', '.join(security.USERS)})")
+              f"`set -a; . {files.env_file('headroom-router')}; set +a` (users: {', '.join(security.users())})")
     return 0
 
 

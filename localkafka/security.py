@@ -11,8 +11,8 @@ Everything is made locally, once, under ``<state_dir>/kafka/security`` (secrets 
   broker accepts for OAUTHBEARER (ES256, checked against the JWKS file);
 - ``clients/<user>.env`` — the ``HEADROOM_KAFKA_*`` variables a component sets to connect as that user.
 
-:data:`USERS` are the principals of :mod:`localkafka.acls`; ``admin`` is a super user, the others get only
-their component's grants.
+Its users (:func:`users`) are ``admin``, a super user, and the principals of
+:func:`localkafka.strimzi.grants`, each with only its component's grants (:mod:`localkafka.acls`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka.settings import BrokerSettings
 
-USERS = ("admin", "worker", "router", "predictor", "backtest")
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 OAUTH_AUDIENCE = "headroom-kafka"
 OAUTH_ISSUER = "headroom-local"
@@ -74,6 +73,13 @@ class Layout:
         return self.root / "clients" / f"{user}.env"
 
 
+def users() -> tuple[str, ...]:
+    """``admin`` and each component's user: ``headroom-worker``, ``headroom-router``, ..."""
+    from headroom.localkafka.strimzi import grants
+
+    return ("admin", *grants(KafkaSettings()))
+
+
 def layout(settings: BrokerSettings) -> Layout:
     return Layout(settings.home / "security")
 
@@ -86,7 +92,7 @@ def prepare(settings: BrokerSettings) -> Layout:
         ca.write(files.root)
         ca.issue("broker", HOSTS).write(files.root, "broker")
     ca = CertificateAuthority.load(files.ca, files.root / "ca.key")
-    for user in USERS:
+    for user in users():
         if not files.password_file(user).exists():
             write_private(files.password_file(user), secrets.token_urlsafe(24).encode())
         if not files.certificate(user)[0].exists():
@@ -96,7 +102,7 @@ def prepare(settings: BrokerSettings) -> Layout:
         write_private(files.issuer_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
         files.jwks.write_text(json.dumps({"keys": [_jwk(key.public_key())]}))
-    for user in USERS:
+    for user in users():
         _write_env(files.env_file(user), client(settings, user))
     return files
 
@@ -109,7 +115,7 @@ def listener_values(settings: BrokerSettings) -> dict[str, str]:
     """The values of the secure listeners' placeholders (``infra/kafka/listeners-secure.properties``)."""
     files = layout(settings)
     certificate, key = (path.read_text() for path in files.broker)
-    plain_users = " ".join(f'user_{user}="{password(settings, user)}"' for user in USERS)
+    plain_users = " ".join(f'user_{user}="{password(settings, user)}"' for user in users())
     return {"ssl_port": str(settings.ssl_port), "broker_certificate": _one_line(certificate),
             "broker_key": _one_line(key), "ca_file": str(files.ca.resolve()), "plain_users": plain_users,
             "jwks_url": files.jwks.resolve().as_uri(), "oauth_audience": OAUTH_AUDIENCE, "oauth_issuer": OAUTH_ISSUER}
@@ -117,7 +123,7 @@ def listener_values(settings: BrokerSettings) -> dict[str, str]:
 
 def scram_arguments(settings: BrokerSettings) -> list[str]:
     """The storage tool's ``--add-scram`` arguments that create every user's SCRAM credentials at format time."""
-    return [argument for user in USERS for mechanism in SCRAM_MECHANISMS
+    return [argument for user in users() for mechanism in SCRAM_MECHANISMS
             for argument in ("--add-scram", f"{mechanism}=[name={user},password={password(settings, user)}]")]
 
 

@@ -63,6 +63,7 @@ class SecureBroker:
     worker_app_id: str
 
     def client(self, user: str, mechanism: str = "SCRAM-SHA-512") -> KafkaSettings:
+        """``user``: ``admin`` or a component's (``headroom-router``, ...; localkafka.security.users)."""
         return security.client(self.settings, user, mechanism, base=from_env(KafkaSettings, {}))
 
     def environ(self, user: str) -> dict[str, str]:

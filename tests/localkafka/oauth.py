@@ -7,7 +7,7 @@ from headroom.localkafka.security import mint_token
 from headroom.localkafka.settings import BrokerSettings
 
 BROKER: BrokerSettings | None = None
-SUBJECT = "router"
+SUBJECT = "headroom-router"
 issued = 0  # tokens handed out, to show the provider was asked
 
 

@@ -25,7 +25,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.localkafka import security
 from headroom.localkafka.selftest import synthetic_records
-from headroom.model_topic import read_all
+from headroom.model_topic import GROUP_PREFIX, read_all
 from headroom.trainer.publish import ModelPublisher, PublishError
 from tests.keys import TEST_KEY, TRUST
 from tests.localkafka import oauth
@@ -69,7 +69,7 @@ def refused(kafka: KafkaSettings) -> bool:
 
 
 def test_clients_without_valid_credentials_are_refused(secure_kafka):
-    router = secure_kafka.client("router")
+    router = secure_kafka.client("headroom-router")
     tls_only = KafkaSecurity(protocol="SSL", ssl_ca_file=router.security.ssl_ca_file)
     assert not refused(router)
     assert refused(dataclasses.replace(router, security=KafkaSecurity()))  # plaintext
@@ -78,7 +78,7 @@ def test_clients_without_valid_credentials_are_refused(secure_kafka):
         router.security, sasl_password_file=None, sasl_password="guessed")))
     assert refused(dataclasses.replace(router, security=dataclasses.replace(
         router.security, ssl_ca_file=secure_kafka.settings.state_dir / "no-such-ca.pem")))  # broker unverifiable
-    certificate_listener = secure_kafka.client("router", "SSL")
+    certificate_listener = secure_kafka.client("headroom-router", "SSL")
     assert not refused(certificate_listener)
     assert refused(dataclasses.replace(certificate_listener, security=tls_only))  # no client certificate
 
@@ -86,7 +86,7 @@ def test_clients_without_valid_credentials_are_refused(secure_kafka):
 def oauth_client(secure_kafka) -> KafkaSettings:
     oauth.BROKER = secure_kafka.settings
     ca = security.layout(secure_kafka.settings).ca
-    return dataclasses.replace(secure_kafka.client("router"), security=KafkaSecurity(
+    return dataclasses.replace(secure_kafka.client("headroom-router"), security=KafkaSecurity(
         protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider="tests.localkafka.oauth:token",
         ssl_ca_file=ca))
 
@@ -94,7 +94,7 @@ def oauth_client(secure_kafka) -> KafkaSettings:
 @pytest.mark.parametrize("library", ["librdkafka", "aiokafka"])
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER", "SSL"])
 def test_every_mechanism_works_in_both_client_libraries(secure_kafka, mechanism, library):
-    kafka = oauth_client(secure_kafka) if mechanism == "OAUTHBEARER" else secure_kafka.client("router", mechanism)
+    kafka = oauth_client(secure_kafka) if mechanism == "OAUTHBEARER" else secure_kafka.client("headroom-router", mechanism)
     issued = oauth.issued
     if library == "librdkafka":
         assert librdkafka_produce(kafka, kafka.telemetry_topic) is None
@@ -104,14 +104,14 @@ def test_every_mechanism_works_in_both_client_libraries(secure_kafka, mechanism,
 
 
 @pytest.mark.parametrize("user, topic, allowed", [
-    ("router", "telemetry", True),
-    ("router", "model-updates", False),
-    ("router", "telemetry-dlq", False),
-    ("predictor", "telemetry", False),
-    ("predictor", "model-updates", False),
-    ("backtest", "telemetry", False),
-    ("worker", "telemetry-dlq", True),
-    ("worker", "telemetry", False),
+    ("headroom-router", "telemetry", True),
+    ("headroom-router", "model-updates", False),
+    ("headroom-router", "telemetry-dlq", False),
+    ("headroom-predictor", "telemetry", False),
+    ("headroom-predictor", "model-updates", False),
+    ("headroom-ops", "telemetry", False),
+    ("headroom-worker", "telemetry-dlq", True),
+    ("headroom-worker", "telemetry", False),
 ])
 def test_who_may_write_where(secure_kafka, user, topic, allowed):
     error = librdkafka_produce(secure_kafka.client(user), topic)
@@ -125,20 +125,20 @@ def test_a_router_cannot_publish_a_model_and_the_worker_can(secure_kafka):
     update = make_update(model=b'{"learner": {}}', version=1, pool_key="acl-test", target="ttft", objective="mean",
                          feature_schema=FEATURE_SCHEMA, model_format="json", created_at=1.7e9)
     with pytest.raises(PublishError, match="Topic authorization failed"):
-        ModelPublisher(secure_kafka.client("router"), TEST_KEY, timeout_s=15).publish(update)
-    ModelPublisher(secure_kafka.client("worker"), TEST_KEY).publish(update)
-    for user in ("predictor", "router", "backtest"):
+        ModelPublisher(secure_kafka.client("headroom-router"), TEST_KEY, timeout_s=15).publish(update)
+    ModelPublisher(secure_kafka.client("headroom-worker"), TEST_KEY).publish(update)
+    for user in ("headroom-predictor", "headroom-router", "headroom-ops"):
         keys = {item.update.key for item in read_all(secure_kafka.client(user), TRUST, timeout_s=30) if item.update}
         assert "acl-test/ttft/mean" in keys, user
 
 
 def test_who_may_read_telemetry(secure_kafka):
-    assert librdkafka_produce(secure_kafka.client("router"), "telemetry") is None
+    assert librdkafka_produce(secure_kafka.client("headroom-router"), "telemetry") is None
 
     def reads(user: str) -> bool:
         """A reader of ``user`` (in the groups its component uses) gets a record, or an authorization error."""
-        group = {"worker": secure_kafka.worker_app_id, "backtest": kafka_clients.REPLAY_READERS}.get(
-            user, kafka_clients.MODEL_READERS)
+        group = {"headroom-worker": secure_kafka.worker_app_id, "headroom-ops": "headroom-replay"}.get(
+            user, GROUP_PREFIX)
         consumer = kafka_clients.consumer(secure_kafka.client(user), group, {"logger": QUIET})
         try:
             metadata = consumer.list_topics("telemetry", timeout=10).topics["telemetry"]
@@ -156,5 +156,6 @@ def test_who_may_read_telemetry(secure_kafka):
             raise AssertionError(f"{user}: neither a record nor an error from the telemetry topic")
         finally:
             consumer.close()
-    assert {user: reads(user) for user in security.USERS} == {
-        "admin": True, "worker": True, "router": False, "predictor": False, "backtest": True}
+    assert {user: reads(user) for user in security.users()} == {
+        "admin": True, "headroom-worker": True, "headroom-router": False, "headroom-predictor": False,
+        "headroom-ops": True}

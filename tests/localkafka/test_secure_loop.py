@@ -1,7 +1,8 @@
 """The whole loop over SASL_SSL, each component as its own principal: the router's telemetry producer (as
-``router``) feeds the learning worker (a real process, as ``worker``), which trains and publishes signed
-models; the prediction server (as ``predictor``) and the router's embedded predictor (as ``router``) tail
-and serve them, and ``headroom models list`` (as ``predictor``) shows who signed them."""
+``headroom-router``) feeds the learning worker (a real process, as ``headroom-worker``), which trains and
+publishes signed models; the prediction server (as ``headroom-predictor``) and the router's embedded
+predictor (as ``headroom-router``) tail and serve them, and ``headroom models list`` (as
+``headroom-predictor``) shows who signed them."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 def test_learn_publish_serve_over_sasl_ssl(secure_kafka, tmp_path, monkeypatch, capsys):
     trusted = {"HEADROOM_MODEL_TRUSTED_KEYS": str(write_public_key(tmp_path / "trusted"))}
-    worker = WorkerProcess(secure_kafka.client("worker"), secure_kafka.worker_app_id, tmp_path / "worker", extra_env={
-        **secure_kafka.environ("worker"), "HEADROOM_RETRAIN_INTERVAL": "3", "HEADROOM_RETRAIN_MIN_SAMPLES": "150"})
+    worker = WorkerProcess(secure_kafka.client("headroom-worker"), secure_kafka.worker_app_id, tmp_path / "worker", extra_env={
+        **secure_kafka.environ("headroom-worker"), "HEADROOM_RETRAIN_INTERVAL": "3", "HEADROOM_RETRAIN_MIN_SAMPLES": "150"})
     predictor = PredictorServer(local_settings(signing=from_env(SigningSettings, trusted)),
-                                secure_kafka.client("predictor"))
+                                secure_kafka.client("headroom-predictor"))
     router = RouterServer(router_config([], environ=trusted, telemetry=True, predictor="embedded"),
-                          secure_kafka.client("router"))
+                          secure_kafka.client("headroom-router"))
     worker.start()
     predictor.start()
 
@@ -70,7 +71,7 @@ def test_learn_publish_serve_over_sasl_ssl(secure_kafka, tmp_path, monkeypatch, 
     finally:
         predictor.stop(grace=0.5)
         worker.stop()
-    for name, value in {**secure_kafka.environ("predictor"), **trusted}.items():
+    for name, value in {**secure_kafka.environ("headroom-predictor"), **trusted}.items():
         monkeypatch.setenv(name, value)
     capsys.readouterr()
     assert main(["models", "list"]) == 0
