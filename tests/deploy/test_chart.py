@@ -4,7 +4,6 @@ between objects (ports, Secrets, selectors, settings names) that no schema can s
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import pytest
 import yaml
 
 from headroom.autoscale.manifest import emit_manifest, parse_manifest
+from headroom.contract.settings import describe
+from headroom.contract.signing import SigningSettings
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka.settings import BrokerSettings
 from headroom.predictor.settings import PredictorSettings
@@ -24,17 +25,9 @@ from tests.deploy.resources import CHART, KUBE_VERSION, REQUIRED, ROOT, RenderEr
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first use builds helm or the API server
 
-# The environment of the security settings, as agreed (the processes read them once that work lands).
-SECURITY_ENV = {
-    "HEADROOM_KAFKA_SECURITY_PROTOCOL", "HEADROOM_KAFKA_SASL_MECHANISM", "HEADROOM_KAFKA_SASL_USERNAME",
-    "HEADROOM_KAFKA_SASL_PASSWORD_FILE", "HEADROOM_KAFKA_SASL_PASSWORD", "HEADROOM_KAFKA_SASL_OAUTH_TOKEN_PROVIDER",
-    "HEADROOM_KAFKA_SSL_CA_FILE", "HEADROOM_KAFKA_SSL_CERT_FILE", "HEADROOM_KAFKA_SSL_KEY_FILE",
-    "HEADROOM_MODEL_SIGNING_KEY_FILE", "HEADROOM_MODEL_TRUSTED_KEYS", "HEADROOM_MODEL_ALLOW_UNSIGNED",
-    "HEADROOM_TLS_CERT_FILE", "HEADROOM_TLS_KEY_FILE", "HEADROOM_TLS_CLIENT_CA_FILE", "HEADROOM_PREDICTOR_TLS_CA_FILE",
-    "HEADROOM_PREDICTOR_TLS_CERT_FILE", "HEADROOM_PREDICTOR_TLS_KEY_FILE", "HEADROOM_ROUTER_AUTH_TOKENS_FILE",
-    "HEADROOM_EXT_PROC_SECURE"}
-SETTINGS_ENV = {f.metadata["env"] for cls in (KafkaSettings, BrokerSettings, RouterSettings, PredictorSettings,
-                                              PipelineSettings, TraceSettings) for f in dataclasses.fields(cls)}
+# Every variable a settings dataclass declares, its nested ones (TLS, Kafka security, model signing) included.
+SETTINGS_ENV = {env for cls in (KafkaSettings, BrokerSettings, RouterSettings, PredictorSettings, PipelineSettings,
+                                TraceSettings, SigningSettings) for _, env, _, _ in describe(cls)}
 
 RECOMMENDED_HPA = """
 apiVersion: autoscaling/v2
@@ -155,7 +148,7 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
 def test_environment_names_are_settings_the_code_reads_or_the_agreed_security_ones(variants, variant):
     for component, (_, container) in containers(variants[variant]).items():
         names = {e["name"] for e in container["env"]}
-        assert names - SETTINGS_ENV - SECURITY_ENV == set(), component
+        assert names - SETTINGS_ENV == set(), component
 
 
 @pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth"])
