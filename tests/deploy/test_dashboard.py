@@ -15,6 +15,7 @@ from headroom.predictor.runtime import ModelRuntime
 from headroom.router.metrics import RouterMetrics
 from headroom.router.telemetry_sink import TelemetryCounts
 from tests.deploy.resources import CHART
+from tests.keys import TRUST
 
 DASHBOARD = json.loads((CHART / "dashboards" / "headroom.json").read_text())
 SCRAPE_LABELS = {"namespace", "pod", "instance", "job", "le"}  # added by the scrape, or the histogram's own
@@ -25,7 +26,7 @@ def exported() -> dict[str, set[str]]:
     """Every sample name the three components export -> the labels it carries."""
     router = RouterMetrics()
     router.report_telemetry(TelemetryCounts())
-    registries = [router.registry, PredictorMetrics(ModelRuntime()).registry, prometheus_client.REGISTRY]
+    registries = [router.registry, PredictorMetrics(ModelRuntime(trust=TRUST)).registry, prometheus_client.REGISTRY]
     names: dict[str, set[str]] = {}
     for registry in registries:
         for family in registry.collect():
