@@ -73,7 +73,7 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
         served_before = {transport: 0.0 for transport in transports}
         try:
             for round_index in range(rounds):
-                for n in candidate_counts:
+                for n in candidate_counts if rpc == "predict" else (0,):
                     for transport, server in servers.items():
                         ca_args = [str(ca_file)] if transport == "tls" else []
                         if go_binary is None:
