@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run", help="replay a range of the telemetry topic and write a report directory",
         epilog=f"Pipeline settings come from the environment as for 'headroom worker start', or --pipeline "
                f"NAME=VALUE with NAME one of: {names}.\n\n" + environment_help(BacktestSettings, KafkaSettings,
-                                                                             PipelineSettings),
+                                                                             SigningSettings, PipelineSettings),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: HEADROOM_KAFKA_BOOTSTRAP)")
     run.add_argument("--telemetry-topic", help="telemetry topic (default: HEADROOM_TOPIC_TELEMETRY)")

@@ -97,7 +97,8 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     """A router over ``addresses`` (:mod:`benchmarks.live_router`); returns it and its HTTP or ext_proc port."""
     http_port, ext_proc_port = free_port(), free_port() if ext_proc else -1
     config = {"settings": {"httpPort": http_port, "pickPort": -1, "extProcPort": ext_proc_port, "telemetry": False,
-                           "predictor": "none", "seed": 1},
+                           "predictor": "none", "seed": 1,
+                           "extProcSecure": False},  # plaintext on loopback; TLS's cost: docs/benchmarks.md, Security
               "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     path = directory / "router.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -29,10 +29,11 @@ def main() -> None:
 
     predictor = None
     if args.predictor == "embedded":
+        from headroom.benchmarks.predictor import BENCH_TRUST
         from headroom.benchmarks.router import _model_update
         from headroom.predictor.runtime import ModelRuntime
         from headroom.router.predictors import EmbeddedPredictor
-        runtime = ModelRuntime()
+        runtime = ModelRuntime(trust=BENCH_TRUST)  # the models are signed with this process's bench key
         for version, target in enumerate(("ttft", "tpot"), start=1):
             runtime.apply(_model_update(target, 200, 6, version))
         predictor = EmbeddedPredictor(runtime)

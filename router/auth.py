@@ -4,7 +4,8 @@ Tokens are read from a file (a mounted Secret), one per line; blank lines and ``
 A request is let through when its ``authorization`` header is ``Bearer <token>`` for one of them. Every
 token is compared, through its SHA-256, in constant time, so neither a token's content nor its length
 shows in the time an answer takes. Refusals are counted by listener
-(``headroom_router_unauthenticated_total``) and answered 401 / UNAUTHENTICATED, without saying more.
+(``headroom_router_unauthenticated_total``) and answered 401 (in OpenAI's error shape, code
+``invalid_api_key``) / UNAUTHENTICATED, without saying more.
 
 >>> tokens = BearerTokens([b"s3cret"])
 >>> tokens.allows("Bearer s3cret"), tokens.allows("Bearer guess"), tokens.allows(None)
@@ -23,6 +24,7 @@ import grpc
 from aiohttp import web
 
 from headroom.router.errors import ConfigError
+from headroom.router.openai_api import error_body
 
 HEADER = "authorization"
 
@@ -65,9 +67,8 @@ def http_middleware(tokens: BearerTokens, refused: Callable[[], None]) -> Any:
                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         if not tokens.allows(request.headers.get(HEADER)):
             refused()
-            return web.json_response(
-                {"error": {"message": "missing or invalid bearer token", "type": "authentication_error",
-                           "code": 401}}, status=401, headers={"www-authenticate": "Bearer"})
+            return web.json_response(error_body(401, "invalid_api_key", "missing or invalid bearer token"),
+                                     status=401, headers={"www-authenticate": "Bearer"})
         return await handler(request)
 
     return authenticate

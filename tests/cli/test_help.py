@@ -10,6 +10,7 @@ from headroom.autoscale.controller import ControllerSettings
 from headroom.backtest.settings import BacktestSettings
 from headroom.cli.main import build_parser, main
 from headroom.contract.settings import describe
+from headroom.contract.signing import SigningSettings
 from headroom.contract.topics import KafkaSettings
 from headroom.demo.settings import DemoSettings
 from headroom.localkafka.settings import BrokerSettings
@@ -42,14 +43,14 @@ def test_version(capsys):
 @pytest.mark.parametrize("argv, classes", [
     (("router", "serve"), (RouterSettings, KafkaSettings)),
     (("predictor", "serve"), (PredictorSettings, KafkaSettings)),
-    (("worker", "start"), (PipelineSettings, KafkaSettings)),
-    (("models", "list"), (KafkaSettings,)),
-    (("models", "tail"), (KafkaSettings,)),
+    (("worker", "start"), (PipelineSettings, KafkaSettings, SigningSettings)),
+    (("models", "list"), (KafkaSettings, SigningSettings)),
+    (("models", "tail"), (KafkaSettings, SigningSettings)),
     (("kafka", "up"), (BrokerSettings, KafkaSettings)),
     (("demo",), (DemoSettings, BrokerSettings, KafkaSettings)),
     (("sim", "serve"), (SimSettings,)),
     (("sim", "run"), (SimSettings,)),
-    (("backtest", "run"), (BacktestSettings, KafkaSettings, PipelineSettings)),
+    (("backtest", "run"), (BacktestSettings, KafkaSettings, SigningSettings, PipelineSettings)),
     (("autoscale", "recommend"), (ControllerSettings,)),
     (("bench", "sim"), (SimSettings,)),
 ], ids=lambda v: "-".join(v) if isinstance(v, tuple) and isinstance(v[0], str) else "")
@@ -71,7 +72,8 @@ def test_every_command_that_runs_says_what_it_reads():
 
     silent = [" ".join(path) for path, parser in leaves(build_parser())
               if "environment (read at start" not in (parser.epilog or "")
-              and path[0] not in ("bench",)]  # benchmarks that read nothing from the environment
+              and path[0] not in ("bench",)  # benchmarks that read nothing from the environment
+              and path != ("models", "keygen")]  # writes a new key pair, reads nothing
     assert silent == []
 
 
