@@ -70,7 +70,8 @@ def test_replay_commits_no_consumer_offsets(kafka, fresh_topic):
     topic = fresh_topic("replay-nocommit")
     produce(kafka.bootstrap_servers, topic, [encode(valid_record(request_id="only"))], 1_000)
     read_telemetry(kafka, topic)
-    groups = admin(kafka).list_consumer_groups(request_timeout=30).result(timeout=60)
+    client = admin(kafka)  # must outlive the future: a client freed first purges the answer
+    groups = client.list_consumer_groups(request_timeout=30).result(timeout=60)
     assert not [g.group_id for g in groups.valid if g.group_id.startswith("headroom-replay-")]
 
 
