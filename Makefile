@@ -44,7 +44,9 @@ tools:
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[dev]"
+	@echo "installing headroom into $(VENV) (pip's output: $(VENV)/install.log)"
+	@$(VENV)/bin/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
+		&& $(VENV)/bin/python -m pip install -e ".[dev]" >> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "installing headroom failed: see above"; exit 1; }
 	rm -f $(VENV)/.installed-*
 	touch $@
