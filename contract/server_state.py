@@ -9,6 +9,9 @@ the record the router and the simulator build at completion, and the probe rows.
 Adding a raw server feature: a field here, where the router measures it (:mod:`router.state.pool`), where
 the simulator measures it (:meth:`sim.view.PoolView.server_state`), and the field of ``ServerState`` in
 ``router/proto/router.proto``.
+
+A field read by the models of some targets only names them (``targets``); the others train with it held at
+zero (:func:`contract.features.training_features`), so their trees never split on it.
 """
 
 from __future__ import annotations
@@ -19,19 +22,21 @@ from typing import Any
 
 import numpy as np
 
+ENCODER_TARGETS = ("ttft", "e2e")  # multimodal encoding is prefill work: read by the models of these targets
 NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
 
 @dataclass(frozen=True, slots=True)
 class RawField:
     """What a raw feature is: its kind (``count``, ``fraction`` or ``latency``), what it measures, the range
-    ``(low, high)`` the probe rows span (counts: integers from low to below high), and, when readings above
-    some value all mean the same, that ``cap``."""
+    ``(low, high)`` the probe rows span (counts: integers from low to below high), when readings above some
+    value all mean the same, that ``cap``, and the targets whose models read it (None: every target)."""
 
     kind: str
     doc: str
     probe: tuple[float, float]
     cap: float | None = None
+    targets: tuple[str, ...] | None = None
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` values drawn uniformly over the probe range (integers for a count)."""
@@ -40,9 +45,9 @@ class RawField:
 
 
 def raw(kind: str, doc: str, probe: tuple[float, float], *, default: Any = dataclasses.MISSING,
-        cap: float | None = None) -> Any:
+        cap: float | None = None, targets: tuple[str, ...] | None = None) -> Any:
     """A :class:`ServerState` field and its :class:`RawField`."""
-    return dataclasses.field(default=default, metadata={"raw": RawField(kind, doc, probe, cap)})
+    return dataclasses.field(default=default, metadata={"raw": RawField(kind, doc, probe, cap, targets)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +69,12 @@ class ServerState:
     token_interval_ms: float = raw(
         "latency", "ms between its last two batch steps that streamed a token (0: unknown)", (0.0, 1_000.0),
         default=0.0)
+    inflight_decode_tokens: int = raw(
+        "count", "output-token caps (max_tokens) of the requests the router dispatched there that have not "
+                 "finished (0 for one without a cap)", (0, 1_000_000), default=0)
+    encoder_matched_size: int = raw(
+        "count", "of this request's multimodal encoder input (encoder_input_size), how much the server likely "
+                 "holds in its encoder cache", (0, 64), default=0, targets=ENCODER_TARGETS)
 
 
 SERVER_FIELDS: dict[str, RawField] = {f.name: f.metadata["raw"] for f in dataclasses.fields(ServerState)}

@@ -58,6 +58,7 @@ class TelemetryRecord(ServerState):
     output_tokens: int
     e2e_ms: float
     max_tokens: int = 0  # the request's output cap; 0 when unknown
+    encoder_input_size: int = 0  # the request's multimodal encoder input (contract.features.REQUEST_FIELDS)
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     predicted_ttft_ms: float | None = None
@@ -76,7 +77,7 @@ _RECORD_KINDS = {
     **dict.fromkeys(("request_id", "server_id", "pool_key"), "text"),
     "stream": "flag",
     **dict.fromkeys(("arrival_ts", "dispatch_ts", "completion_ts"), "time"),
-    **dict.fromkeys(("prompt_tokens", "output_tokens", "max_tokens"), "count"),
+    **dict.fromkeys(("prompt_tokens", "output_tokens", "max_tokens", "encoder_input_size"), "count"),
     **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
                      "slo_ttft_ms", "slo_tpot_ms"), "latency"),
     "model_versions": "versions",
@@ -241,6 +242,9 @@ def _check_consistency(record: TelemetryRecord) -> None:
         raise InvalidRecord(f"ttft_ms {record.ttft_ms} exceeds e2e_ms {record.e2e_ms}")
     if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
         raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
+    if record.encoder_matched_size > record.encoder_input_size:
+        raise InvalidRecord(f"encoder_matched_size {record.encoder_matched_size} exceeds encoder_input_size "
+                            f"{record.encoder_input_size}")
 
 
 _WIRE_CONSTRAINTS = {

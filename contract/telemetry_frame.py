@@ -108,6 +108,7 @@ def _consistent() -> pl.Expr:
         pl.col("ttft_ms").is_null() | (pl.col("ttft_ms") <= pl.col("e2e_ms") + TTFT_SLACK_MS),
         pl.col("slo_ttft_ms").is_null() | (pl.col("slo_ttft_ms") != 0),
         pl.col("slo_tpot_ms").is_null() | (pl.col("slo_tpot_ms") != 0),
+        pl.col("encoder_matched_size").fill_null(0) <= pl.col("encoder_input_size").fill_null(0),
     ]
     return pl.all_horizontal(checks).fill_null(False)
 

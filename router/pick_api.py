@@ -79,7 +79,8 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             if request.prompt_tokens < 1 or request.max_tokens < 0:
                 raise RequestError(f"prompt_tokens must be positive and max_tokens not negative, got "
                                    f"{request.prompt_tokens} and {request.max_tokens}")
-            prompt = PromptInfo(request.prompt_tokens, request.max_tokens, request.stream, tuple(request.block_hashes))
+            prompt = PromptInfo(request.prompt_tokens, request.max_tokens, request.stream, tuple(request.block_hashes),
+                                tuple(dict.fromkeys(request.media_hashes)))
         servers = [snapshot_of(s) for s in request.candidates] or None
         return self.service.pick(self.service.request_of(request.request_id, headers, prompt), servers)
 

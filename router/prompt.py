@@ -1,8 +1,11 @@
 """What the router reads from an OpenAI-compatible request body: prompt tokens, output cap, streaming,
-and the prompt's chained 16-token block hashes (for the prefix index).
+the prompt's chained 16-token block hashes (for the prefix index) and its media items (for the encoder index).
 
 ``/v1/completions`` carries ``prompt`` (a string, a list of token ids, or a one-element list of either);
 ``/v1/chat/completions`` carries ``messages``, read as the text ``<|role|>\\ncontent\\n`` per message.
+Every content part that is not text (``image_url``, ``input_audio``, ``video_url``, ...) is a media item the
+server's multimodal encoder processes; identical parts count once, and a request's ``encoder_input_size``
+is how many distinct ones it carries.
 Tokens and block hashes are counted by :mod:`contract.prompt`, the convention the project's simulator
 serves by, so the router's estimate and the server's reported ``usage`` agree there; telemetry records the
 server's own count. A body may
@@ -11,6 +14,8 @@ carry the trace-replay extension ``headroom: {prompt_tokens, hash_ids}``, which 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +30,11 @@ class PromptInfo:
     max_tokens: int
     stream: bool
     block_hashes: tuple[int, ...]
+    media_hashes: tuple[int, ...] = ()  # the distinct media items, hashed
+
+    @property
+    def encoder_input_size(self) -> int:
+        return len(self.media_hashes)
 
 
 def read_body(body: Any, chat: bool) -> PromptInfo:
@@ -32,6 +42,7 @@ def read_body(body: Any, chat: bool) -> PromptInfo:
     if not isinstance(body, Mapping):
         raise RequestError("request body must be a JSON object")
     tokens, hashes = _chat(body) if chat else _completion(body)
+    media = media_hashes(body["messages"]) if chat else ()
     extension = body.get("headroom") or {}
     if not isinstance(extension, Mapping):
         raise RequestError("'headroom' must be an object")
@@ -47,7 +58,7 @@ def read_body(body: Any, chat: bool) -> PromptInfo:
     if not isinstance(stream, bool):
         raise RequestError(f"'stream' must be true or false, got {stream!r}")
     return PromptInfo(prompt_tokens=tokens, max_tokens=max_tokens, stream=stream,
-                      block_hashes=hashes[:tokens // BLOCK_TOKENS])
+                      block_hashes=hashes[:tokens // BLOCK_TOKENS], media_hashes=media)
 
 
 def _completion(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
@@ -72,6 +83,23 @@ def _chat(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
             raise RequestError(f"'messages[{i}].content' must be a string or a list of parts")
     text = chat_text(messages)
     return count_tokens(text), text_block_hashes(text)
+
+
+def media_hashes(messages: list[Any]) -> tuple[int, ...]:
+    """Hashes of the distinct media parts of chat ``messages``, in order of first appearance.
+
+    >>> image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    >>> len(media_hashes([{"role": "user", "content": [{"type": "text", "text": "what?"}, image, image]}]))
+    1
+    """
+    seen: dict[int, None] = {}
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, Mapping) and part.get("type", "text") != "text":
+                canonical = json.dumps(part, sort_keys=True, separators=(",", ":"), default=str).encode()
+                seen.setdefault(int.from_bytes(hashlib.blake2b(canonical, digest_size=8).digest(), "big") >> 1)
+    return tuple(seen)
 
 
 def _count(value: Any, name: str, minimum: int) -> int:

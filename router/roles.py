@@ -40,6 +40,12 @@ class Request:
     priority: int = 0  # negative = sheddable
     predict: bool = True  # take the predicted-latency profile (headers decide)
     block_hashes: tuple[int, ...] = ()  # chained prompt block hashes, for prefix matching
+    media_hashes: tuple[int, ...] = ()  # the distinct multimodal items, for encoder-cache matching
+
+    @property
+    def encoder_input_size(self) -> int:
+        """The request's multimodal encoder input (a raw feature): how many distinct media items it carries."""
+        return len(self.media_hashes)
 
     @property
     def has_slo(self) -> bool:

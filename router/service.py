@@ -66,7 +66,7 @@ class RouterService:
                        stream=prompt.stream, slo_ttft_ms=headers.slo_ttft_ms, slo_tpot_ms=headers.slo_tpot_ms,
                        priority=headers.priority,
                        predict=self.engine.wants_prediction(headers.opted_in, headers.opted_out),
-                       block_hashes=prompt.block_hashes)
+                       block_hashes=prompt.block_hashes, media_hashes=prompt.media_hashes)
 
     def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None) -> Dispatch:
         """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch."""
@@ -139,6 +139,7 @@ class RouterService:
             dispatch_ts=dispatch.dispatch_ts, completion_ts=dispatch.dispatch_ts + done.e2e_ms / 1000.0,
             prompt_tokens=done.prompt_tokens if done.prompt_tokens else request.prompt_tokens,
             output_tokens=done.output_tokens, e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
+            encoder_input_size=request.encoder_input_size,
             ttft_ms=done.ttft_ms if request.stream else None, tpot_ms=done.tpot_ms if request.stream else None,
             slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)
         if prediction is not None:

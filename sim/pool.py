@@ -56,12 +56,12 @@ def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str 
 
 class _Server:
     __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
-                 "wake", "version", "snapshot")
+                 "decode_tokens", "wake", "version", "snapshot")
 
     def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
-        self.inflight = self.inflight_tokens = self.prefill_tokens = 0
+        self.inflight = self.inflight_tokens = self.prefill_tokens = self.decode_tokens = 0
         self.prefilling: dict[str, int] = {}  # streaming request id -> prompt tokens, until its first token
         self.wake: float | None = None
         self.version = 0
@@ -220,6 +220,7 @@ class _Run:
         view.inflight_requests = [s.inflight for s in self.routable]
         view.inflight_prompt_tokens = [s.inflight_tokens for s in self.routable]
         view.inflight_prefill_tokens = [s.prefill_tokens for s in self.routable]
+        view.inflight_decode_tokens = [s.decode_tokens for s in self.routable]
         view._engines = [s.engine for s in self.routable]
 
     # -- events ---------------------------------------------------------------------------------------
@@ -269,10 +270,12 @@ class _Run:
         srv.inflight -= 1
         srv.inflight_tokens -= request.prompt_tokens
         srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
+        srv.decode_tokens -= request.max_tokens
         if srv.state == "ready":
             self.view.inflight_requests[srv.index] = srv.inflight
             self.view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens
             self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
+            self.view.inflight_decode_tokens[srv.index] = srv.decode_tokens
         elif srv.state == "draining" and not srv.inflight:
             srv.state = "removed"
 
@@ -314,12 +317,14 @@ class _Run:
                                                          self.now, decision)
         srv.inflight += 1
         srv.inflight_tokens += request.prompt_tokens
+        srv.decode_tokens += request.max_tokens
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never
             srv.prefill_tokens += request.prompt_tokens
             srv.prefilling[request.request_id] = request.prompt_tokens
         view.inflight_requests[i] = srv.inflight
         view.inflight_prompt_tokens[i] = srv.inflight_tokens
         view.inflight_prefill_tokens[i] = srv.prefill_tokens
+        view.inflight_decode_tokens[i] = srv.decode_tokens
         srv.engine.submit(request, self.now)
         self.schedule(srv)
 

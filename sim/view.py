@@ -8,11 +8,13 @@ predictions it used (they go into the telemetry record). The view holds, for eac
 - ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
   finished (fresh: the router's own accounting); ``inflight_prefill_tokens[i]`` — the prompt tokens of
   the streaming ones among them whose first token has not arrived (prefill queued ahead);
+  ``inflight_decode_tokens[i]`` — their output caps (``max_tokens``);
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate;
 - ``server_state(i)`` — all of it as the contract's :class:`~contract.server_state.ServerState`, with the
-  server's step rhythm (what relaying its streams shows): what a router would have seen of the server.
+  server's step rhythm (what relaying its streams shows): what a router would have seen of the server. The
+  simulated requests carry no media, so its ``encoder_matched_size`` is 0.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
-                 "inflight_prefill_tokens", "_engines", "_matches")
+                 "inflight_prefill_tokens", "inflight_decode_tokens", "_engines", "_matches")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -53,6 +55,7 @@ class PoolView:
         self.inflight_requests: list[int] = []
         self.inflight_prompt_tokens: list[int] = []
         self.inflight_prefill_tokens: list[int] = []
+        self.inflight_decode_tokens: list[int] = []
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
 
@@ -78,6 +81,7 @@ class PoolView:
             num_running=snapshot.num_running, prefix_match=prefix_match,
             inflight_requests=self.inflight_requests[i], inflight_prompt_tokens=self.inflight_prompt_tokens[i],
             inflight_prefill_tokens=self.inflight_prefill_tokens[i],
+            inflight_decode_tokens=self.inflight_decode_tokens[i],
             last_token_age_ms=min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS,
             token_interval_ms=(ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0)
 

@@ -36,16 +36,17 @@ class Calibrated:
     rows: int  # newest training rows the shift was measured on (0: not calibrated)
 
 
-def fit_calibrated_quantile(samples: Samples, params: TrainParams, fraction: float) -> Calibrated:
+def fit_calibrated_quantile(samples: Samples, params: TrainParams, fraction: float,
+                            target: str | None = None) -> Calibrated:
     """A quantile booster on all of ``samples`` whose intercept is shifted to cover ``params.quantile``
     of the newest ``fraction`` of them, as judged by a probe fitted on the rest."""
     if params.objective != "quantile":
         raise ValueError(f"only quantile models are calibrated, got objective {params.objective!r}")
-    booster = fit(samples, params)
+    booster = fit(samples, params, target)
     older, newer = newest_split(samples, fraction)
     if len(newer) < MIN_CALIBRATION_ROWS or len(older) == 0:
         return Calibrated(booster, 0.0, 0)
-    probe = fit(older, params)
+    probe = fit(older, params, target)
     residuals = training_target(newer.values, params.target_transform) - _raw(probe, newer.features())
     shift = conformal_shift(residuals, params.quantile)
     return Calibrated(shifted(booster, shift), shift, len(newer))

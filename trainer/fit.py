@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import xgboost as xgb
 
-from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.features import FEATURE_NAMES, training_features
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, to_milliseconds
 from headroom.trainer.evaluation import MAPE_FLOOR_MS
 from headroom.trainer.params import TrainParams
@@ -19,11 +19,13 @@ from headroom.trainer.samples import Samples
 LOG_FLOOR_MS = MAPE_FLOOR_MS  # a log target counts observations below this as this much, as MAPE does
 
 
-def fit(samples: Samples, params: TrainParams) -> xgb.Booster:
-    """Train a booster on ``samples`` (a :class:`trainer.samples.Samples`); deterministic for a seed."""
+def fit(samples: Samples, params: TrainParams, target: str | None = None) -> xgb.Booster:
+    """Train a booster on ``samples`` (a :class:`trainer.samples.Samples`) for ``target``'s models, blind to the
+    features they do not read (:func:`contract.features.training_features`); deterministic for a seed."""
     if len(samples) == 0:
         raise ValueError("cannot fit a model on an empty sample")
-    matrix = xgb.DMatrix(samples.features(), label=training_target(samples.values, params.target_transform),
+    matrix = xgb.DMatrix(training_features(samples.features(), target),
+                         label=training_target(samples.values, params.target_transform),
                          feature_names=list(FEATURE_NAMES))
     booster = xgb.train(params.booster_params(), matrix, num_boost_round=params.n_trees)
     booster.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})

@@ -68,7 +68,7 @@ def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
     outcomes = []
     for p in params:
         started = time.perf_counter()
-        booster, stats = _fit(train, p, spec, window_stats)
+        booster, stats = _fit(train, target, p, spec, window_stats)
         seconds = time.perf_counter() - started
         predicted = predict(booster, holdout_features)
         candidate = score(holdout.values, predicted, p.quantile)
@@ -83,7 +83,7 @@ def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
         if decision.promote:
             if spec.refit_promoted:
                 started = time.perf_counter()
-                booster, stats = _fit(samples, p, spec, {**window_stats, "refit_rows": len(samples)})
+                booster, stats = _fit(samples, target, p, spec, {**window_stats, "refit_rows": len(samples)})
                 seconds += time.perf_counter() - started
             update = make_update(
                 model=model_bytes(booster), version=live.next_version(pool_key, target, p.objective),
@@ -106,13 +106,14 @@ def _unseen_by(update: ModelUpdate, times: np.ndarray) -> np.ndarray:
     return fresh if fresh.sum() >= MIN_GATE_ROWS else np.ones(len(times), dtype=bool)
 
 
-def _fit(rows: Samples, p: TrainParams, spec: RoundSpec, stats: dict) -> tuple[object, dict]:
-    """A booster for ``p`` on ``rows`` (quantile models calibrated), and the window stats to publish."""
+def _fit(rows: Samples, target: str, p: TrainParams, spec: RoundSpec, stats: dict) -> tuple[object, dict]:
+    """A booster of ``target`` for ``p`` on ``rows`` (quantile models calibrated), and the window stats to
+    publish."""
     if p.objective == "quantile" and spec.calibration_fraction > 0:
-        calibrated = fit_calibrated_quantile(rows, p, spec.calibration_fraction)
+        calibrated = fit_calibrated_quantile(rows, p, spec.calibration_fraction, target)
         return calibrated.booster, {**stats, "calibration_rows": calibrated.rows,
                                     "calibration_shift": calibrated.shift}
-    return fit(rows, p), stats
+    return fit(rows, p, target), stats
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:

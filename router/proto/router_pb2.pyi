@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ServerState(_message.Message):
-    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens", "last_token_age_ms", "token_interval_ms")
+    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens", "last_token_age_ms", "token_interval_ms", "inflight_decode_tokens", "encoder_matched_size")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,8 @@ class ServerState(_message.Message):
     INFLIGHT_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LAST_TOKEN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_MATCHED_SIZE_FIELD_NUMBER: _ClassVar[int]
     server_id: str
     address: str
     pool_key: str
@@ -36,10 +38,12 @@ class ServerState(_message.Message):
     inflight_prefill_tokens: int
     last_token_age_ms: float
     token_interval_ms: float
-    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ..., last_token_age_ms: _Optional[float] = ..., token_interval_ms: _Optional[float] = ...) -> None: ...
+    inflight_decode_tokens: int
+    encoder_matched_size: int
+    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ..., last_token_age_ms: _Optional[float] = ..., token_interval_ms: _Optional[float] = ..., inflight_decode_tokens: _Optional[int] = ..., encoder_matched_size: _Optional[int] = ...) -> None: ...
 
 class PickRequest(_message.Message):
-    __slots__ = ("request_id", "headers", "body", "chat", "prompt_tokens", "max_tokens", "stream", "block_hashes", "candidates")
+    __slots__ = ("request_id", "headers", "body", "chat", "prompt_tokens", "max_tokens", "stream", "block_hashes", "candidates", "media_hashes")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +60,7 @@ class PickRequest(_message.Message):
     STREAM_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_HASHES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     headers: _containers.ScalarMap[str, str]
     body: bytes
@@ -65,7 +70,8 @@ class PickRequest(_message.Message):
     stream: bool
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     candidates: _containers.RepeatedCompositeFieldContainer[ServerState]
-    def __init__(self, request_id: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., chat: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream: _Optional[bool] = ..., block_hashes: _Optional[_Iterable[int]] = ..., candidates: _Optional[_Iterable[_Union[ServerState, _Mapping]]] = ...) -> None: ...
+    media_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., chat: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream: _Optional[bool] = ..., block_hashes: _Optional[_Iterable[int]] = ..., candidates: _Optional[_Iterable[_Union[ServerState, _Mapping]]] = ..., media_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CandidateResult(_message.Message):
     __slots__ = ("server_id", "predicted", "predicted_ttft_ms", "predicted_tpot_ms", "ttft_headroom_ms", "tpot_headroom_ms", "score", "fallback_reason")

@@ -2,7 +2,8 @@
 
 Each request is tracked by id from :meth:`Inflight.start` to :meth:`Inflight.finish`; the prompt tokens of a
 streaming request also count as prefill work queued on its server until :meth:`Inflight.first_token` (a
-non-streaming request's first token is never seen, so it never counts there). Finishing twice, a second first
+non-streaming request's first token is never seen, so it never counts there); its output cap
+(``max_tokens``, 0 when it has none) counts as decode work until it finishes. Finishing twice, a second first
 token, or an unknown id changes nothing, so the counts can never go negative. A request that never finishes (a
 lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date on every change, so
 reading them costs nothing. Time is passed in, never read here.
@@ -21,6 +22,7 @@ class InflightRequest:
     tpot_slo_ms: float | None
     started: float
     prefilling: bool = False  # streaming, no first token seen yet
+    max_tokens: int = 0  # the output cap; 0 when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,7 @@ class ServerLoad:
     prompt_tokens: int = 0
     tpot_slos_ms: tuple[float, ...] = ()
     prefill_tokens: int = 0  # prompt tokens of the streaming requests with no first token yet
+    decode_tokens: int = 0  # output caps (max_tokens) of the requests
 
 
 IDLE = ServerLoad()
@@ -41,14 +44,16 @@ class Inflight:
         self._load: dict[str, ServerLoad] = {}
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
-              now: float, stream: bool = False) -> None:
+              now: float, stream: bool = False, max_tokens: int = 0) -> None:
         self.finish(request_id)  # a reused id replaces its earlier entry
-        entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now, stream)
+        entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now, stream,
+                                max(0, max_tokens))
         self._requests[request_id] = entry
         load = self._load.get(server_id, IDLE)
         slos = load.tpot_slos_ms + (tpot_slo_ms,) if tpot_slo_ms is not None else load.tpot_slos_ms
         prefill = load.prefill_tokens + entry.prompt_tokens if stream else load.prefill_tokens
-        self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos, prefill)
+        self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos, prefill,
+                                           load.decode_tokens + entry.max_tokens)
 
     def first_token(self, request_id: str) -> InflightRequest | None:
         """The request's first token arrived: its prompt is no longer prefill work queued on its server."""
@@ -73,7 +78,7 @@ class Inflight:
                 slos.remove(entry.tpot_slo_ms)
             prefill = load.prefill_tokens - entry.prompt_tokens if entry.prefilling else load.prefill_tokens
             self._load[entry.server_id] = ServerLoad(load.requests - 1, load.prompt_tokens - entry.prompt_tokens,
-                                                     tuple(slos), prefill)
+                                                     tuple(slos), prefill, load.decode_tokens - entry.max_tokens)
         return entry
 
     def expire(self, now: float) -> list[str]:

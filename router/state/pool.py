@@ -1,5 +1,6 @@
 """The pool as the router sees it: server list, latest scraped metrics, in-flight load and prefix index,
-combined into one :class:`~router.server_table.ServerTable` of candidates at scheduling time.
+combined into one :class:`~router.server_table.ServerTable` of candidates at scheduling time (with the
+encoder index: which of the request's media items each server likely holds).
 
 A server is a candidate once it has been scraped successfully and for as long as its last success is at
 most ``unhealthy_after_s`` old; when no server qualifies, every server is a candidate (the heuristic still
@@ -22,6 +23,7 @@ import numpy as np
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.router.roles import Request
 from headroom.router.server_table import ServerTable
+from headroom.router.state.encoder_index import EncoderIndex
 from headroom.router.state.inflight import Inflight
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.server_metrics import ServerMetrics
@@ -39,9 +41,11 @@ class Scrape:
 
 class PoolState:
     def __init__(self, servers: tuple[ServerSpec, ...] = (), *, inflight: Inflight | None = None,
-                 prefix: PrefixIndex | None = None, unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0):
+                 prefix: PrefixIndex | None = None, encoder: EncoderIndex | None = None,
+                 unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0):
         self.inflight = inflight or Inflight()
         self.prefix = prefix or PrefixIndex()
+        self.encoder = encoder or EncoderIndex()
         self.unhealthy_after_s = unhealthy_after_s
         self.expire_every_s = expire_every_s
         self.servers: dict[str, ServerSpec] = {}
@@ -57,6 +61,7 @@ class PoolState:
         for gone in set(self.scrapes) - set(self.servers):
             del self.scrapes[gone]
             self.prefix.forget(gone)
+            self.encoder.forget(gone)
         for sid in self.servers:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
@@ -70,6 +75,7 @@ class PoolState:
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._decode_tokens = np.zeros(n)
         self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
         for sid, (last, interval) in rhythm.items():  # servers that stay keep the step rhythm seen
             if sid in self._position:
@@ -114,7 +120,9 @@ class PoolState:
             "inflight_requests": column(self._inflight_requests), "inflight_prompt_tokens": column(self._inflight_tokens),
             "inflight_prefill_tokens": column(self._prefill_tokens),
             "last_token_age_ms": np.minimum(NO_TOKEN_AGE_MS, 1000.0 * (now - column(self._last_token))),
-            "token_interval_ms": column(self._token_interval)}
+            "token_interval_ms": column(self._token_interval),
+            "inflight_decode_tokens": column(self._decode_tokens),
+            "encoder_matched_size": self.encoder.matched(request.media_hashes, names(self._ids))}
         return ServerTable(
             server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
@@ -123,8 +131,9 @@ class PoolState:
     def dispatched(self, request: Request, server_id: str, now: float) -> None:
         """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""
         self.inflight.start(request.request_id, server_id, request.prompt_tokens,
-                            request.slo_tpot_ms if request.stream else None, now, request.stream)
+                            request.slo_tpot_ms if request.stream else None, now, request.stream, request.max_tokens)
         self.prefix.record(server_id, request.block_hashes)
+        self.encoder.record(server_id, request.media_hashes)
         self._store_load(server_id)
 
     def token_seen(self, server_id: str, now: float) -> None:
@@ -166,6 +175,6 @@ class PoolState:
             return
         load = self.inflight.load_of(server_id)
         self._inflight_requests[i], self._inflight_tokens[i] = load.requests, load.prompt_tokens
-        self._prefill_tokens[i] = load.prefill_tokens
+        self._prefill_tokens[i], self._decode_tokens[i] = load.prefill_tokens, load.decode_tokens
         self._tpot_slos[i] = load.tpot_slos_ms
         self._tightest_tpot_slo[i] = min(load.tpot_slos_ms, default=math.nan)

@@ -61,6 +61,8 @@ REJECTIONS = [
     ("streaming-without-tpot", raw(wire(tpot_ms=None)), "missing field 'tpot_ms'"),
     ("ttft-after-e2e", raw(wire(ttft_ms=5000.0)), "ttft_ms 5000.0 exceeds e2e_ms"),
     ("zero-slo", raw(wire(slo_ttft_ms=0)), "an SLO of 0 ms cannot be met"),
+    ("encoder-match-beyond-input", raw(wire(encoder_input_size=2, encoder_matched_size=3)),
+     "encoder_matched_size 3 exceeds encoder_input_size 2"),
     ("bad-versions", raw(wire(model_versions={"ttft": "3"})), "'model_versions' entry 'ttft'"),
 ]
 

@@ -144,6 +144,8 @@ ODD_VALUES = {
     "completion before dispatch": replace("completion_ts", "1.0"),
     "ttft above e2e": replace("ttft_ms", "5000.0"),
     "zero SLO": replace("slo_ttft_ms", "0"),
+    "encoder match beyond the input": append('"encoder_input_size":1,"encoder_matched_size":2'),
+    "encoder match without an input": append('"encoder_matched_size":1'),
     "spaced separators": json.dumps(json.loads(VALID)).encode(),
     "leading and trailing space": b"  " + VALID + b"  ",
     "tab between tokens": VALID.replace(b'"stream":', b'"stream":\t'),

@@ -114,3 +114,14 @@ def test_stream_meter_reads_chunks_of_unexpected_shapes(chunk, text):
                                           (b'{"choices": [], "usage": {"completion_tokens": 4}}', 4)])
 def test_meter_json_tolerates_odd_bodies(body, tokens):
     assert meter_json(body, 0.0, 1.0).output_tokens == tokens
+
+
+def test_media_parts_are_the_encoder_input_counted_once_each():
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "compare"}, image, audio]},
+                {"role": "user", "content": [image]}]
+    info = read_body({"messages": messages}, chat=True)
+    assert info.encoder_input_size == 2 and len(set(info.media_hashes)) == 2
+    assert read_body({"messages": [{"role": "user", "content": "text only"}]}, chat=True).encoder_input_size == 0
+    assert read_body({"prompt": "hi"}, chat=False).media_hashes == ()

@@ -144,3 +144,18 @@ def test_snapshots_are_values_and_carry_prefix_on_a_partial_healthy_set():
     assert (table[1].inflight_requests, table[0].num_waiting) == (1, 1)  # taken before: unchanged
     again = pool.snapshots(req(), now=10.0)
     assert (again[1].inflight_requests, again[0].num_waiting, again[1].prefix_match) == (0, 7, 0.0)
+
+
+def test_decode_tokens_in_flight_and_the_encoder_cache_the_router_measures():
+    pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2")))
+    for server_id in "ab":
+        pool.scraped(server_id, ServerMetrics(0.1, 0, 0), now=0.0)
+    pool.dispatched(req(request_id="r1", max_tokens=300, media_hashes=(7, 8)), "a", now=0.0)
+    pool.dispatched(req(request_id="r2", max_tokens=50, media_hashes=(9,)), "a", now=0.0)
+    table = pool.snapshots(req(request_id="r3", media_hashes=(8, 9, 10)), now=0.1)
+    assert table.state["inflight_decode_tokens"].tolist() == [350, 0]
+    assert table.state["encoder_matched_size"].tolist() == [2, 0]
+    pool.completed("r1")
+    assert pool.snapshots(req(), now=0.2).state["inflight_decode_tokens"].tolist() == [50, 0]
+    pool.set_servers((ServerSpec("b", "h:2"),))
+    assert pool.encoder.matched((8, 9), ["a"]).tolist() == [0]  # a server that left is forgotten

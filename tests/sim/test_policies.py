@@ -26,6 +26,7 @@ def _view(waiting: list[int], kv: list[float], inflight: list[int],
     view.inflight_requests = list(inflight)
     view.inflight_prompt_tokens = [0] * len(waiting)
     view.inflight_prefill_tokens = [100 * n for n in inflight]
+    view.inflight_decode_tokens = [50 * n for n in inflight]
     view._engines = engines
     view._start(request, 0.0)
     return view, request
@@ -74,4 +75,5 @@ def test_server_state_bundles_what_the_view_knows() -> None:
     first, second = view.server_state(0), view.server_state(1)
     assert (view.snapshots[0].server_id, first.inflight_requests, first.prefix_match) == ("s0", 3, 0.25)
     assert (first.inflight_prefill_tokens, second.inflight_prefill_tokens) == (300, 100)
+    assert (first.inflight_decode_tokens, second.inflight_decode_tokens, first.encoder_matched_size) == (150, 50, 0)
     assert (second.kv_cache_usage, second.prefix_match) == (0.4, 0.0)

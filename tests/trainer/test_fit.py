@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import xgboost
 
-from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, unread_columns
 from headroom.contract.model_update import booster_transform, load_booster
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict, training_target
@@ -102,3 +102,15 @@ def test_a_central_loss_is_squared_by_default_absolute_on_request_and_nothing_el
         "reg:quantileerror"
     with pytest.raises(ValueError, match="central loss 'cubic'"):
         TrainParams(central_loss="cubic")
+
+
+def test_a_model_never_splits_on_the_features_its_target_does_not_read(data):
+    train, _ = data
+    encoder = RAW_COLUMNS.index("encoder_input_size")
+    raw = train.raw.copy()
+    raw[:, encoder] = np.random.default_rng(3).integers(0, 8, len(raw))  # the TTFT of these rows grows with it
+    loud = dataclasses.replace(train, raw=raw, values=train.values + 300.0 * raw[:, encoder])
+    used = {target: fit(loud, FAST, target).get_score(importance_type="weight") for target in ("ttft", "tpot")}
+    assert "encoder_input_size" in used["ttft"] and "encoder_input_size" not in used["tpot"]
+    assert unread_columns("tpot") == (RAW_COLUMNS.index("encoder_matched_size"), encoder)
+    assert unread_columns("ttft") == unread_columns("e2e") == ()
