@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from headroom.contract.server_state import ENCODER_TARGETS, SERVER_FIELDS, RawField
-from headroom.contract.telemetry import TelemetryRecord
+from headroom.contract.telemetry import FIELD_DEFAULTS, TelemetryRecord
 
 # The request's raw features, as named in the telemetry record.
 REQUEST_FIELDS = {
@@ -41,6 +41,7 @@ def _raw_columns() -> tuple[str, ...]:
 # Raw inputs, in the order of the first columns of a feature matrix, and what each one is.
 RAW_COLUMNS = _raw_columns()
 RAW_FIELDS: dict[str, RawField] = {name: {**SERVER_FIELDS, **REQUEST_FIELDS}[name] for name in RAW_COLUMNS}
+RAW_DEFAULTS = {name: FIELD_DEFAULTS[name] for name in RAW_COLUMNS if name in FIELD_DEFAULTS}  # what "unset" means
 
 # Model features, in the order of the columns of a feature matrix.
 FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")

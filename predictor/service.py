@@ -1,5 +1,8 @@
 """The PredictionService servicer: proto → feature rows → :meth:`ModelRuntime.predict` → proto.
 
+Feature rows come packed (the router's path: it computed them with the contract's function) or as raw
+columns, from which :func:`predictor.raw_columns.raw_rows` computes them here.
+
 Domain errors map to gRPC status codes in :data:`STATUS_OF` and nowhere else.
 """
 
@@ -14,6 +17,7 @@ from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
 from headroom.predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.raw_columns import raw_rows
 from headroom.predictor.runtime import ModelRuntime, PoolPrediction
 
 STATUS_OF = {
@@ -29,13 +33,15 @@ GRPC_MESSAGE_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 
 def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
     """The request's feature rows as an ``(n, n_features)`` float32 matrix; :class:`InvalidBatch` if malformed."""
+    kind = request.WhichOneof("rows")
+    if kind == "raw":
+        return raw_rows({name: column.values for name, column in request.raw.columns.items()})
     width = len(FEATURE_NAMES)
     if request.feature_schema and request.feature_schema != FEATURE_SCHEMA:
         raise InvalidBatch(f"feature_schema {request.feature_schema!r} differs from the server's {FEATURE_SCHEMA!r}")
     if request.n_features != width:
         raise InvalidBatch(f"n_features is {request.n_features}, the server's schema has {width} features "
                            f"({', '.join(FEATURE_NAMES)})")
-    kind = request.WhichOneof("rows")
     if kind == "features_f32le":
         raw = request.features_f32le
         if len(raw) % (4 * width):

@@ -24,21 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)headroom/predictor/proto/prediction.proto\x12\x15headroom.predictor.v1\"\xa6\x01\n\x0ePredictRequest\x12\x10\n\x08pool_key\x18\x01 \x01(\t\x12\x12\n\nn_features\x18\x02 \x01(\r\x12\x18\n\x0e\x66\x65\x61tures_f32le\x18\x03 \x01(\x0cH\x00\x12\x34\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32 .headroom.predictor.v1.FloatRowsH\x00\x12\x16\n\x0e\x66\x65\x61ture_schema\x18\x05 \x01(\tB\x06\n\x04rows\"\x1b\n\tFloatRows\x12\x0e\n\x06values\x18\x01 \x03(\x02\"m\n\x0fModelPrediction\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x11\n\tobjective\x18\x02 \x01(\t\x12\x10\n\x08quantile\x18\x03 \x01(\x02\x12\x0f\n\x07version\x18\x04 \x01(\x04\x12\x14\n\x0cvalues_f32le\x18\x05 \x01(\x0c\"p\n\x0fPredictResponse\x12\x10\n\x08pool_key\x18\x01 \x01(\t\x12\x0e\n\x06n_rows\x18\x02 \x01(\r\x12;\n\x0bpredictions\x18\x03 \x03(\x0b\x32&.headroom.predictor.v1.ModelPrediction2m\n\x11PredictionService\x12X\n\x07Predict\x12%.headroom.predictor.v1.PredictRequest\x1a&.headroom.predictor.v1.PredictResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)headroom/predictor/proto/prediction.proto\x12\x15headroom.predictor.v1\"\xd8\x01\n\x0ePredictRequest\x12\x10\n\x08pool_key\x18\x01 \x01(\t\x12\x12\n\nn_features\x18\x02 \x01(\r\x12\x18\n\x0e\x66\x65\x61tures_f32le\x18\x03 \x01(\x0cH\x00\x12\x34\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32 .headroom.predictor.v1.FloatRowsH\x00\x12\x30\n\x03raw\x18\x06 \x01(\x0b\x32!.headroom.predictor.v1.RawColumnsH\x00\x12\x16\n\x0e\x66\x65\x61ture_schema\x18\x05 \x01(\tB\x06\n\x04rows\"\x1b\n\tFloatRows\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\x9f\x01\n\nRawColumns\x12?\n\x07\x63olumns\x18\x01 \x03(\x0b\x32..headroom.predictor.v1.RawColumns.ColumnsEntry\x1aP\n\x0c\x43olumnsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12/\n\x05value\x18\x02 \x01(\x0b\x32 .headroom.predictor.v1.RawColumn:\x02\x38\x01\"\x1b\n\tRawColumn\x12\x0e\n\x06values\x18\x01 \x03(\x01\"m\n\x0fModelPrediction\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x11\n\tobjective\x18\x02 \x01(\t\x12\x10\n\x08quantile\x18\x03 \x01(\x02\x12\x0f\n\x07version\x18\x04 \x01(\x04\x12\x14\n\x0cvalues_f32le\x18\x05 \x01(\x0c\"p\n\x0fPredictResponse\x12\x10\n\x08pool_key\x18\x01 \x01(\t\x12\x0e\n\x06n_rows\x18\x02 \x01(\r\x12;\n\x0bpredictions\x18\x03 \x03(\x0b\x32&.headroom.predictor.v1.ModelPrediction2m\n\x11PredictionService\x12X\n\x07Predict\x12%.headroom.predictor.v1.PredictRequest\x1a&.headroom.predictor.v1.PredictResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'headroom.predictor.proto.prediction_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_RAWCOLUMNS_COLUMNSENTRY']._loaded_options = None
+  _globals['_RAWCOLUMNS_COLUMNSENTRY']._serialized_options = b'8\001'
   _globals['_PREDICTREQUEST']._serialized_start=69
-  _globals['_PREDICTREQUEST']._serialized_end=235
-  _globals['_FLOATROWS']._serialized_start=237
-  _globals['_FLOATROWS']._serialized_end=264
-  _globals['_MODELPREDICTION']._serialized_start=266
-  _globals['_MODELPREDICTION']._serialized_end=375
-  _globals['_PREDICTRESPONSE']._serialized_start=377
-  _globals['_PREDICTRESPONSE']._serialized_end=489
-  _globals['_PREDICTIONSERVICE']._serialized_start=491
-  _globals['_PREDICTIONSERVICE']._serialized_end=600
+  _globals['_PREDICTREQUEST']._serialized_end=285
+  _globals['_FLOATROWS']._serialized_start=287
+  _globals['_FLOATROWS']._serialized_end=314
+  _globals['_RAWCOLUMNS']._serialized_start=317
+  _globals['_RAWCOLUMNS']._serialized_end=476
+  _globals['_RAWCOLUMNS_COLUMNSENTRY']._serialized_start=396
+  _globals['_RAWCOLUMNS_COLUMNSENTRY']._serialized_end=476
+  _globals['_RAWCOLUMN']._serialized_start=478
+  _globals['_RAWCOLUMN']._serialized_end=505
+  _globals['_MODELPREDICTION']._serialized_start=507
+  _globals['_MODELPREDICTION']._serialized_end=616
+  _globals['_PREDICTRESPONSE']._serialized_start=618
+  _globals['_PREDICTRESPONSE']._serialized_end=730
+  _globals['_PREDICTIONSERVICE']._serialized_start=732
+  _globals['_PREDICTIONSERVICE']._serialized_end=841
 # @@protoc_insertion_point(module_scope)

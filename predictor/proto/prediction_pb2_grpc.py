@@ -45,8 +45,8 @@ class PredictionServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Predict(self, request, context):
-        """Predicts every live model of the pool for every row. Errors: INVALID_ARGUMENT for a malformed batch or
-        an unknown pool key, UNAVAILABLE while no model version has been applied yet.
+        """Predicts every live model of the pool for every row. Errors: INVALID_ARGUMENT for a malformed batch (the
+        message names the column or row) or an unknown pool key, UNAVAILABLE while no model version has been applied.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -6,7 +6,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, RAW_COLUMNS
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import SERVICE_NAME
@@ -35,6 +35,14 @@ def request(rows=ROWS, pool_key="pool-a", **fields):
                                          features_f32le=rows.astype("<f4").tobytes(), **fields)
 
 
+def raw_request(columns: dict, pool_key="pool-a"):
+    return prediction_pb2.PredictRequest(pool_key=pool_key, raw=prediction_pb2.RawColumns(columns={
+        name: prediction_pb2.RawColumn(values=values) for name, values in columns.items()}))
+
+
+RAW = {name: ROWS[:, i].tolist() for i, name in enumerate(RAW_COLUMNS)}
+
+
 def stub_of(server):
     channel = grpc.insecure_channel(server.address)
     return channel, prediction_pb2_grpc.PredictionServiceStub(channel)
@@ -60,6 +68,24 @@ def test_predicts_every_model_with_versions(start_server, boosters):
                 [pytest.approx(0.9)]
 
 
+def test_raw_columns_get_their_features_computed_by_the_server(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters))
+    channel, stub = stub_of(server)
+    shared = dict(RAW, prompt_tokens=[700.0])  # a request's own field: one value for every row
+    packed = ROWS.copy()
+    packed[:, RAW_COLUMNS.index("prompt_tokens")] = 700.0
+    packed[:, FEATURE_NAMES.index("effective_prompt_tokens")] = 700.0 * (1 - packed[:, RAW_COLUMNS.index("prefix_match")])
+    defaults = {k: v for k, v in RAW.items() if k not in ("token_interval_ms", "encoder_input_size")}
+    no_rhythm = ROWS.copy()
+    no_rhythm[:, [RAW_COLUMNS.index("token_interval_ms"), RAW_COLUMNS.index("encoder_input_size")]] = 0.0
+    with channel:
+        for columns, rows in ((RAW, ROWS), (shared, packed), (defaults, no_rhythm)):
+            by_raw = stub.Predict(raw_request(columns), timeout=5)
+            by_rows = stub.Predict(request(rows), timeout=5)
+            assert by_raw.n_rows == len(ROWS)
+            assert [p.values_f32le for p in by_raw.predictions] == [p.values_f32le for p in by_rows.predictions]
+
+
 def _bad_rows():
     nan = ROWS.copy()
     nan[4, 2] = np.nan
@@ -76,7 +102,17 @@ def _bad_rows():
      "empty batch"),
     (lambda: request(pool_key="nowhere"), grpc.StatusCode.INVALID_ARGUMENT, "no model for pool key 'nowhere'"),
     (lambda: request(feature_schema="v0:x"), grpc.StatusCode.INVALID_ARGUMENT, "feature_schema 'v0:x' differs"),
-], ids=["feature-count", "ragged-bytes", "non-finite", "no-rows", "no-rows-field", "unknown-pool", "schema"])
+    (lambda: raw_request({**RAW, "colour": [1.0]}), grpc.StatusCode.INVALID_ARGUMENT, "unknown raw column 'colour'"),
+    (lambda: raw_request({k: v for k, v in RAW.items() if k != "prefix_match"}), grpc.StatusCode.INVALID_ARGUMENT,
+     "raw column 'prefix_match' is missing and has no default"),
+    (lambda: raw_request({**RAW, "num_waiting": [1.0, 2.0]}), grpc.StatusCode.INVALID_ARGUMENT,
+     "different numbers of rows"),
+    (lambda: raw_request({**RAW, "kv_cache_usage": [0.5] * 29 + [1.5]}), grpc.StatusCode.INVALID_ARGUMENT,
+     "raw column 'kv_cache_usage' must be within [0, 1] and be finite, got 1.5 in row 29"),
+    (lambda: raw_request({**RAW, "num_running": [-1.0]}), grpc.StatusCode.INVALID_ARGUMENT,
+     "'num_running' must not be negative"),
+], ids=["feature-count", "ragged-bytes", "non-finite", "no-rows", "no-rows-field", "unknown-pool", "schema",
+        "raw-unknown", "raw-missing", "raw-ragged", "raw-range", "raw-negative"])
 def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_server, boosters, make, code, text):
     server = start_server(runtime=runtime_with(boosters))
     channel, stub = stub_of(server)
