@@ -9,8 +9,10 @@ returns a record or raises :class:`InvalidRecord` whose ``reason`` says exactly 
 raises anything else on any input.
 
 Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streamed token) and ``tpot_ms``
-(mean time per output token after the first, in tokens) and train the TTFT and TPOT models;
-non-streaming records carry ``e2e_ms`` and train the E2E model. Every record carries ``e2e_ms``.
+(mean time per output token after the first, in tokens) and train the TTFT and TPOT models — a streaming
+record that observed only one of them (a training sample, :mod:`contract.llmd`) carries that one and
+trains that model alone; non-streaming records carry ``e2e_ms`` and train the E2E model. Every record
+carries ``e2e_ms``.
 """
 
 from __future__ import annotations
@@ -234,8 +236,8 @@ def _versions(_name: str, value: Any) -> dict[str, int]:
 def _check_consistency(record: TelemetryRecord) -> None:
     if record.completion_ts < record.dispatch_ts:
         raise InvalidRecord(f"completion_ts {record.completion_ts} is before dispatch_ts {record.dispatch_ts}")
-    if record.stream and record.ttft_ms is None:
-        raise InvalidRecord("streaming record is missing field 'ttft_ms'")
+    if record.stream and record.ttft_ms is None and record.tpot_ms is None:
+        raise InvalidRecord("streaming record carries neither 'ttft_ms' nor 'tpot_ms'")
     if record.stream and record.output_tokens > 1 and record.tpot_ms is None:
         raise InvalidRecord("streaming record with more than one output token is missing field 'tpot_ms'")
     if record.ttft_ms is not None and record.ttft_ms > record.e2e_ms + TTFT_SLACK_MS:

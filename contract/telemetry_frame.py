@@ -103,7 +103,7 @@ def _consistent() -> pl.Expr:
     """The validator's cross-field rules on columns; failures are re-checked by the scalar validator."""
     checks = [
         pl.col("completion_ts") >= pl.col("dispatch_ts"),
-        ~pl.col("stream") | pl.col("ttft_ms").is_not_null(),
+        ~pl.col("stream") | pl.col("ttft_ms").is_not_null() | pl.col("tpot_ms").is_not_null(),
         ~pl.col("stream") | (pl.col("output_tokens") <= 1) | pl.col("tpot_ms").is_not_null(),
         pl.col("ttft_ms").is_null() | (pl.col("ttft_ms") <= pl.col("e2e_ms") + TTFT_SLACK_MS),
         pl.col("slo_ttft_ms").is_null() | (pl.col("slo_ttft_ms") != 0),

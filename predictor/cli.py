@@ -18,6 +18,13 @@ def register(subparsers) -> None:
     serve.add_argument("--port", type=int, help="gRPC port (overrides HEADROOM_PREDICTOR_PORT)")
     serve.add_argument("--metrics-port", type=int, help="metrics port (overrides HEADROOM_PREDICTOR_METRICS_PORT)")
     serve.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
+    serve.add_argument("--models", metavar="PATH",
+                       help="serve the model-update file or folder at PATH, reloading it when it changes, without a "
+                            "broker (overrides HEADROOM_PREDICTOR_MODELS)")
+    serve.add_argument("--tail", action="store_true",
+                       help="with --models: tail model-updates on the broker too (HEADROOM_PREDICTOR_TAIL_WITH_MODELS)")
+    serve.add_argument("--http-port", type=int,
+                       help="serve llm-d's prediction API over HTTP on this port (overrides HEADROOM_PREDICTOR_HTTP_PORT)")
     serve.set_defaults(run=run_serve)
 
 
@@ -26,12 +33,18 @@ def run_serve(args) -> int:
     from headroom.predictor.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {k: v for k, v in (("port", args.port), ("metrics_port", args.metrics_port)) if v is not None}
+    overrides = {k: v for k, v in (("port", args.port), ("metrics_port", args.metrics_port), ("models", args.models),
+                                   ("http_port", args.http_port), ("tail_with_models", args.tail or None))
+                 if v is not None}
     try:
         settings = from_env(PredictorSettings, **overrides)
-        kafka = from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))
+        kafka = _kafka(args)
         return serve(settings, kafka)
     except SettingsError as err:
         raise CommandError(str(err)) from err
     except (OSError, ValueError) as err:
         raise CommandError(f"cannot start the predictor: {err}") from err
+
+
+def _kafka(args) -> KafkaSettings:
+    return from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))

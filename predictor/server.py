@@ -1,12 +1,16 @@
-"""One prediction server instance: the runtime, its model-update tailer, the gRPC server (PredictionService,
-health checking, and reflection only when asked for) and the Prometheus endpoint. Explicit :meth:`start`,
-:meth:`wait` and a graceful :meth:`stop`; :func:`serve` runs one until SIGTERM or SIGINT.
+"""One prediction server instance: the runtime, where its models come from (the model-update tailer, model
+files, or both), the gRPC server (PredictionService, health checking, and reflection only when asked for),
+llm-d's prediction API over HTTP (:mod:`llmd.prediction_api`, when ``http_port`` is set) and the Prometheus
+endpoint. Explicit :meth:`start`, :meth:`wait` and a graceful :meth:`stop`; :func:`serve` runs one until
+SIGTERM or SIGINT.
 
 The gRPC server speaks TLS when given a certificate, and requires client certificates when given a client
-CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a trusted key.
+CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a trusted key, from either
+source.
 
-Health: ``NOT_SERVING`` until the tailer has caught up with the topic and a model is live, then
-``SERVING``; ``NOT_SERVING`` again while stopping, so load balancers drain the instance first.
+Health: ``NOT_SERVING`` until every model source has caught up (the tailer with the topic, the files with
+a first look) and a model is live, then ``SERVING``; ``NOT_SERVING`` again while stopping, so load
+balancers drain the instance first.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import signal
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,10 +27,13 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from headroom.contract.topics import KafkaSettings
+from headroom.http_thread import HttpThread
+from headroom.llmd.prediction_api import PredictionApi
 from headroom.predictor import kernels
+from headroom.predictor.file_source import ModelFileSource
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
-from headroom.predictor.runtime import ModelRuntime
+from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
 from headroom.predictor.settings import PredictorSettings
 from headroom.predictor.tailer import ModelUpdateTailer
@@ -43,11 +51,18 @@ class PredictorServer:
         self.runtime = runtime or ModelRuntime(trust=settings.signing.trust(), engine=settings.engine or None,
                                                threads=settings.threads)
         self.metrics = PredictorMetrics(self.runtime)
+        tail = kafka is not None and (not settings.models or settings.tail_with_models)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
-                                        on_result=self.metrics.update_applied) if kafka else None
+                                        on_result=self.metrics.update_applied) if tail else None
+        self.files = ModelFileSource(self.runtime, Path(settings.models), poll_s=settings.models_poll_s) \
+            if settings.models else None
+        self.llmd = PredictionApi(self.runtime, pool_key=settings.http_pool_key, objective=settings.http_objective,
+                                  reload=self._reload_files)
         self.health = health.HealthServicer()
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self.http_port: int | None = None
+        self._http: HttpThread | None = None
         self._grpc: grpc.Server | None = None
         self._metrics_http = None
         self._stopped = threading.Event()
@@ -61,7 +76,8 @@ class PredictorServer:
     @property
     def ready(self) -> bool:
         tailing = self.tailer is None or (self.tailer.ready and self.tailer.error is None)
-        return self.runtime.ready and tailing
+        reading = self.files is None or (self.files.ready and self.files.error is None)
+        return self.runtime.ready and tailing and reading
 
     def start(self) -> PredictorServer:
         kernels.warm_up()
@@ -85,17 +101,28 @@ class PredictorServer:
         self._set_health(False)
         if self.tailer is not None:
             self.tailer.start()
+        if self.files is not None:
+            self.files.start()
         server.start()
         self._grpc = server
+        if self.settings.http_port >= 0:
+            self._http = HttpThread(self.llmd.app(), self.settings.host, self.settings.http_port, "predictor-http",
+                                    grace=self.settings.grace_seconds)
+            try:
+                self.http_port = self._http.start()
+            except OSError as err:
+                self.stop(grace=0)
+                raise OSError(f"cannot bind llm-d's prediction API on {self.settings.host}:{self.settings.http_port} "
+                              f"(HEADROOM_PREDICTOR_HTTP_PORT): {err}") from err
         if self.settings.metrics_port >= 0:
             self._metrics_http, _ = start_http_server(self.settings.metrics_port, self.settings.host,
                                                       registry=self.metrics.registry)
             self.metrics_port = self._metrics_http.server_port
         self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
         self._watcher.start()
-        log.info("predictor serving gRPC on %s (%s; metrics port %s)", self.address,
+        log.info("predictor serving gRPC on %s (%s; llm-d HTTP API port %s, metrics port %s)", self.address,
                  "plaintext" if pair is None else "mTLS" if self.settings.tls.client_ca_file else "TLS",
-                 self.metrics_port)
+                 self.http_port, self.metrics_port)
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -106,15 +133,23 @@ class PredictorServer:
         if self._stopped.is_set():
             return
         self.health.enter_graceful_shutdown()
+        if self._http is not None:
+            self._http.stop()
         if self._grpc is not None:
             self._grpc.stop(self.settings.grace_seconds if grace is None else grace).wait()
         if self.tailer is not None:
             self.tailer.stop()
+        if self.files is not None:
+            self.files.stop()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
         self._stopped.set()
         log.info("predictor on port %s stopped", self.port)
+
+    def _reload_files(self) -> bool:
+        """Look at the model files now (llm-d's ``POST /reload``); True when a version went live."""
+        return self.files is not None and any(r.outcome is ApplyOutcome.APPLIED for r in self.files.scan())
 
     def _set_health(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -129,7 +164,7 @@ class PredictorServer:
                 self._set_health(serving)
 
 
-def serve(settings: PredictorSettings, kafka: KafkaSettings) -> int:
+def serve(settings: PredictorSettings, kafka: KafkaSettings | None) -> int:
     """Run one instance until SIGTERM or SIGINT, then stop gracefully."""
     server = PredictorServer(settings, kafka).start()
 

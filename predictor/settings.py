@@ -23,6 +23,22 @@ class PredictorSettings:
                                    "How long in-flight calls may finish after SIGTERM.")
     fetch_wait_ms: int = setting(20, "HEADROOM_PREDICTOR_FETCH_WAIT_MS",
                                  "Longest wait of one model-update fetch (bounds publish-to-serving delay).")
+    models: str = setting("", "HEADROOM_PREDICTOR_MODELS",
+                          "A model-update file, or a folder of *.hrmu files, to serve and reload when they change "
+                          "(headroom models export writes them); set, the server tails no broker unless "
+                          "HEADROOM_PREDICTOR_TAIL_WITH_MODELS.")
+    models_poll_s: float = setting(0.5, "HEADROOM_PREDICTOR_MODELS_POLL_SECONDS",
+                                   "How often the model files are looked at for changes.")
+    tail_with_models: bool = setting(False, "HEADROOM_PREDICTOR_TAIL_WITH_MODELS",
+                                     "Tail model-updates on the broker too when serving model files.")
+    http_port: int = setting(-1, "HEADROOM_PREDICTOR_HTTP_PORT",
+                             "Port of llm-d's prediction API over HTTP (its sidecars listen on 8001; 0: any free "
+                             "port, -1: off).")
+    http_pool_key: str = setting("default", "HEADROOM_PREDICTOR_HTTP_POOL",
+                                 "Pool key llm-d's rows are predicted for (a row's pod_type prefill or decode "
+                                 "selects <pool>-prefill or <pool>-decode).")
+    http_objective: str = setting("quantile", "HEADROOM_PREDICTOR_HTTP_OBJECTIVE",
+                                  "Models llm-d's API answers with: quantile (the reference's default) or mean.")
     reflection: bool = setting(False, "HEADROOM_PREDICTOR_REFLECTION",
                                "Serve gRPC reflection (lets anyone list the services; off unless asked for).")
     tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the gRPC server.")

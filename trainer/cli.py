@@ -1,5 +1,6 @@
-"""``headroom models list|tail|keygen`` — the model versions on ``model-updates``, each shown with the key that
-signed it (checked against HEADROOM_MODEL_TRUSTED_KEYS), and the key pairs that sign them."""
+"""``headroom models list|tail|keygen|export`` — the model versions on ``model-updates``, each shown with the
+key that signed it (checked against HEADROOM_MODEL_TRUSTED_KEYS), the key pairs that sign them, and the
+newest trusted versions written to files as they were signed."""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tail.add_argument("--idle-seconds", type=float, help="stop after this long without a new version")
     tail.add_argument("--count", type=int, help="stop after this many versions")
     tail.set_defaults(run=run_tail)
+    export = commands.add_parser("export", help="write the newest trusted version of every model into a folder, "
+                                                "one file per model, signed as published (what headroom predictor "
+                                                "serve --models reads)", **reads(KafkaSettings, SigningSettings))
+    export.add_argument("folder", type=Path)
+    export.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
+    export.add_argument("--timeout", type=float, default=60.0, help="longest time to read the topic, in seconds")
+    export.set_defaults(run=run_export)
 
 
 def _settings(args: argparse.Namespace) -> tuple[KafkaSettings, TrustedKeys]:
@@ -130,4 +138,20 @@ def run_keygen(args: argparse.Namespace) -> int:
         raise CommandError(f"{err} (choose another --name or --out)") from err
     print(f"key {key.key_id}\n  private: {private} (the worker's HEADROOM_MODEL_SIGNING_KEY_FILE; keep it secret)\n"
           f"  public:  {public} (in every reader's HEADROOM_MODEL_TRUSTED_KEYS)")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    from headroom.model_files import export_latest
+
+    kafka, trust = _settings(args)
+    try:
+        written = export_latest(kafka, trust, args.folder, timeout_s=args.timeout)
+    except (KafkaException, OSError, TimeoutError) as err:
+        raise CommandError(f"cannot export the models of {kafka.model_topic!r} to {args.folder}: {err}") from err
+    for path, update in sorted(written, key=lambda item: item[1].key):
+        print(f"{update.key} v{update.version} -> {path}")
+    print(f"{len(written)} model files in {args.folder}")
     return 0

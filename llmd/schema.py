@@ -1,0 +1,265 @@
+"""The JSON bodies of llm-d's latency predictor APIs: their rows, checked the way its FastAPI servers check
+them, with FastAPI's 422 body for what fails.
+
+A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINING_FIELDS`): counts are
+integers ≥ 0 (a number with no fractional part counts as one), fractions numbers within [0, 1], latencies
+numbers ≥ 0, ``pod_type`` one of ``""``, ``"prefill"``, ``"decode"`` or null, ``timestamp`` an RFC 3339
+time or unix seconds. Unknown fields are ignored, as FastAPI does. Unlike the reference's lax mode,
+numbers written as strings and booleans are refused: a row says what it means or gets a 422 naming the
+field.
+
+Two paths reach one answer: msgspec decodes whole bodies against types made from the field table (the fast
+path); a body it refuses is checked field by field (:func:`check_row`), which collects every problem as an
+error ``{"type", "loc", "msg", "input"[, "ctx"]}`` the way FastAPI words them, or yields the row when
+msgspec was stricter than the table (an integral float for a count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from headroom.contract.llmd import POD_TYPES
+from headroom.contract.telemetry import MAX_INTEGER
+
+MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
+MISSING = msgspec.UNSET
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str  # "count", "fraction", "latency", "pod_type" or "time"
+    default: Any = MISSING
+
+
+_SERVER_STATE = {
+    "kv_cache_percentage": Field("fraction"),
+    "input_token_length": Field("count"),
+    "num_request_waiting": Field("count"),
+    "num_request_running": Field("count"),
+}
+_OPTIONAL = {
+    "pod_type": Field("pod_type", ""),
+    "prefill_tokens_in_flight": Field("count", 0),
+    "decode_tokens_in_flight": Field("count", 0),
+    "encoder_input_size": Field("count", 0),
+    "encoder_matched_size": Field("count", 0),
+}
+PREDICTION_FIELDS = {**_SERVER_STATE, "num_tokens_generated": Field("count"), "prefix_cache_score": Field("fraction"),
+                     **_OPTIONAL}
+TRAINING_FIELDS = {**_SERVER_STATE, "actual_ttft_ms": Field("latency"), "actual_tpot_ms": Field("latency"),
+                   "num_tokens_generated": Field("count"), "prefix_cache_score": Field("fraction"), **_OPTIONAL,
+                   "timestamp": Field("time", None)}
+
+_TYPES = {"count": Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)],
+          "fraction": Annotated[float, msgspec.Meta(ge=0.0, le=1.0)],
+          "latency": Annotated[float, msgspec.Meta(ge=0.0)],
+          "pod_type": Literal[POD_TYPES] | None,  # type: ignore[valid-type]
+          "time": datetime | float | None}
+
+
+def _struct(name: str, fields: dict[str, Field]) -> type:
+    return msgspec.defstruct(name, [(n, _TYPES[f.kind]) if f.default is MISSING else (n, _TYPES[f.kind], f.default)
+                                    for n, f in fields.items()], kw_only=True)
+
+
+PredictionRow = _struct("PredictionRequest", PREDICTION_FIELDS)
+TrainingRow = _struct("TrainingEntry", TRAINING_FIELDS)
+MODEL_NAMES = {PredictionRow: "PredictionRequest", TrainingRow: "TrainingEntry"}
+FIELDS_OF = {PredictionRow: PREDICTION_FIELDS, TrainingRow: TRAINING_FIELDS}
+
+
+class Unprocessable(Exception):
+    """A body that fails validation; ``errors`` are FastAPI's 422 ``detail`` entries."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(errors[0]["msg"] if errors else "invalid body")
+        self.errors = errors
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.errors}
+
+
+def decode_rows(body: bytes, key: str, row_type: type) -> list[Any]:
+    """The rows of a bulk body ``{key: [row, ...]}`` (1 to :data:`MAX_ROWS`), all or none; raises
+    :class:`Unprocessable` listing every problem."""
+    try:
+        return list(getattr(_bulk_decoder(key, row_type).decode(body), key))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    items = bulk_items(body, key)
+    rows, errors = [], []
+    for index, item in enumerate(items):
+        row, problems = check_row(item, row_type, ("body", key, index))
+        rows.append(row)
+        errors += problems
+    if errors:
+        raise Unprocessable(errors)
+    return rows
+
+
+def decode_row(body: bytes, row_type: type) -> Any:
+    """One row as a whole body; raises :class:`Unprocessable`."""
+    try:
+        return _row_decoder(row_type).decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    row, errors = check_row(_json(body), row_type, ("body",))
+    if errors:
+        raise Unprocessable(errors)
+    return row
+
+
+def bulk_items(body: bytes, key: str) -> list[Any]:
+    """The items of a bulk body's list, unchecked; raises :class:`Unprocessable` for a body that is not
+    ``{key: [...]}`` with 1 to :data:`MAX_ROWS` items."""
+    doc = _json(body)
+    if not isinstance(doc, dict):
+        raise Unprocessable([_error("model_attributes_type", ("body",), "Input should be a valid dictionary or "
+                                    "object to extract fields from", doc)])
+    if key not in doc:
+        raise Unprocessable([_error("missing", ("body", key), "Field required", doc)])
+    items = doc[key]
+    if not isinstance(items, list):
+        raise Unprocessable([_error("list_type", ("body", key), "Input should be a valid list", items)])
+    if not 1 <= len(items) <= MAX_ROWS:
+        bound, word = (1, "least") if not items else (MAX_ROWS, "most")
+        kind = "too_short" if not items else "too_long"
+        raise Unprocessable([_error(kind, ("body", key), f"List should have at {word} {bound} item"
+                                    f"{'s' if bound > 1 else ''} after validation, not {len(items)}",
+                                    items if len(items) <= 10 else f"[{len(items)} items]",
+                                    {"field_type": "List", f"{'min' if not items else 'max'}_length": bound,
+                                     "actual_length": len(items)})])
+    return items
+
+
+def check_row(item: Any, row_type: type, loc: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
+    """Check one row field by field: ``(row, [])``, or ``(None, errors)`` with every problem."""
+    if not isinstance(item, dict):
+        return None, [_error("model_type", loc, f"Input should be a valid dictionary or instance of "
+                                               f"{MODEL_NAMES[row_type]}", item)]
+    values, errors = {}, []
+    for name, field in FIELDS_OF[row_type].items():
+        if name not in item:
+            if field.default is MISSING:
+                errors.append(_error("missing", (*loc, name), "Field required", item))
+            continue
+        value, problem = _CHECKS[field.kind](item[name])
+        if problem is None:
+            values[name] = value
+        else:
+            kind, msg, *ctx = problem
+            errors.append(_error(kind, (*loc, name), msg, item[name], *ctx))
+    if errors:
+        return None, errors
+    try:
+        return msgspec.convert(values, row_type), []
+    except msgspec.ValidationError as err:  # not expected: the table and the types say the same
+        return None, [_error("value_error", loc, f"Value error, {err}", item)]
+
+
+def row_dict(row: Any) -> dict[str, Any]:
+    """A decoded row as a plain mapping of its fields."""
+    return {name: getattr(row, name) for name in row.__struct_fields__}
+
+
+def timestamp_of(value: datetime | float | None) -> float | None:
+    """Unix seconds of a row's ``timestamp`` (numbers above 2·10^10 are milliseconds, as FastAPI reads them;
+    a time without a zone is UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return value / 1000.0 if value > 2e10 else float(value)
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _count(value: Any) -> tuple[Any, tuple | None]:
+    if type(value) is float and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    elif type(value) is float:
+        return None, ("int_from_float", "Input should be a valid integer, got a number with a fractional part")
+    if type(value) is not int:
+        return None, ("int_type", "Input should be a valid integer")
+    if value < 0:
+        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0})
+    if value > MAX_INTEGER:
+        return None, ("less_than_equal", f"Input should be less than or equal to {MAX_INTEGER}", {"le": MAX_INTEGER})
+    return value, None
+
+
+def _fraction(value: Any) -> tuple[Any, tuple | None]:
+    if not _number(value):
+        return None, ("float_type", "Input should be a valid number")
+    if value < 0:
+        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0.0})
+    if value > 1:
+        return None, ("less_than_equal", "Input should be less than or equal to 1", {"le": 1.0})
+    return float(value), None
+
+
+def _latency(value: Any) -> tuple[Any, tuple | None]:
+    if not _number(value):
+        return None, ("float_type", "Input should be a valid number")
+    if value < 0:
+        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0.0})
+    return float(value), None
+
+
+def _pod_type(value: Any) -> tuple[Any, tuple | None]:
+    if value is None or value in POD_TYPES:
+        return value, None
+    return None, ("literal_error", "Input should be '', 'prefill' or 'decode'",
+                  {"expected": "'', 'prefill' or 'decode'"})
+
+
+def _time(value: Any) -> tuple[Any, tuple | None]:
+    try:
+        return msgspec.convert(value, _TYPES["time"]), None
+    except msgspec.ValidationError:
+        return None, ("datetime_type", "Input should be a valid datetime (RFC 3339) or unix seconds")
+
+
+_CHECKS = {"count": _count, "fraction": _fraction, "latency": _latency, "pod_type": _pod_type, "time": _time}
+
+
+def _error(kind: str, loc: tuple[Any, ...], msg: str, value: Any, ctx: dict[str, Any] | None = None) -> dict[str, Any]:
+    error = {"type": kind, "loc": list(loc), "msg": msg, "input": value}
+    if ctx is not None:
+        error["ctx"] = ctx
+    return error
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as err:
+        raise Unprocessable([_error("json_invalid", ("body", 0), "JSON decode error", {},
+                                    {"error": str(err)})]) from None
+
+
+_DECODERS: dict[tuple[str, type], msgspec.json.Decoder] = {}
+
+
+def _bulk_decoder(key: str, row_type: type) -> msgspec.json.Decoder:
+    decoder = _DECODERS.get((key, row_type))
+    if decoder is None:
+        bulk = msgspec.defstruct(f"Bulk{MODEL_NAMES[row_type]}", [
+            (key, Annotated[list[row_type], msgspec.Meta(min_length=1, max_length=MAX_ROWS)])])  # type: ignore[valid-type]
+        decoder = _DECODERS[key, row_type] = msgspec.json.Decoder(bulk)
+    return decoder
+
+
+def _row_decoder(row_type: type) -> msgspec.json.Decoder:
+    decoder = _DECODERS.get(("", row_type))
+    if decoder is None:
+        decoder = _DECODERS["", row_type] = msgspec.json.Decoder(row_type)
+    return decoder
