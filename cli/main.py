@@ -30,6 +30,7 @@ COMMANDS = (
     "headroom.sim.cli",
     "headroom.backtest.cli",
     "headroom.benchmarks.cli",
+    "headroom.llmd.cli",
 )
 
 

@@ -14,6 +14,8 @@ from headroom.contract.kafka_security import KafkaSecurity
 from headroom.contract.settings import nested, setting
 
 MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+REASON_HEADER = "headroom-reject-reason"  # a dead letter's header: why the record was rejected
+SOURCE_HEADER = "headroom-source"  # a dead letter's header: where the record came from (topic/partition/offset)
 
 
 @dataclass(frozen=True)

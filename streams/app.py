@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import faust
 
-from headroom.contract.topics import KafkaSettings
+from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.streams import metrics
 from headroom.streams.consume import IngestLoop
@@ -38,8 +38,6 @@ from headroom.trainer.live import LiveModels
 
 log = logging.getLogger(__name__)
 
-REASON_HEADER = "headroom-reject-reason"
-SOURCE_HEADER = "headroom-source"  # topic/partition/offset of the original record
 WINDOWS_TABLE = "windows"
 
 

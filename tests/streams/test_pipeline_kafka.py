@@ -16,8 +16,9 @@ from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matr
 from headroom.contract.model_update import load_booster, make_update
 from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
+from headroom.contract.topics import REASON_HEADER
 from headroom.model_topic import read_all, read_latest
-from headroom.streams.app import REASON_HEADER, WINDOWS_TABLE
+from headroom.streams.app import WINDOWS_TABLE
 from headroom.streams.strata import stratum_key
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict

@@ -1,0 +1,80 @@
+"""The model versions on ``model-updates``, as llm-d's training server lists and dumps them.
+
+A background thread follows the topic from the beginning (:func:`headroom.model_topic.follow`) and keeps,
+per model key, the newest version that every reader would accept (:func:`contract.model_update.load_update`)
+with its booster, and how many versions of each key it has seen published. Nothing here trains: the
+worker does, from the telemetry the training API sends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Message
+
+from headroom.contract.model_update import InvalidUpdate, ModelUpdate, load_update
+from headroom.contract.topics import KafkaSettings
+from headroom.model_topic import CAUGHT_UP, follow, received
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShelvedModel:
+    update: ModelUpdate
+    booster: Any  # xgboost.Booster
+
+
+class ModelShelf:
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        self.models: dict[str, ShelvedModel] = {}  # model key -> newest loadable version
+        self.published: Counter[str] = Counter()  # model key -> versions seen
+        self.caught_up = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ModelShelf:
+        self._thread = threading.Thread(target=self._run, name="model-shelf", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def get(self, pool_key: str, target: str, objective: str) -> ShelvedModel | None:
+        return self.models.get(f"{pool_key}/{target}/{objective}")
+
+    def put(self, update: ModelUpdate) -> bool:
+        """Shelve ``update`` if it is newer than the shelved version and loadable; True when shelved."""
+        self.published[update.key] += 1
+        held = self.models.get(update.key)
+        if held is not None and held.update.version >= update.version:
+            return False
+        try:
+            booster = load_update(update)
+        except InvalidUpdate as err:
+            log.warning("model %s v%d is not listed: %s", update.key, update.version, err)
+            return False
+        self.models = {**self.models, update.key: ShelvedModel(update, booster)}
+        return True
+
+    def _run(self) -> None:
+        try:
+            for item in follow(self.kafka, poll_s=0.2, topic_wait_s=None, log_errors=True):
+                if self._stop.is_set():
+                    return
+                if item is CAUGHT_UP:
+                    self.caught_up.set()
+                elif isinstance(item, Message):
+                    update = received(item).update
+                    if update is not None:
+                        self.put(update)
+        except Exception:
+            log.exception("following model-updates stopped")
