@@ -41,13 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
                                     **reads(KafkaSettings))
-    predictor.add_argument("what", choices=("runtime", "grpc", "update", "verify", "all"),
+    predictor.add_argument("what", choices=("runtime", "grpc", "http", "update", "verify", "all"),
                            help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP; "
-                                "verify: what checking a model update's signature costs")
+                                "verify: what checking a model update's signature costs; "
+                                "http: llm-d's /predict/bulk/strict next to the gRPC API, interleaved")
     predictor.add_argument("--candidates", type=int, nargs="+", help="candidate rows per call")
     predictor.add_argument("--iterations", type=int, default=2000, help="in-process calls per measurement")
     predictor.add_argument("--clients", type=int, default=4, help="concurrent closed-loop gRPC clients")
-    predictor.add_argument("--seconds", type=float, default=10.0, help="duration of each gRPC load run")
+    predictor.add_argument("--seconds", type=float, default=10.0, help="duration of each gRPC or HTTP load run")
     predictor.add_argument("--workers", type=int, default=2, help="server threads serving gRPC calls")
     predictor.add_argument("--threads", type=int, default=1,
                            help="threads one large batch's tree evaluation is split over (HEADROOM_PREDICTOR_THREADS)")
@@ -61,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="models per pool: TTFT mean, TPOT mean, TTFT p90, TPOT p90")
     predictor.add_argument("--tls", action="store_true",
                            help="grpc: a TLS server beside the plaintext one, the two loaded in turn (see --rounds)")
-    predictor.add_argument("--rounds", type=int, default=1, help="grpc: runs of each transport and candidate count")
+    predictor.add_argument("--rounds", type=int, help="grpc: runs of each transport and candidate count (default 1); "
+                                                      "http: interleaved rounds of each API (default 3)")
     predictor.add_argument("--rpc", choices=("predict", "health"), default="predict",
                            help="grpc: the call to load (health: the transport alone; needs --go-load)")
     predictor.set_defaults(run=_predictor)
@@ -117,7 +119,7 @@ def _ext_proc(args: argparse.Namespace) -> int:
 
 
 def _predictor(args: argparse.Namespace) -> int:
-    from headroom.benchmarks import predictor, predictor_grpc
+    from headroom.benchmarks import predictor, predictor_grpc, predictor_http
     from headroom.contract.settings import from_env
     from headroom.contract.topics import KafkaSettings
 
@@ -129,7 +131,12 @@ def _predictor(args: argparse.Namespace) -> int:
         for row in predictor_grpc.bench_grpc(tuple(args.candidates or (100, 1000)), args.clients, args.seconds,
                                              args.workers, args.models, args.load_generator or "python",
                                              args.threads, ("plaintext", "tls") if args.tls else ("plaintext",),
-                                             args.rounds, args.rpc):
+                                             args.rounds or 1, args.rpc):
+            print(json.dumps(row))
+    if args.what in ("http", "all"):
+        results = predictor_http.bench_http(args.candidates[0] if args.candidates else 100, args.clients,
+                                            args.seconds, args.rounds or 3, args.workers)
+        for row in results + predictor_http.summary(results):
             print(json.dumps(row))
     if args.what in ("update", "all"):
         print(json.dumps(predictor.bench_update(from_env(KafkaSettings))))
