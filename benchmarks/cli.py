@@ -68,6 +68,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="grpc: the call to load (health: the transport alone; needs --go-load)")
     predictor.set_defaults(run=_predictor)
 
+    pod_type = commands.add_parser("pod-type", help="Two server roles: a pool key per role, or the role as a feature.")
+    pod_type.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
+    pod_type.add_argument("--requests", type=int, default=20_000)
+    pod_type.add_argument("--servers-per-role", type=int, default=2)
+    pod_type.add_argument("--load", type=float, default=0.7, help="offered load as a fraction of pool capacity")
+    pod_type.add_argument("--train-rows", type=int, nargs="+", default=[1000, 4000, 100_000],
+                          help="newest training rows per size (all roles together)")
+    pod_type.add_argument("--seed", type=int, default=0)
+    pod_type.set_defaults(run=_pod_type)
+
     sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.",
                               **reads(SimSettings))
     pool_args(sim)
@@ -143,6 +153,15 @@ def _predictor(args: argparse.Namespace) -> int:
     if args.what in ("verify", "all"):
         for row in predictor.bench_verify(args.iterations, args.models):
             print(json.dumps(row))
+    return 0
+
+
+def _pod_type(args: argparse.Namespace) -> int:
+    from headroom.benchmarks.pod_type import compare, simulate
+
+    records = simulate(args.trace, args.requests, args.servers_per_role, args.load, args.seed)
+    for row in compare(records, tuple(args.train_rows)):
+        print(json.dumps(row))
     return 0
 
 
