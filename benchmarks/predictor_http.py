@@ -90,7 +90,8 @@ def summary(results: list[dict]) -> list[dict]:
 
 def load(api: str, target: str, candidates_per_call: int, clients: int, seconds: float) -> dict:
     """Closed loop against one API from this process; ``calls`` counts the answered ones."""
-    call = _http_caller(target, candidates_per_call) if api == "http" else _grpc_caller(api, target, candidates_per_call)
+    n = candidates_per_call
+    call = _http_caller(target, n) if api == "http" else _grpc_caller(api, target, n)
     for _ in range(50):
         assert call(), f"{api} warm-up call failed"
     samples, failed, elapsed = closed_loop(call, clients, seconds)

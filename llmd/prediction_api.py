@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -47,6 +46,8 @@ from headroom.llmd.schema import (
     check_row,
     decode_row,
     decode_rows,
+    iso_time,
+    json_response,
     row_dict,
 )
 from headroom.predictor.runtime import ModelRuntime
@@ -56,7 +57,6 @@ DEFAULT_QUANTILE = 0.9  # reported by a mean deployment before any quantile mode
 OBJECTIVES = ("quantile", "mean")
 TARGETS = ("ttft", "tpot")
 _NUMERIC = [name for name, field in PREDICTION_FIELDS.items() if field.kind != "pod_type"]
-_ENCODE = msgspec.json.Encoder().encode
 
 
 class Prediction(msgspec.Struct):
@@ -106,16 +106,17 @@ class PredictionApi:
         try:
             rows = decode_rows(await request.read(), "requests", PredictionRow)
         except Unprocessable as err:
-            return _json(err.body, 422)
+            return json_response(err.body, 422)
         outcome = self.predict(rows)
         invalid = [(i, e) for i, e in enumerate(outcome.errors) if e is not None and i in outcome.invalid]
         if invalid:
-            return _json({"detail": [_value_error(("body", "requests", i), e, rows[i]) for i, e in invalid]}, 422)
+            detail = [_value_error(("body", "requests", i), e, rows[i]) for i, e in invalid]
+            return json_response({"detail": detail}, 422)
         if any(e is not None for e in outcome.errors):
-            return _json({"detail": next(e for e in outcome.errors if e is not None)}, 503)
+            return json_response({"detail": next(e for e in outcome.errors if e is not None)}, 503)
         n = len(rows)
-        return _json({"predictions": outcome.predictions, "total_requests": n, "successful_predictions": n,
-                      "failed_predictions": 0, "processing_time_ms": (time.perf_counter() - started) * 1000})
+        return json_response({"predictions": outcome.predictions, "total_requests": n, "successful_predictions": n,
+                              "failed_predictions": 0, "processing_time_ms": (time.perf_counter() - started) * 1000})
 
     async def bulk(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -128,7 +129,7 @@ class PredictionApi:
             try:
                 items = bulk_items(body, "requests")
             except Unprocessable as err:
-                return _json(err.body, 422)
+                return json_response(err.body, 422)
             checked = [check_row(item, PredictionRow, ("requests", i)) for i, item in enumerate(items)]
         valid = [i for i, (row, _) in enumerate(checked) if row is not None]
         errors = [RowError(i, _first_message(problems), items[i]) for i, (row, problems) in enumerate(checked)
@@ -142,21 +143,21 @@ class PredictionApi:
                     errors.append(RowError(i, outcome.errors[position], items[i]))
             errors.sort(key=lambda e: e.index)
         failed = len(errors)
-        return _json({"predictions": predictions, "errors": errors, "total_requests": len(items),
-                      "successful_predictions": len(items) - failed, "failed_predictions": failed,
-                      "processing_time_ms": (time.perf_counter() - started) * 1000})
+        return json_response({"predictions": predictions, "errors": errors, "total_requests": len(items),
+                              "successful_predictions": len(items) - failed, "failed_predictions": failed,
+                              "processing_time_ms": (time.perf_counter() - started) * 1000})
 
     async def single(self, request: web.Request) -> web.Response:
         try:
             row = decode_row(await request.read(), PredictionRow)
         except Unprocessable as err:
-            return _json(err.body, 422)
+            return json_response(err.body, 422)
         outcome = self.predict([row])
         error = outcome.errors[0]
         if error is not None:
-            return _json({"detail": [_value_error(("body",), error, row)]}, 422) if outcome.invalid \
-                else _json({"detail": error}, 503)
-        return _json(outcome.predictions[0])
+            return json_response({"detail": [_value_error(("body",), error, row)]}, 422) if outcome.invalid \
+                else json_response({"detail": error}, 503)
+        return json_response(outcome.predictions[0])
 
     def predict(self, rows: list[Any]) -> Outcome:
         """Predictions for decoded rows, in their order; a row that cannot be answered has None and its error."""
@@ -185,7 +186,8 @@ class PredictionApi:
                     if sources[target] == pool:
                         values[target][index] = prediction.get(target, self.objective)
                 loaded = max([loaded, *(m.applied_at for m in prediction.models)])
-        meta = (_iso(self._clock()), MODEL_TYPE, self.objective, self.quantile(), _iso(loaded) if loaded else None)
+        meta = (iso_time(self._clock()), MODEL_TYPE, self.objective, self.quantile(),
+                iso_time(loaded) if loaded else None)
         ttft, tpot = (np.maximum(values[target], 0.0).tolist() for target in TARGETS)
         predictions = [None if error is not None else Prediction(t, p, *meta)
                        for t, p, error in zip(ttft, tpot, errors)]
@@ -212,39 +214,39 @@ class PredictionApi:
 
     def last_model_load(self) -> str | None:
         loads = [m.applied_at for m in self.runtime.live() if m.objective == self.objective]
-        return _iso(max(loads)) if loads else None
+        return iso_time(max(loads)) if loads else None
 
     def state(self) -> dict[str, Any]:
         return {"is_ready": self.ready, "model_type": MODEL_TYPE, "objective_type": self.objective,
                 "quantile": self.quantile(), "last_model_load": self.last_model_load()}
 
     async def healthz(self, _request: web.Request) -> web.Response:
-        return _json({"status": "ok", "service": "headroom-latency-predictor"})
+        return json_response({"status": "ok", "service": "headroom-latency-predictor"})
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if not self.ready:
-            return _json({"detail": "Models are not ready"}, 503)
-        return _json({"status": "ready", "model_type": MODEL_TYPE, "objective_type": self.objective,
-                      "quantile": self.quantile()})
+            return json_response({"detail": "Models are not ready"}, 503)
+        return json_response({"status": "ready", "model_type": MODEL_TYPE, "objective_type": self.objective,
+                              "quantile": self.quantile()})
 
     async def status(self, _request: web.Request) -> web.Response:
         live = {(m.pool_key, m.target, m.objective): m for m in self.runtime.live()}
         models = [{"pool_key": m.pool_key, "target": m.target, "objective": m.objective, "version": m.version,
-                   "quantile": m.quantile, "created_at": _iso(m.created_at), "applied_at": _iso(m.applied_at)}
+                   "quantile": m.quantile, "created_at": iso_time(m.created_at), "applied_at": iso_time(m.applied_at)}
                   for m in live.values()]
-        return _json({**self.state(), "pool_key": self.pool_key,
-                      "models_exist": {f"{t}_model": self.source("", t) is not None for t in TARGETS},
-                      "models": models})
+        return json_response({**self.state(), "pool_key": self.pool_key,
+                              "models_exist": {f"{t}_model": self.source("", t) is not None for t in TARGETS},
+                              "models": models})
 
     async def reload(self, _request: web.Request) -> web.Response:
         synced = self._reload() if self._reload is not None else False
         state = self.state()
-        return _json({"synced": synced, "loaded": state["is_ready"], **state,
-                      "last_load_time": state["last_model_load"]})
+        return json_response({"synced": synced, "loaded": state["is_ready"], **state,
+                              "last_load_time": state["last_model_load"]})
 
     async def root(self, _request: web.Request) -> web.Response:
-        return _json({"message": "headroom latency predictor (llm-d prediction API) is running",
-                      "pool_key": self.pool_key, **self.state()})
+        return json_response({"message": "headroom latency predictor (llm-d prediction API) is running",
+                              "pool_key": self.pool_key, **self.state()})
 
 
 def _by_role(roles: list[str], skipped: set[int]) -> list[tuple[str, np.ndarray]]:
@@ -258,9 +260,6 @@ def _by_role(roles: list[str], skipped: set[int]) -> list[tuple[str, np.ndarray]
     return [(role, np.array(index, dtype=np.intp)) for role, index in groups.items()]
 
 
-def _iso(unix_seconds: float) -> str:
-    return datetime.fromtimestamp(unix_seconds, tz=UTC).isoformat()
-
 
 def _first_message(problems: list[dict[str, Any]]) -> str:
     return "; ".join(f"{'.'.join(map(str, p['loc'][2:])) or 'row'}: {p['msg']}" for p in problems)
@@ -268,7 +267,3 @@ def _first_message(problems: list[dict[str, Any]]) -> str:
 
 def _value_error(loc: tuple[Any, ...], message: str, row: Any) -> dict[str, Any]:
     return {"type": "value_error", "loc": list(loc), "msg": f"Value error, {message}", "input": row_dict(row)}
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_ENCODE(body), status=status, content_type="application/json")

@@ -1,5 +1,5 @@
 """The JSON bodies of llm-d's latency predictor APIs: their rows, checked the way its FastAPI servers check
-them, with FastAPI's 422 body for what fails.
+them, with FastAPI's 422 body for what fails, and the responses' JSON (:func:`json_response`, :func:`iso_time`).
 
 A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINING_FIELDS`): counts are
 integers ≥ 0 (a number with no fractional part counts as one), fractions numbers within [0, 1], latencies
@@ -22,12 +22,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
+from aiohttp import web
 
 from headroom.contract.llmd import POD_TYPES
 from headroom.contract.telemetry import MAX_INTEGER
 
 MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
 MISSING = msgspec.UNSET
+_ENCODE = msgspec.json.Encoder().encode
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,15 @@ def timestamp_of(value: datetime | float | None) -> float | None:
     return value / 1000.0 if value > 2e10 else float(value)
 
 
+def iso_time(unix_seconds: float) -> str:
+    """A time as the reference's responses write one (RFC 3339, UTC)."""
+    return datetime.fromtimestamp(unix_seconds, tz=UTC).isoformat()
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_ENCODE(body), status=status, content_type="application/json")
+
+
 def _number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
@@ -253,7 +264,8 @@ def _bulk_decoder(key: str, row_type: type) -> msgspec.json.Decoder:
     decoder = _DECODERS.get((key, row_type))
     if decoder is None:
         bulk = msgspec.defstruct(f"Bulk{MODEL_NAMES[row_type]}", [
-            (key, Annotated[list[row_type], msgspec.Meta(min_length=1, max_length=MAX_ROWS)])])  # type: ignore[valid-type]
+            (key, Annotated[list[row_type],  # type: ignore[valid-type]
+                            msgspec.Meta(min_length=1, max_length=MAX_ROWS)])])
         decoder = _DECODERS[key, row_type] = msgspec.json.Decoder(bulk)
     return decoder
 

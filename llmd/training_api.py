@@ -26,7 +26,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -37,12 +36,19 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from headroom.contract.llmd import sample_record
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord
 from headroom.llmd.model_shelf import ModelShelf
-from headroom.llmd.schema import TrainingRow, Unprocessable, decode_rows, row_dict, timestamp_of
+from headroom.llmd.schema import (
+    TrainingRow,
+    Unprocessable,
+    decode_rows,
+    iso_time,
+    json_response,
+    row_dict,
+    timestamp_of,
+)
 from headroom.streams.strata import kv_bucket, prefix_bucket, queue_bucket
 
 MODEL_TYPE = "xgboost"
 MODEL_NAMES = ("ttft", "tpot")
-_ENCODE = msgspec.json.Encoder().encode
 
 
 class TelemetrySink(Protocol):
@@ -69,7 +75,8 @@ class TrainingApi:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.add_routes([
             web.post("/add_training_data_bulk", self.add_bulk), web.get("/healthz", self.healthz),
-            web.get("/readyz", self.readyz), web.get("/metrics", self.metrics), web.get("/data/status", self.data_status),
+            web.get("/readyz", self.readyz), web.get("/metrics", self.metrics),
+            web.get("/data/status", self.data_status),
             web.get("/models/list", self.models_list), web.get("/model/{name}/xgb/json", self.xgb_json),
             web.get("/model/{name}/info", self.model_info), web.get("/model/{name}/download", self.download),
             web.get("/", self.root)])
@@ -81,10 +88,10 @@ class TrainingApi:
             rows = decode_rows(await request.read(), "entries", TrainingRow)
         except Unprocessable as err:
             self.rejected_bodies += 1
-            return _json(err.body, 422)
+            return json_response(err.body, 422)
         sent, dead = self.ingest(rows)
-        return _json({"message": f"Accepted {len(rows)} training samples.", "telemetry": sent,
-                      "dead_lettered": dead}, 202)
+        return json_response({"message": f"Accepted {len(rows)} training samples.", "telemetry": sent,
+                              "dead_lettered": dead}, 202)
 
     def ingest(self, rows: list[Any]) -> tuple[int, int]:
         """Send each row as a telemetry record, or as a dead letter with its reason; ``(sent, dead)``."""
@@ -97,14 +104,15 @@ class TrainingApi:
                 record = sample_record(sample, pool_key=self.pool_key, request_id=request_id, received_at=now,
                                        timestamp=timestamp_of(row.timestamp))
             except InvalidRecord as err:
-                self.dead_letters.send(self.pool_key.encode(), _ENCODE(sample), err.reason,
+                self.dead_letters.send(self.pool_key.encode(), msgspec.json.encode(sample), err.reason,
                                        f"llm-d/add_training_data_bulk/{request_id}")
                 self.outcomes["dead_letter"] += 1
                 continue
             self.telemetry.send(record)
             self.outcomes["telemetry"] += 1
             sent += 1
-            strata = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage), prefix_bucket(record.prefix_match))
+            strata = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage),
+                      prefix_bucket(record.prefix_match))
             for target, observed in (("ttft", record.ttft_ms), ("tpot", record.tpot_ms)):
                 if observed is not None:
                     self.received[target] += 1
@@ -113,19 +121,19 @@ class TrainingApi:
 
     # --- status ------------------------------------------------------------------------------------
     async def healthz(self, _request: web.Request) -> web.Response:
-        return _json({"status": "ok"})
+        return json_response({"status": "ok"})
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if not self.shelf.caught_up.is_set():
-            return _json({"detail": "the broker has not answered yet"}, 503)
-        return _json({"status": "ready"})
+            return json_response({"detail": "the broker has not answered yet"}, 503)
+        return json_response({"status": "ready"})
 
     async def data_status(self, _request: web.Request) -> web.Response:
         ttft, tpot = self.received["ttft"], self.received["tpot"]
         distribution = {f"queue_{q}_cache_{c}_prefix_{p}": n for (model, q, c, p), n in sorted(self.buckets.items())
                         if model == "ttft"}
         trained = {key: count for key, count in sorted(self.shelf.published.items()) if self._ours(key)}
-        return _json({
+        return json_response({
             "training_data": {"ttft_samples": ttft, "tpot_samples": tpot, "total_samples": ttft + tpot},
             "telemetry": {"records_sent": self.outcomes["telemetry"], "dead_lettered": self.outcomes["dead_letter"],
                           "bodies_rejected": self.rejected_bodies},
@@ -139,11 +147,11 @@ class TrainingApi:
         for name in MODEL_NAMES:
             shelved = self._model(name)
             models[name] = {"exists": shelved is not None, "size_bytes": len(shelved.update.model) if shelved else 0,
-                            "last_modified": _iso(shelved.update.created_at) if shelved else None,
+                            "last_modified": iso_time(shelved.update.created_at) if shelved else None,
                             "version": shelved.update.version if shelved else None}
-        return _json({"models": models, "model_type": MODEL_TYPE, "objective_type": self.objective,
-                      "quantile": self._quantile(), "server_time": _iso(self._clock()),
-                      "pool_keys": sorted({m.update.pool_key for m in self.shelf.models.values()})})
+        return json_response({"models": models, "model_type": MODEL_TYPE, "objective_type": self.objective,
+                              "quantile": self._quantile(), "server_time": iso_time(self._clock()),
+                              "pool_keys": sorted({m.update.pool_key for m in self.shelf.models.values()})})
 
     async def model_info(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -151,10 +159,10 @@ class TrainingApi:
         if shelved is None:
             return error
         update = shelved.update
-        return _json({"model_name": name, "path": update.key, "size_bytes": len(update.model),
-                      "last_modified": _iso(update.created_at), "exists": True, "model_type": MODEL_TYPE,
-                      "quantile": update.quantile, "version": update.version, "objective": update.objective,
-                      "holdout_metrics": update.holdout_metrics, "window_stats": update.window_stats})
+        return json_response({"model_name": name, "path": update.key, "size_bytes": len(update.model),
+                              "last_modified": iso_time(update.created_at), "exists": True, "model_type": MODEL_TYPE,
+                              "quantile": update.quantile, "version": update.version, "objective": update.objective,
+                              "holdout_metrics": update.holdout_metrics, "window_stats": update.window_stats})
 
     async def xgb_json(self, request: web.Request) -> web.Response:
         shelved, error = self._named(request.match_info["name"])
@@ -164,7 +172,7 @@ class TrainingApi:
         return web.Response(body=b"[" + ",".join(trees).encode() + b"]", content_type="application/json")
 
     async def download(self, request: web.Request) -> web.Response:
-        return _json({"detail": f"model downloads are pickles, which headroom never writes, serves or loads; "
+        return json_response({"detail": f"model downloads are pickles, which headroom never writes, serves or loads; "
                                 f"prediction servers read model-updates or model files (headroom models export), "
                                 f"and /model/{request.match_info['name']}/xgb/json dumps the trees"}, 404)
 
@@ -175,9 +183,9 @@ class TrainingApi:
                             headers={"X-Content-Type-Options": "nosniff"}, charset="utf-8")
 
     async def root(self, _request: web.Request) -> web.Response:
-        return _json({"message": "headroom latency predictor (llm-d training API) is running",
-                      "model_type": MODEL_TYPE, "objective_type": self.objective, "quantile": self._quantile(),
-                      "pool_key": self.pool_key})
+        return json_response({"message": "headroom latency predictor (llm-d training API) is running",
+                              "model_type": MODEL_TYPE, "objective_type": self.objective, "quantile": self._quantile(),
+                              "pool_key": self.pool_key})
 
     # --- models ------------------------------------------------------------------------------------
     def _model(self, name: str) -> Any:
@@ -185,9 +193,9 @@ class TrainingApi:
 
     def _named(self, name: str) -> tuple[Any, web.Response]:
         if name not in MODEL_NAMES:
-            return None, _json({"detail": f"Unknown model: {name}"}, 404)
+            return None, json_response({"detail": f"Unknown model: {name}"}, 404)
         shelved = self._model(name)
-        return shelved, _json({"detail": f"Model {name} not found"}, 404)
+        return shelved, json_response({"detail": f"Model {name} not found"}, 404)
 
     def _ours(self, key: str) -> bool:
         pool = key.rsplit("/", 2)[0]
@@ -199,7 +207,7 @@ class TrainingApi:
 
     def _last_retrain(self) -> str | None:
         times = [m.update.created_at for key, m in self.shelf.models.items() if self._ours(key)]
-        return _iso(max(times)) if times else None
+        return iso_time(max(times)) if times else None
 
 
 class _Collector:
@@ -228,11 +236,3 @@ class _Collector:
             for metric, value in sorted(shelved.update.holdout_metrics.items()):
                 holdout.add_metric([key, metric], value)
         yield from (samples, bodies, buckets, version, holdout)
-
-
-def _iso(unix_seconds: float) -> str:
-    return datetime.fromtimestamp(unix_seconds, tz=UTC).isoformat()
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_ENCODE(body), status=status, content_type="application/json")

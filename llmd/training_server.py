@@ -30,7 +30,7 @@ class KafkaDeadLetters:
         self.topic = kafka.dlq_topic
         self.failed = 0
         self._producer = producer(kafka, {"client.id": "headroom-llmd-training", "enable.idempotence": True,
-                                          "linger.ms": 5, "message.timeout.ms": 0})
+                                          "linger.ms": 5, "message.timeout.ms": 0, "logger": log})
 
     def send(self, key: bytes, value: bytes, reason: str, source: str) -> None:
         self._producer.produce(self.topic, key=key, value=value, on_delivery=self._on_delivery,

@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     serve.add_argument("--tail", action="store_true",
                        help="with --models: tail model-updates on the broker too (HEADROOM_PREDICTOR_TAIL_WITH_MODELS)")
     serve.add_argument("--http-port", type=int,
-                       help="serve llm-d's prediction API over HTTP on this port (overrides HEADROOM_PREDICTOR_HTTP_PORT)")
+                       help="serve llm-d's prediction API over HTTP on this port "
+                            "(overrides HEADROOM_PREDICTOR_HTTP_PORT)")
     serve.set_defaults(run=run_serve)
 
 

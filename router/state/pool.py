@@ -117,7 +117,8 @@ class PoolState:
         state = {  # each field of contract.server_state.ServerState
             "kv_cache_usage": column(self._kv), "num_waiting": column(self._waiting),
             "num_running": column(self._running), "prefix_match": prefix[column(self._prefix_bits)],
-            "inflight_requests": column(self._inflight_requests), "inflight_prompt_tokens": column(self._inflight_tokens),
+            "inflight_requests": column(self._inflight_requests),
+            "inflight_prompt_tokens": column(self._inflight_tokens),
             "inflight_prefill_tokens": column(self._prefill_tokens),
             "last_token_age_ms": np.minimum(NO_TOKEN_AGE_MS, 1000.0 * (now - column(self._last_token))),
             "token_interval_ms": column(self._token_interval),

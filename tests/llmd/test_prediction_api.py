@@ -38,7 +38,8 @@ def rows(n: int, seed: int = 0, **fixed) -> list[dict]:
         row = {"kv_cache_percentage": float(rng.uniform(0, 1)), "input_token_length": int(rng.integers(1, 8000)),
                "num_request_waiting": int(rng.integers(0, 20)), "num_request_running": int(rng.integers(0, 64)),
                "num_tokens_generated": int(rng.integers(0, 3)), "prefix_cache_score": float(rng.uniform(0, 1)),
-               "prefill_tokens_in_flight": int(rng.integers(0, 50_000)), "decode_tokens_in_flight": int(rng.integers(0, 50_000))}
+               "prefill_tokens_in_flight": int(rng.integers(0, 50_000)),
+               "decode_tokens_in_flight": int(rng.integers(0, 50_000))}
         row.update(fixed)
         out.append(row)
     return out
@@ -52,7 +53,8 @@ def expected(booster, sent: list[dict]) -> np.ndarray:
     features = feature_matrix({
         "kv_cache_usage": col("kv_cache_percentage"), "num_waiting": col("num_request_waiting"),
         "num_running": col("num_request_running"), "prompt_tokens": col("input_token_length"),
-        "prefix_match": col("prefix_cache_score"), "inflight_requests": col("none"), "inflight_prompt_tokens": col("none"),
+        "prefix_match": col("prefix_cache_score"), "inflight_requests": col("none"),
+        "inflight_prompt_tokens": col("none"),
         "max_tokens": col("none"), "inflight_prefill_tokens": col("prefill_tokens_in_flight"),
         "last_token_age_ms": col("none", NO_TOKEN_AGE_MS), "token_interval_ms": col("none"),
         "inflight_decode_tokens": col("decode_tokens_in_flight"), "encoder_matched_size": col("encoder_matched_size"),
@@ -109,13 +111,15 @@ ROW = rows(1, seed=5)[0]
       {"type": "greater_than_equal", "loc": ["body", "requests", 0, "num_request_waiting"],
        "msg": "Input should be greater than or equal to 0", "input": -2, "ctx": {"ge": 0}},
       {"type": "literal_error", "loc": ["body", "requests", 0, "pod_type"],
-       "msg": "Input should be '', 'prefill' or 'decode'", "input": "encode", "ctx": {"expected": "'', 'prefill' or 'decode'"}}]),
+       "msg": "Input should be '', 'prefill' or 'decode'", "input": "encode",
+       "ctx": {"expected": "'', 'prefill' or 'decode'"}}]),
     ({"requests": [dict(ROW, prefix_cache_score="0.5")]},
-     [{"type": "float_type", "loc": ["body", "requests", 0, "prefix_cache_score"], "msg": "Input should be a valid number",
-       "input": "0.5"}]),
+     [{"type": "float_type", "loc": ["body", "requests", 0, "prefix_cache_score"],
+       "msg": "Input should be a valid number", "input": "0.5"}]),
     ({"requests": []},
-     [{"type": "too_short", "loc": ["body", "requests"], "msg": "List should have at least 1 item after validation, not 0",
-       "input": [], "ctx": {"field_type": "List", "min_length": 1, "actual_length": 0}}]),
+     [{"type": "too_short", "loc": ["body", "requests"],
+       "msg": "List should have at least 1 item after validation, not 0", "input": [],
+       "ctx": {"field_type": "List", "min_length": 1, "actual_length": 0}}]),
     ({"rows": []}, [{"type": "missing", "loc": ["body", "requests"], "msg": "Field required", "input": {"rows": []}}]),
     ({"requests": [dict(ROW, encoder_input_size=1, encoder_matched_size=2)]},
      [{"type": "value_error", "loc": ["body", "requests", 0], "msg": "Value error, encoder_matched_size 2 exceeds "
@@ -129,7 +133,8 @@ def test_strict_bulk_refuses_any_invalid_row_with_fastapis_422_body(start_server
 def test_a_body_too_large_or_not_json_is_a_422(start_server, boosters):
     server = start_server(runtime=runtime_with(boosters), http_port=0)
     status, body = call(base(server), "/predict/bulk/strict", {"requests": [ROW] * 10_001})
-    assert status == 422 and body["detail"][0]["type"] == "too_long" and body["detail"][0]["ctx"]["actual_length"] == 10_001
+    assert status == 422 and body["detail"][0]["type"] == "too_long"
+    assert body["detail"][0]["ctx"]["actual_length"] == 10_001
     status, body = call(base(server), "/predict/bulk/strict", raw=b'{"requests": [')
     assert status == 422 and body["detail"][0]["type"] == "json_invalid"
 
@@ -160,9 +165,9 @@ def test_bulk_names_rows_whose_role_no_model_can_answer(start_server, boosters):
     sent = rows(2, seed=7, pod_type="prefill")
     status, body = call(base(server), "/predict/bulk", {"requests": sent})
     assert status == 200 and body["predictions"] == [None, None]
-    assert body["errors"][0]["error"] == "no live quantile TPOT model for pool key 'default-prefill' (pod_type 'prefill') yet"
-    assert call(base(server), "/predict/bulk/strict", {"requests": sent}) == \
-        (503, {"detail": "no live quantile TPOT model for pool key 'default-prefill' (pod_type 'prefill') yet"})
+    missing = "no live quantile TPOT model for pool key 'default-prefill' (pod_type 'prefill') yet"
+    assert body["errors"][0]["error"] == missing
+    assert call(base(server), "/predict/bulk/strict", {"requests": sent}) == (503, {"detail": missing})
 
 
 def test_a_role_is_answered_by_its_own_models_then_the_other_roles(start_server, boosters):

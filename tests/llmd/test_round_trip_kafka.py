@@ -81,7 +81,8 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
         intake = f"http://127.0.0.1:{training.port}"
         wait_ready(intake)
         entries = samples(1200, seed=1)
-        bad = [{**entries[0], "actual_ttft_ms": 0.0}, {**entries[0], "encoder_input_size": 1, "encoder_matched_size": 4}]
+        bad = [{**entries[0], "actual_ttft_ms": 0.0},
+               {**entries[0], "encoder_input_size": 1, "encoder_matched_size": 4}]
         for start in range(0, len(entries), 400):
             status, body = call(intake, "/add_training_data_bulk", {"entries": entries[start:start + 400]})
             assert status == 202 and body["dead_lettered"] == 0
