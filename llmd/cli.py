@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
-from headroom.contract.settings import SettingsError, describe, from_env
+from headroom.cli.environment import reads
+from headroom.contract.settings import SettingsError, from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.llmd.settings import TrainingApiSettings
 
@@ -14,11 +14,8 @@ from headroom.llmd.settings import TrainingApiSettings
 def register(subparsers) -> None:
     group = subparsers.add_parser("llmd", help="a drop-in for llm-d's latency predictor sidecars")
     commands = group.add_subparsers(dest="llmd_command", required=True, metavar="COMMAND")
-    settings_help = "\n".join(f"  {env}: {doc} (default {default!r})"
-                              for _, env, default, doc in describe(TrainingApiSettings) + describe(KafkaSettings))
     training = commands.add_parser("training-server", help="llm-d's training API: samples to the telemetry topic",
-                                   epilog="settings (environment):\n" + settings_help,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   **reads(TrainingApiSettings, KafkaSettings))
     training.add_argument("--port", type=int, help="HTTP port (overrides HEADROOM_LLMD_TRAINING_PORT)")
     training.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
     training.set_defaults(run=run_training_server)

@@ -13,6 +13,7 @@ from headroom.contract.settings import describe
 from headroom.contract.signing import SigningSettings
 from headroom.contract.topics import KafkaSettings
 from headroom.demo.settings import DemoSettings
+from headroom.llmd.settings import TrainingApiSettings
 from headroom.localkafka.settings import BrokerSettings
 from headroom.predictor.settings import PredictorSettings
 from headroom.router.settings import RouterSettings
@@ -46,6 +47,8 @@ def test_version(capsys):
     (("worker", "start"), (PipelineSettings, KafkaSettings, SigningSettings)),
     (("models", "list"), (KafkaSettings, SigningSettings)),
     (("models", "tail"), (KafkaSettings, SigningSettings)),
+    (("models", "export"), (KafkaSettings, SigningSettings)),
+    (("llmd", "training-server"), (TrainingApiSettings, KafkaSettings)),
     (("kafka", "up"), (BrokerSettings, KafkaSettings)),
     (("demo",), (DemoSettings, BrokerSettings, KafkaSettings)),
     (("sim", "serve"), (SimSettings,)),
