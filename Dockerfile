@@ -5,6 +5,8 @@
 #                                                          # processes are Kafka clients, not brokers)
 #   docker build -t headroom-local --target local-broker .  # + Java 17 and the Kafka broker jars, only
 #                                                          # for `headroom kafka up` inside a container
+#   docker build -t headroom-llmd --target llmd-sidecars .  # llm-d's latency predictor sidecars, started
+#                                                          # as its Helm chart starts them (docs/llm-d-drop-in.md)
 #
 # Runs as an unprivileged user with a read-only root filesystem: everything a process writes (Faust's
 # data, numba's cache, a local broker's data) goes under /var/lib/headroom (mount a volume there) or /tmp.
@@ -54,6 +56,14 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
 COPY --from=broker-jars /opt/kafka-jars /opt/kafka-jars
 ENV HEADROOM_KAFKA_JAR_CACHE=/opt/kafka-jars
 USER 10001:10001
+
+# llm-d's latency predictor sidecars: the reference's Helm chart runs `uvicorn prediction_server:app ...` for
+# each prediction sidecar and the image's own command for the training sidecar; both are
+# `headroom llmd sidecar` here (SERVER_TYPE tells them apart).
+FROM runtime AS llmd-sidecars
+COPY infra/image/uvicorn /usr/local/bin/uvicorn
+ENTRYPOINT ["headroom", "llmd", "sidecar", "--"]
+CMD []
 
 # The default target: the image without Java.
 FROM runtime
