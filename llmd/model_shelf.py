@@ -19,6 +19,7 @@ from confluent_kafka import Message
 from headroom.contract.model_update import InvalidUpdate, ModelUpdate, load_update
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
+from headroom.threads import BackgroundThread
 
 log = logging.getLogger(__name__)
 
@@ -29,24 +30,15 @@ class ShelvedModel:
     booster: Any  # xgboost.Booster
 
 
-class ModelShelf:
+class ModelShelf(BackgroundThread):
+    thread_name = "model-shelf"
+
     def __init__(self, kafka: KafkaSettings) -> None:
+        super().__init__()
         self.kafka = kafka
         self.models: dict[str, ShelvedModel] = {}  # model key -> newest loadable version
         self.published: Counter[str] = Counter()  # model key -> versions seen
         self.caught_up = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> ModelShelf:
-        self._thread = threading.Thread(target=self._run, name="model-shelf", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def get(self, pool_key: str, target: str, objective: str) -> ShelvedModel | None:
         return self.models.get(f"{pool_key}/{target}/{objective}")

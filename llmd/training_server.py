@@ -7,7 +7,6 @@ grace period); :func:`serve` runs one until SIGTERM or SIGINT (``headroom llmd t
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
@@ -17,6 +16,7 @@ from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.settings import TrainingApiSettings
 from headroom.llmd.training_api import TrainingApi
 from headroom.router.telemetry_sink import KafkaTelemetry
+from headroom.threads import serve_until_signal
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,4 @@ class TrainingServer:
 
 def serve(settings: TrainingApiSettings, kafka: KafkaSettings) -> int:
     """Run one server until SIGTERM or SIGINT, then stop gracefully."""
-    server = TrainingServer(settings, kafka).start()
-
-    def on_signal(signum, _frame):
-        log.info("signal %d: stopping gracefully", signum)
-        threading.Thread(target=server.stop, name="llmd-training-stop").start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not server.wait(1.0):
-        pass
-    return 0
+    return serve_until_signal(TrainingServer(settings, kafka).start(), "llmd-training")

@@ -16,14 +16,18 @@ from pathlib import Path
 
 from headroom.model_files import model_paths
 from headroom.predictor.runtime import ApplyOutcome, ApplyResult, ModelRuntime
+from headroom.threads import BackgroundThread
 
 log = logging.getLogger(__name__)
 
 
-class ModelFileSource:
+class ModelFileSource(BackgroundThread):
     """Applies model-update files at ``path`` to ``runtime``: start, then stop."""
 
+    thread_name = "model-files"
+
     def __init__(self, runtime: ModelRuntime, path: Path, *, poll_s: float = 0.5) -> None:
+        super().__init__()
         if not path.exists():
             raise FileNotFoundError(f"no model file or folder at {path}")
         self.runtime = runtime
@@ -31,24 +35,12 @@ class ModelFileSource:
         self.poll_s = poll_s
         self._seen: dict[Path, tuple[int, int, int]] = {}
         self._scanning = threading.Lock()  # the thread and POST /reload may look at once
-        self._stop = threading.Event()
         self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
-
-    def start(self) -> ModelFileSource:
-        self._thread = threading.Thread(target=self._run, name="model-files", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def scan(self) -> list[ApplyResult]:
         """Apply every file that is new or changed since the last scan."""

@@ -16,7 +16,6 @@ balancers drain the instance first.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -37,6 +36,7 @@ from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
 from headroom.predictor.settings import PredictorSettings
 from headroom.predictor.tailer import ModelUpdateTailer
+from headroom.threads import serve_until_signal
 from headroom.tls import grpc_server_credentials, server_pair
 
 log = logging.getLogger(__name__)
@@ -166,14 +166,4 @@ class PredictorServer:
 
 def serve(settings: PredictorSettings, kafka: KafkaSettings | None) -> int:
     """Run one instance until SIGTERM or SIGINT, then stop gracefully."""
-    server = PredictorServer(settings, kafka).start()
-
-    def on_signal(signum, _frame):
-        log.info("signal %d: stopping gracefully", signum)
-        threading.Thread(target=server.stop, name="predictor-stop").start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not server.wait(1.0):
-        pass
-    return 0
+    return serve_until_signal(PredictorServer(settings, kafka).start(), "predictor")

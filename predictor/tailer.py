@@ -18,22 +18,24 @@ from confluent_kafka import Message
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow
 from headroom.predictor.runtime import ApplyResult, ModelRuntime
+from headroom.threads import BackgroundThread
 
 log = logging.getLogger(__name__)
 
 
-class ModelUpdateTailer:
+class ModelUpdateTailer(BackgroundThread):
     """A background thread applying every model-update message to ``runtime``: start, then stop."""
+
+    thread_name = "model-update-tailer"
 
     def __init__(self, runtime: ModelRuntime, kafka: KafkaSettings, *, fetch_wait_ms: int = 20,
                  on_result: Callable[[ApplyResult, float], None] | None = None) -> None:
+        super().__init__()
         self.runtime = runtime
         self.kafka = kafka
         self.fetch_wait_ms = fetch_wait_ms
         self._on_result = on_result  # (result, seconds from publish to applied)
-        self._stop = threading.Event()
         self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
         self.consumed = 0
         self.error: BaseException | None = None
 
@@ -43,16 +45,6 @@ class ModelUpdateTailer:
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
-
-    def start(self) -> ModelUpdateTailer:
-        self._thread = threading.Thread(target=self._run, name="model-update-tailer", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         try:
