@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Protocol
+from types import FrameType
+from typing import Protocol, Self
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ class BackgroundThread:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self):
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
         return self
@@ -46,7 +47,7 @@ class Server(Protocol):
 def serve_until_signal(server: Server, name: str) -> int:
     """Block until SIGTERM or SIGINT has stopped ``server`` (started already); returns 0."""
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping gracefully", signum)
         threading.Thread(target=server.stop, name=f"{name}-stop").start()
 
