@@ -185,7 +185,8 @@ class PredictionApi:
                 for target in TARGETS:
                     if sources[target] == pool:
                         values[target][index] = prediction.get(target, self.objective)
-                loaded = max([loaded, *(m.applied_at for m in prediction.models)])
+                loaded = max([loaded, *(m.applied_at for m in prediction.models
+                                        if m.objective == self.objective and sources.get(m.target) == pool)])
         meta = (iso_time(self._clock()), MODEL_TYPE, self.objective, self.quantile(),
                 iso_time(loaded) if loaded else None)
         ttft, tpot = (np.maximum(values[target], 0.0).tolist() for target in TARGETS)

@@ -61,9 +61,10 @@ class DeadLetterSink(Protocol):
 
 class TrainingApi:
     def __init__(self, telemetry: TelemetrySink, dead_letters: DeadLetterSink, shelf: ModelShelf, *,
-                 pool_key: str = "default", objective: str = "quantile",
-                 clock: Callable[[], float] = time.time) -> None:
+                 pool_key: str = "default", objective: str = "quantile", clock: Callable[[], float] = time.time,
+                 deliveries: Callable[[], dict[str, int]] | None = None) -> None:
         self.telemetry, self.dead_letters, self.shelf = telemetry, dead_letters, shelf
+        self.deliveries = deliveries or dict  # what became of the records sent: delivered, failed, dropped
         self.pool_key, self.objective = pool_key, objective
         self._clock = clock
         self.received: Counter[str] = Counter()  # samples by what they observed: "ttft", "tpot"
@@ -136,7 +137,7 @@ class TrainingApi:
         return json_response({
             "training_data": {"ttft_samples": ttft, "tpot_samples": tpot, "total_samples": ttft + tpot},
             "telemetry": {"records_sent": self.outcomes["telemetry"], "dead_lettered": self.outcomes["dead_letter"],
-                          "bodies_rejected": self.rejected_bodies},
+                          "bodies_rejected": self.rejected_bodies, **self.deliveries()},
             "bucket_distribution": distribution,
             "models_trained": {"versions": sum(trained.values()), "by_model": trained},
             "model_ready": all(self._model(name) is not None for name in MODEL_NAMES),
@@ -222,6 +223,10 @@ class _Collector:
             samples.add_metric([outcome], api.outcomes[outcome])
         bodies = CounterMetricFamily("headroom_llmd_rejected_bodies", "Bulk bodies refused with a 422.")
         bodies.add_metric([], api.rejected_bodies)
+        deliveries = CounterMetricFamily("headroom_llmd_deliveries", "What became of the records and dead letters "
+                                         "sent to Kafka.", labels=["outcome"])
+        for outcome, count in sorted(api.deliveries().items()):
+            deliveries.add_metric([outcome], count)
         buckets = CounterMetricFamily("headroom_llmd_bucket_samples", "Samples received per target and stratum "
                                       "(the reference's queue × KV-cache × prefix buckets).",
                                       labels=["model", "queue_bucket", "cache_bucket", "prefix_bucket"])
@@ -235,4 +240,4 @@ class _Collector:
             version.add_metric([key], shelved.update.version)
             for metric, value in sorted(shelved.update.holdout_metrics.items()):
                 holdout.add_metric([key, metric], value)
-        yield from (samples, bodies, buckets, version, holdout)
+        yield from (samples, bodies, deliveries, buckets, version, holdout)

@@ -57,7 +57,7 @@ class TrainingServer:
         self.dead_letters = KafkaDeadLetters(kafka)
         self.shelf = ModelShelf(kafka)
         self.api = TrainingApi(self.telemetry, self.dead_letters, self.shelf, pool_key=settings.pool_key,
-                               objective=settings.objective)
+                               objective=settings.objective, deliveries=self.deliveries)
         self.port: int | None = None
         self._http = HttpThread(self.api.app(), settings.host, settings.port, "llmd-training",
                                 grace=settings.grace_seconds)
@@ -88,6 +88,12 @@ class TrainingServer:
             log.warning("%d records not delivered before stopping", left)
         self.shelf.stop()
         self._stopped.set()
+
+    def deliveries(self) -> dict[str, int]:
+        """Records delivered, failed after buffering, dropped on a full buffer; dead letters that failed."""
+        counts = self.telemetry.counts
+        return {"delivered": counts.delivered, "failed": counts.failed, "dropped": counts.dropped,
+                "dead_letters_failed": self.dead_letters.failed}
 
     def _poll(self) -> None:
         while not self._stopped.wait(POLL_S):

@@ -122,6 +122,8 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
         data = call(intake, "/data/status")[1]
         assert data["training_data"] == {"ttft_samples": 1200, "tpot_samples": 1200, "total_samples": 2400}
         assert data["telemetry"]["dead_lettered"] == 2 and data["models_trained"]["versions"] >= 2
+        assert (data["telemetry"]["delivered"], data["telemetry"]["failed"], data["telemetry"]["dropped"]) == \
+            (2400, 0, 0)
 
         folder = tmp_path / "models"
         written = export_latest(pipeline_kafka, folder)
