@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import xgboost as xgb
 
-from headroom.contract.features import RAW_COLUMNS, feature_matrix
+from headroom.contract.features import RAW_COLUMNS, RAW_DEFAULTS, REQUEST_FIELDS, feature_matrix
 from headroom.contract.server_state import SERVER_FIELDS
 from headroom.contract.targets import target_value
 from headroom.sim.policies import policy
@@ -75,6 +75,7 @@ class LearnedTtft:
             return {}
         states = [view.server_state(i, prefix_match=0.0) for _, i in rows]
         columns: dict[str, list[float]] = {name: [getattr(s, name) for s in states] for name in SERVER_FIELDS}
-        columns.update(prompt_tokens=[self.prompt_tokens] * len(rows), max_tokens=[0] * len(rows))
+        columns.update({name: [RAW_DEFAULTS[name]] * len(rows) for name in REQUEST_FIELDS if name in RAW_DEFAULTS},
+                       prompt_tokens=[self.prompt_tokens] * len(rows))
         predicted = predict(self.booster, feature_matrix(columns))
         return {sid: float(v) for (sid, _), v in zip(rows, predicted)}

@@ -7,9 +7,9 @@ of its items the server has seen. Each server keeps at most ``max_items``, least
 first (a stand-in for the server's own cache eviction).
 
 >>> index = EncoderIndex(max_items=2)
->>> index.record("a", (1, 2)); index.record("a", (3,))
+>>> index.record("a", (1, 2)); index.record("a", (3,))  # item 1 is evicted
 >>> index.matched((1, 2, 3), ["a", "b"]).tolist()
-[1, 0]
+[2.0, 0.0]
 """
 
 from __future__ import annotations
