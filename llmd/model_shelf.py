@@ -1,8 +1,9 @@
 """The model versions on ``model-updates``, as llm-d's training server lists and dumps them.
 
 A background thread follows the topic from the beginning (:func:`headroom.model_topic.follow`) and keeps,
-per model key, the newest version that every reader would accept (:func:`contract.model_update.load_update`)
-with its booster, and how many versions of each key it has seen published. Nothing here trains: the
+per model key, the newest version that every reader would accept — signed by a trusted key, and loadable
+(:func:`contract.model_update.load_update`) — with its booster, how many versions of each key it has seen published, and how many messages it
+rejected, by reason (unsigned, unknown-key, bad-signature, invalid, ...). Nothing here trains: the
 worker does, from the telemetry the training API sends.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from headroom.contract.model_update import InvalidUpdate, ModelUpdate, load_update
+from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
 from headroom.threads import BackgroundThread
@@ -33,11 +35,13 @@ class ShelvedModel:
 class ModelShelf(BackgroundThread):
     thread_name = "model-shelf"
 
-    def __init__(self, kafka: KafkaSettings) -> None:
+    def __init__(self, kafka: KafkaSettings, trust: TrustedKeys) -> None:
         super().__init__()
         self.kafka = kafka
+        self.trust = trust
         self.models: dict[str, ShelvedModel] = {}  # model key -> newest loadable version
         self.published: Counter[str] = Counter()  # model key -> versions seen
+        self.rejected: Counter[str] = Counter()  # reason -> messages not listed
         self.caught_up = threading.Event()
 
     def get(self, pool_key: str, target: str, objective: str) -> ShelvedModel | None:
@@ -65,8 +69,12 @@ class ModelShelf(BackgroundThread):
                 if item is CAUGHT_UP:
                     self.caught_up.set()
                 elif isinstance(item, Message):
-                    update = received(item).update
-                    if update is not None:
-                        self.put(update)
+                    message = received(item, self.trust)
+                    if message.update is not None:
+                        self.put(message.update)
+                    else:
+                        self.rejected[message.reason or "invalid"] += 1
+                        log.warning("model-updates offset %d not listed (%s): %s", message.offset, message.reason,
+                                    message.error)
         except Exception:
             log.exception("following model-updates stopped")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headroom.contract.settings import setting
+from headroom.contract.settings import nested, setting
+from headroom.contract.signing import SigningSettings
+from headroom.contract.tls import ServerTls
 
 
 @dataclass(frozen=True)
@@ -22,3 +24,5 @@ class TrainingApiSettings:
                                   "and counted.")
     grace_seconds: float = setting(5.0, "HEADROOM_LLMD_GRACE_SECONDS",
                                    "How long calls in flight and buffered records may take after SIGTERM.")
+    tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the training API.")
+    signing: SigningSettings = nested(SigningSettings, "The keys the listed models must be signed by.")

@@ -139,7 +139,8 @@ class TrainingApi:
             "telemetry": {"records_sent": self.outcomes["telemetry"], "dead_lettered": self.outcomes["dead_letter"],
                           "bodies_rejected": self.rejected_bodies, **self.deliveries()},
             "bucket_distribution": distribution,
-            "models_trained": {"versions": sum(trained.values()), "by_model": trained},
+            "models_trained": {"versions": sum(trained.values()), "by_model": trained,
+                               "rejected": dict(sorted(self.shelf.rejected.items()))},
             "model_ready": all(self._model(name) is not None for name in MODEL_NAMES),
             "last_retrain": self._last_retrain()})
 

@@ -1,7 +1,9 @@
-"""One llm-d training API server: the HTTP API (:mod:`llmd.training_api`), the telemetry and dead-letter
-producers behind it and the model shelf beside it. Explicit :meth:`TrainingServer.start`, :meth:`~TrainingServer.wait`
-and a graceful :meth:`~TrainingServer.stop` (calls in flight finish, buffered records are delivered within the
-grace period); :func:`serve` runs one until SIGTERM or SIGINT (``headroom llmd training-server``).
+"""One llm-d training API server: the HTTP API (:mod:`llmd.training_api`, over TLS when given a certificate:
+:class:`~contract.tls.ServerTls`), the telemetry and dead-letter producers behind it (with the Kafka security
+settings of every client, :mod:`headroom.kafka_clients`) and the model shelf beside it. Explicit
+:meth:`TrainingServer.start`, :meth:`~TrainingServer.wait` and a graceful :meth:`~TrainingServer.stop` (calls
+in flight finish, buffered records are delivered within the grace period); :func:`serve` runs one until
+SIGTERM or SIGINT (``headroom llmd training-server``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from headroom.llmd.settings import TrainingApiSettings
 from headroom.llmd.training_api import TrainingApi
 from headroom.router.telemetry_sink import KafkaTelemetry
 from headroom.threads import serve_until_signal
+from headroom.tls import ssl_server_context
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +58,12 @@ class TrainingServer:
         self.telemetry = KafkaTelemetry(kafka, buffer_records=settings.buffer_records,
                                         client_id="headroom-llmd-training")
         self.dead_letters = KafkaDeadLetters(kafka)
-        self.shelf = ModelShelf(kafka)
+        self.shelf = ModelShelf(kafka, settings.signing.trust())
         self.api = TrainingApi(self.telemetry, self.dead_letters, self.shelf, pool_key=settings.pool_key,
                                objective=settings.objective, deliveries=self.deliveries)
         self.port: int | None = None
         self._http = HttpThread(self.api.app(), settings.host, settings.port, "llmd-training",
-                                grace=settings.grace_seconds)
+                                grace=settings.grace_seconds, ssl_context=ssl_server_context(settings.tls))
         self._stopped = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="llmd-training-poll", daemon=True)
 

@@ -4,9 +4,9 @@ llm-d's prediction API over HTTP (:mod:`llmd.prediction_api`, when ``http_port``
 endpoint. Explicit :meth:`start`, :meth:`wait` and a graceful :meth:`stop`; :func:`serve` runs one until
 SIGTERM or SIGINT.
 
-The gRPC server speaks TLS when given a certificate, and requires client certificates when given a client
-CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a trusted key, from either
-source.
+The gRPC server and llm-d's HTTP API speak TLS when given a certificate, and require client certificates
+when given a client CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a
+trusted key, from either source.
 
 Health: ``NOT_SERVING`` until every model source has caught up (the tailer with the topic, the files with
 a first look) and a model is live, then ``SERVING``; ``NOT_SERVING`` again while stopping, so load
@@ -37,7 +37,7 @@ from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
 from headroom.predictor.settings import PredictorSettings
 from headroom.predictor.tailer import ModelUpdateTailer
 from headroom.threads import serve_until_signal
-from headroom.tls import grpc_server_credentials, server_pair
+from headroom.tls import grpc_server_credentials, server_pair, ssl_server_context
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class PredictorServer:
         self._grpc = server
         if self.settings.http_port >= 0:
             self._http = HttpThread(self.llmd.app(), self.settings.host, self.settings.http_port, "predictor-http",
-                                    grace=self.settings.grace_seconds)
+                                    grace=self.settings.grace_seconds, ssl_context=ssl_server_context(self.settings.tls))
             try:
                 self.http_port = self._http.start()
             except OSError as err:

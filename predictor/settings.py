@@ -41,5 +41,5 @@ class PredictorSettings:
                                   "Models llm-d's API answers with: quantile (the reference's default) or mean.")
     reflection: bool = setting(False, "HEADROOM_PREDICTOR_REFLECTION",
                                "Serve gRPC reflection (lets anyone list the services; off unless asked for).")
-    tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the gRPC server.")
+    tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the gRPC server and llm-d's HTTP API.")
     signing: SigningSettings = nested(SigningSettings, "The keys model updates must be signed by.")

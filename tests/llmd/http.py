@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
 
 
 def call(base: str, path: str, body: Any = None, *, method: str | None = None, raw: bytes | None = None,
-         timeout: float = 30.0) -> tuple[int, Any]:
+         timeout: float = 30.0, context: ssl.SSLContext | None = None) -> tuple[int, Any]:
     """``(status, decoded JSON body)`` of one request; ``body`` is sent as JSON (POST), ``raw`` as is."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base + path, data=data, method=method or ("GET" if data is None else "POST"),
                                      headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return response.status, _decode(response.read())
     except urllib.error.HTTPError as err:
         return err.code, _decode(err.read())

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ssl
+import urllib.error
+
 import numpy as np
 import pytest
 
 from headroom.contract.features import feature_matrix
 from headroom.contract.model_update import decode_update
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
+from headroom.contract.tls import ServerTls
 from headroom.model_files import write_model_file
 from headroom.predictor.runtime import ModelRuntime
+from tests.keys import TRUST
 from tests.llmd.http import call
 from tests.predictor.models import message, train
 
@@ -24,7 +29,7 @@ def boosters():
 
 
 def runtime_with(boosters, pool="default", models=(("ttft", "quantile"), ("tpot", "quantile"))) -> ModelRuntime:
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     for target, objective in models:
         runtime.apply(message(boosters[target, objective], 1, pool_key=pool, target=target, objective=objective))
     return runtime
@@ -197,7 +202,7 @@ def test_single_predict(start_server, boosters):
 
 
 def test_readyz_waits_for_both_models_of_the_objective(start_server, boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     server = start_server(runtime=runtime, http_port=0)
     assert call(base(server), "/readyz") == (503, {"detail": "Models are not ready"})
     assert call(base(server), "/predict/bulk/strict", {"requests": [ROW]})[0] == 503
@@ -221,8 +226,22 @@ def test_reload_looks_at_the_model_files_now(start_server, boosters, tmp_path):
     assert call(base(server), "/readyz")[0] == 503
     for target in ("ttft", "tpot"):
         raw = message(boosters[target, "quantile"], 4, pool_key="default", target=target, objective="quantile")
-        write_model_file(tmp_path, decode_update(raw), raw)
+        write_model_file(tmp_path, decode_update(raw, TRUST), raw)
     status, body = call(base(server), "/reload", method="POST")
     assert status == 200 and (body["synced"], body["is_ready"], body["loaded"]) == (True, True, True)
     assert call(base(server), "/readyz")[0] == 200
     assert call(base(server), "/reload", method="POST")[1]["synced"] is False  # nothing changed since
+
+
+def test_the_api_takes_the_listeners_tls_settings(start_server, boosters, pki):
+    tls = ServerTls(cert_file=pki.server[0], key_file=pki.server[1], client_ca_file=pki.ca)
+    server = start_server(runtime=runtime_with(boosters), http_port=0, tls=tls)
+    url = f"https://127.0.0.1:{server.http_port}"
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.load_cert_chain(*map(str, pki.client))
+    assert call(url, "/predict", ROW, context=client)[0] == 200
+    anonymous = ssl.create_default_context(cafile=str(pki.ca))  # no client certificate: refused (mTLS)
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        call(url, "/readyz", context=anonymous)
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP is not served beside it
+        call(base(server), "/readyz")

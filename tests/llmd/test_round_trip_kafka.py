@@ -1,5 +1,6 @@
 """llm-d's samples → the training API → telemetry on the real broker → the real worker → model-updates →
-llm-d's prediction API; then the same models served from exported files, without a broker."""
+llm-d's prediction API; forged and unsigned updates refused by every reader; then the same models served
+from exported files, signed as published, without a broker."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from headroom.contract.model_update import RejectedUpdate, decode_update
 from headroom.contract.settings import from_env
+from headroom.contract.signing import SigningKey, SigningSettings, TrustedKeys
 from headroom.contract.topics import REASON_HEADER
+from headroom.kafka_clients import producer
 from headroom.llmd.settings import TrainingApiSettings
 from headroom.llmd.training_server import TrainingServer
-from headroom.model_files import export_latest
+from headroom.model_files import export_latest, model_paths
 from headroom.model_topic import read_latest
+from tests.keys import TEST_KEY, TRUST
 from tests.llmd.http import call
+from tests.predictor.models import message, train
 from tests.streams.test_pipeline_kafka import read_topic
 from tests.streams.worker_process import WorkerProcess
 
@@ -57,7 +63,7 @@ def samples(n: int, seed: int) -> list[dict]:
 def wait_for_models(kafka, worker: WorkerProcess, timeout_s: float = 150.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        latest, _ = read_latest(kafka)
+        latest, _ = read_latest(kafka, TRUST)
         if all(key in latest for key in MODELS):
             return latest
         assert worker.process.poll() is None, f"worker exited:\n{worker.log()[-3000:]}"
@@ -72,11 +78,23 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, tmp_path, start_server):
+def publish_forgeries(kafka, version: int) -> None:
+    """A newer TTFT model signed by a key no reader trusts, and an unsigned one."""
+    forger = SigningKey.generate()
+    client = producer(kafka, {})
+    for signed in (forger.sign, lambda raw: raw):
+        raw = message(train("ttft", objective="quantile", trees=2), version, pool_key="llama", target="ttft",
+                      objective="quantile", key=None)
+        client.produce(kafka.model_topic, key=b"llama/ttft/quantile", value=signed(raw))
+    assert client.flush(30) == 0
+
+
+def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, tmp_path, start_server,
+                                                               trusted_keys):
     worker = WorkerProcess(pipeline_kafka, f"llmd-{uuid.uuid4().hex[:8]}", tmp_path, extra_env={
         "HEADROOM_RETRAIN_INTERVAL": "3", "HEADROOM_RETRAIN_MIN_SAMPLES": "150"}).start()
-    training = TrainingServer(from_env(TrainingApiSettings, {}, host="127.0.0.1", port=0, pool_key="llama"),
-                              pipeline_kafka).start()
+    training = TrainingServer(from_env(TrainingApiSettings, {}, host="127.0.0.1", port=0, pool_key="llama",
+                                       signing=SigningSettings(trusted_keys=trusted_keys)), pipeline_kafka).start()
     try:
         intake = f"http://127.0.0.1:{training.port}"
         wait_ready(intake)
@@ -90,7 +108,7 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
             {"message": "Accepted 2 training samples.", "telemetry": 0, "dead_lettered": 2}
         wait_for_models(pipeline_kafka, worker)
         worker.stop()  # no newer versions from here on: both servers below serve the same ones
-        latest, rejected = read_latest(pipeline_kafka)
+        latest, rejected = read_latest(pipeline_kafka, TRUST)
         assert rejected == [] and latest["llama/ttft/quantile"].window_stats["rows"] >= 150
 
         letters = read_topic(pipeline_kafka, pipeline_kafka.dlq_topic)
@@ -125,9 +143,22 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
         assert (data["telemetry"]["delivered"], data["telemetry"]["failed"], data["telemetry"]["dropped"]) == \
             (2400, 0, 0)
 
+        publish_forgeries(pipeline_kafka, latest["llama/ttft/quantile"].version + 100)
+        deadline = time.monotonic() + 30
+        while call(intake, "/data/status")[1]["models_trained"]["rejected"] != {"unknown-key": 1, "unsigned": 1} \
+                or (predictor.runtime.rejected["unknown-key"], predictor.runtime.rejected["unsigned"]) != (1, 1):
+            assert time.monotonic() < deadline, "the forged updates were not read and refused"
+            time.sleep(0.2)
+        assert predictor.runtime.version("llama", "ttft", "quantile") == latest["llama/ttft/quantile"].version
+        assert call(intake, "/model/ttft/info")[1]["version"] == latest["llama/ttft/quantile"].version
+
         folder = tmp_path / "models"
-        written = export_latest(pipeline_kafka, folder)
+        written = export_latest(pipeline_kafka, TRUST, folder)
         assert {update.key: update.version for _, update in written} == {k: u.version for k, u in latest.items()}
+        for path in model_paths(folder):  # the files carry the worker's signature: a reader of another key refuses them
+            assert decode_update(path.read_bytes(), TRUST).signer == TEST_KEY.key_id
+            with pytest.raises(RejectedUpdate, match="unknown"):
+                decode_update(path.read_bytes(), TrustedKeys([SigningKey.generate().public_key]))
         offline = start_server(http_port=0, http_pool_key="llama", models=str(folder))
         assert offline.tailer is None
         wait_ready(f"http://127.0.0.1:{offline.http_port}")

@@ -15,6 +15,7 @@ from headroom.contract.model_update import decode_update
 from headroom.llmd.sidecar import plan
 from headroom.model_files import write_model_file
 from tests.conftest import free_port
+from tests.keys import TRUST
 from tests.llmd.http import call
 from tests.predictor.models import message, train
 
@@ -40,14 +41,15 @@ def test_a_sidecar_serves_what_the_chart_asks_for(argv, environ, role, expected)
 
 
 @pytest.mark.e2e
-def test_the_images_uvicorn_serves_llm_d_prediction_api_from_model_files(tmp_path):
+def test_the_images_uvicorn_serves_llm_d_prediction_api_from_model_files(tmp_path, trusted_keys):
     for target in ("ttft", "tpot"):
         raw = message(train(target, objective="quantile", trees=5), 1, pool_key="default", target=target,
                       objective="quantile")
-        write_model_file(tmp_path, decode_update(raw), raw)
+        write_model_file(tmp_path, decode_update(raw, TRUST), raw)
     port = free_port()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SERVER_TYPE": "prediction-1", "HEADROOM_PREDICTOR_MODELS": str(tmp_path)}
+           "SERVER_TYPE": "prediction-1", "HEADROOM_PREDICTOR_MODELS": str(tmp_path),
+           "HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}
     log = tmp_path / "sidecar.log"
     with open(log, "wb") as out:
         process = subprocess.Popen([str(SHIM), "prediction_server:app", "--host", "127.0.0.1", "--port", str(port)],

@@ -16,6 +16,7 @@ from headroom.http_thread import HttpThread
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.training_api import TrainingApi
 from headroom.router.telemetry_sink import MemoryTelemetry
+from tests.keys import TRUST
 from tests.llmd.http import call
 from tests.predictor.models import message, train
 
@@ -38,7 +39,7 @@ class DeadLetters:
 @pytest.fixture
 def api():
     telemetry, letters = MemoryTelemetry(), DeadLetters()
-    api = TrainingApi(telemetry, letters, ModelShelf(from_env(KafkaSettings, {})), pool_key="llama", clock=lambda: NOW)
+    api = TrainingApi(telemetry, letters, ModelShelf(from_env(KafkaSettings, {}), TRUST), pool_key="llama", clock=lambda: NOW)
     server = HttpThread(api.app(), "127.0.0.1", 0)
     port = server.start()
     yield api, telemetry, letters, f"http://127.0.0.1:{port}"
@@ -101,13 +102,13 @@ def test_models_are_listed_and_dumped_from_model_updates(api):
     assert call(base, "/model/gated/info") == (404, {"detail": "Unknown model: gated"})
     booster = train("ttft", objective="quantile", trees=3)
     raw = message(booster, 2, pool_key="llama", target="ttft", objective="quantile")
-    assert api.shelf.put(decode_update(raw))
+    assert api.shelf.put(decode_update(raw, TRUST))
     api.shelf.caught_up.set()
     assert call(base, "/readyz") == (200, {"status": "ready"})
     status, info = call(base, "/model/ttft/info")
     assert status == 200 and (info["path"], info["version"], info["quantile"], info["exists"]) == \
         ("llama/ttft/quantile", 2, 0.9, True)
-    assert info["size_bytes"] == len(decode_update(raw).model)
+    assert info["size_bytes"] == len(decode_update(raw, TRUST).model)
     status, trees = call(base, "/model/ttft/xgb/json")
     assert status == 200 and len(trees) == 3 and "split" in trees[0]
     assert call(base, "/model/tpot/xgb/json")[0] == 404
@@ -115,7 +116,8 @@ def test_models_are_listed_and_dumped_from_model_updates(api):
     assert listing["models"]["ttft"]["exists"] and not listing["models"]["tpot"]["exists"]
     status, body = call(base, "/model/ttft/download")
     assert status == 404 and "never writes, serves or loads" in body["detail"]
-    assert call(base, "/data/status")[1]["models_trained"] == {"versions": 1, "by_model": {"llama/ttft/quantile": 1}}
+    assert call(base, "/data/status")[1]["models_trained"] == {"versions": 1, "by_model": {"llama/ttft/quantile": 1},
+                                                               "rejected": {}}
     status, text = call(base, "/metrics")
     assert status == 200 and 'headroom_llmd_model_version{model_key="llama/ttft/quantile"} 2.0' in text
     assert call(base, "/healthz") == (200, {"status": "ok"})

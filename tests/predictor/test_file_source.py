@@ -6,10 +6,12 @@ import grpc
 import pytest
 
 from headroom.contract.model_update import decode_update
+from headroom.contract.signing import SigningKey, TrustedKeys
 from headroom.model_files import file_name, model_paths, write_model_file
 from headroom.predictor.file_source import ModelFileSource
 from headroom.predictor.proto import prediction_pb2_grpc
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
+from tests.keys import TEST_KEY, TRUST
 from tests.predictor.models import message, train
 from tests.predictor.test_service import request
 
@@ -20,7 +22,7 @@ def boosters():
 
 
 def write(folder, raw: bytes):
-    return write_model_file(folder, decode_update(raw), raw)
+    return write_model_file(folder, decode_update(raw, TRUST), raw)
 
 
 def outcomes(results):
@@ -28,7 +30,7 @@ def outcomes(results):
 
 
 def test_a_folder_is_read_and_changed_files_are_read_again(tmp_path, boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     write(tmp_path, message(boosters["ttft"], 1))
     write(tmp_path, message(boosters["tpot"], 1, target="tpot"))
     (tmp_path / "notes.txt").write_text("not a model")
@@ -43,7 +45,7 @@ def test_a_folder_is_read_and_changed_files_are_read_again(tmp_path, boosters):
 
 
 def test_a_tampered_file_is_refused_and_the_live_version_keeps_serving(tmp_path, boosters):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     source = ModelFileSource(runtime, tmp_path)
     write(tmp_path, message(boosters["ttft"], 1))
     source.scan()
@@ -53,15 +55,28 @@ def test_a_tampered_file_is_refused_and_the_live_version_keeps_serving(tmp_path,
     target.write_bytes(bytes(raw))
     os.utime(target, ns=(1, 1))
     [result] = source.scan()
-    assert (result.outcome, result.reason) == (ApplyOutcome.REJECTED, "checksum")
-    assert runtime.version("pool-a", "ttft", "mean") == 1 and runtime.rejected["checksum"] == 1
+    assert (result.outcome, result.reason) == (ApplyOutcome.REJECTED, "bad-signature")
+    assert runtime.version("pool-a", "ttft", "mean") == 1 and runtime.rejected["bad-signature"] == 1
+
+
+def test_unsigned_and_foreign_files_are_refused_unless_unsigned_ones_are_allowed(tmp_path, boosters):
+    (tmp_path / "unsigned.hrmu").write_bytes(message(boosters["ttft"], 1, key=None))
+    (tmp_path / "foreign.hrmu").write_bytes(message(boosters["tpot"], 1, target="tpot", key=SigningKey.generate()))
+    runtime = ModelRuntime(trust=TRUST)
+    assert [(r.outcome, r.reason) for r in ModelFileSource(runtime, tmp_path).scan()] == [
+        (ApplyOutcome.REJECTED, "unknown-key"), (ApplyOutcome.REJECTED, "unsigned")]
+    assert not runtime.ready
+    lenient = ModelRuntime(trust=TrustedKeys([TEST_KEY.public_key], allow_unsigned=True))  # HEADROOM_MODEL_ALLOW_UNSIGNED
+    assert [r.outcome for r in ModelFileSource(lenient, tmp_path).scan()] == [ApplyOutcome.REJECTED,
+                                                                              ApplyOutcome.APPLIED]
+    assert lenient.version("pool-a", "ttft", "mean") == 1
 
 
 def test_one_file_of_any_name_and_a_missing_path(tmp_path, boosters):
     single = tmp_path / "ttft-model.bin"
     single.write_bytes(message(boosters["ttft"], 3))
     assert model_paths(single) == [single]
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     assert outcomes(ModelFileSource(runtime, single).scan()) == [("pool-a/ttft/mean", 3, ApplyOutcome.APPLIED)]
     with pytest.raises(FileNotFoundError, match="no model file or folder"):
         ModelFileSource(runtime, tmp_path / "nowhere")
