@@ -4,7 +4,8 @@
   configuration;
 - one ``KafkaUser`` per component with the ACLs it needs and no more (:func:`grants`): routers write only
   ``telemetry`` (and read ``model-updates`` for their embedded predictor), prediction servers only read
-  ``model-updates``, the learning worker reads ``telemetry`` and writes the dead-letter topic,
+  ``model-updates``, llm-d's training API writes ``telemetry`` and the dead-letter topic (the samples it
+  refuses) and reads ``model-updates`` (the models it lists), the learning worker reads ``telemetry`` and writes the dead-letter topic,
   ``model-updates``, its window changelog and its consumer groups; ``headroom-ops`` (backtests, ``models
   list / tail``) only reads.
 
@@ -52,6 +53,8 @@ def grants(kafka: KafkaSettings, app_id: str = PipelineSettings.app_id) -> dict[
     return {
         "headroom-router": [Grant("topic", telemetry, ("Write", "Describe")), *tail_models],
         "headroom-predictor": tail_models,
+        "headroom-llmd-training": [Grant("topic", telemetry, ("Write", "Describe")),
+                                   Grant("topic", dlq, ("Write", "Describe")), *tail_models],
         "headroom-worker": [
             Grant("topic", telemetry, read_only),
             Grant("topic", dlq, ("Write", "Describe", "DescribeConfigs")),

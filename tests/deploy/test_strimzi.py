@@ -78,21 +78,23 @@ def may(user: str, operation: str, topic: str) -> bool:
                for op, kind, name, pattern in allowed(user))
 
 
-USERS = ("headroom-router", "headroom-predictor", "headroom-worker", "headroom-ops")
+USERS = ("headroom-router", "headroom-predictor", "headroom-worker", "headroom-ops", "headroom-llmd-training")
 TELEMETRY, DLQ, MODELS = DEFAULTS.telemetry_topic, DEFAULTS.dlq_topic, DEFAULTS.model_topic
 CHANGELOG = f"{PipelineSettings.app_id}-{WINDOWS_TABLE}-changelog"  # Faust's name for the table's changelog
 
 
 @pytest.mark.parametrize("operation, topic, writers", [
     ("Write", MODELS, {"headroom-worker"}),
-    ("Write", TELEMETRY, {"headroom-router"}),
-    ("Write", DLQ, {"headroom-worker"}),
+    ("Write", TELEMETRY, {"headroom-router", "headroom-llmd-training"}),
+    ("Write", DLQ, {"headroom-worker", "headroom-llmd-training"}),
     ("Write", CHANGELOG, {"headroom-worker"}),
     ("Create", CHANGELOG, {"headroom-worker"}),
     ("Read", TELEMETRY, {"headroom-worker", "headroom-ops"}),
-    ("Read", MODELS, {"headroom-worker", "headroom-router", "headroom-predictor", "headroom-ops"}),
+    ("Read", MODELS, {"headroom-worker", "headroom-router", "headroom-predictor", "headroom-ops",
+                      "headroom-llmd-training"}),
     ("Read", CHANGELOG, {"headroom-worker"}),
-], ids=["only the worker writes models", "only routers write telemetry", "only the worker writes dead letters",
+], ids=["only the worker writes models", "routers and llm-d's training API write telemetry",
+        "the worker and llm-d's training API write dead letters",
         "only the worker writes its changelog", "only the worker creates its changelog",
         "the worker and ops read telemetry", "models are read by all", "only the worker reads its changelog"])
 def test_acls(operation, topic, writers):

@@ -18,9 +18,10 @@ def test_every_grant_becomes_one_binding_per_operation():
     assert {(b.restype, b.resource_pattern_type) for b in changelog} == {(ResourceType.TOPIC, ResourcePatternType.PREFIXED)}
 
 
-def test_only_the_worker_may_write_model_updates_and_only_routers_telemetry():
+def test_only_the_worker_may_write_model_updates_and_routers_and_llm_d_training_api_telemetry():
     writers = {topic: sorted({b.principal for b in bindings(KafkaSettings(), "app")
                               if b.name == topic and b.operation == AclOperation.WRITE})
                for topic in ("model-updates", "telemetry", "telemetry-dlq")}
-    assert writers == {"model-updates": ["User:headroom-worker"], "telemetry": ["User:headroom-router"],
-                       "telemetry-dlq": ["User:headroom-worker"]}
+    assert writers == {"model-updates": ["User:headroom-worker"],
+                       "telemetry": ["User:headroom-llmd-training", "User:headroom-router"],
+                       "telemetry-dlq": ["User:headroom-llmd-training", "User:headroom-worker"]}

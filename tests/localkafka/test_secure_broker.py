@@ -158,4 +158,4 @@ def test_who_may_read_telemetry(secure_kafka):
             consumer.close()
     assert {user: reads(user) for user in security.users()} == {
         "admin": True, "headroom-worker": True, "headroom-router": False, "headroom-predictor": False,
-        "headroom-ops": True}
+        "headroom-ops": True, "headroom-llmd-training": False}
