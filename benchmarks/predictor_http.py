@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from headroom.benchmarks.predictor import candidates, reference_messages
+from headroom.benchmarks.predictor import BENCH_TRUST, candidates, reference_messages
 from headroom.benchmarks.predictor_grpc import closed_loop, predict_request
 from headroom.contract.features import RAW_COLUMNS
 from headroom.contract.llmd import RAW_COLUMN_OF
@@ -48,11 +48,13 @@ def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float 
                workers: int = 2, apis: tuple[str, ...] = APIS) -> list[dict]:
     """Interleaved rounds of each API; one result per round and API."""
     from headroom.contract.settings import from_env
+    from headroom.predictor.runtime import ModelRuntime
     from headroom.predictor.server import PredictorServer
     from headroom.predictor.settings import PredictorSettings
 
     server = PredictorServer(from_env(PredictorSettings, {}, host="127.0.0.1", port=0, metrics_port=-1, http_port=0,
-                                      workers=workers, http_pool_key="bench"), kafka=None)
+                                      workers=workers, http_pool_key="bench"), kafka=None,
+                             runtime=ModelRuntime(trust=BENCH_TRUST))
     for raw, _ in reference_messages():
         server.runtime.apply(raw)
     server.start()

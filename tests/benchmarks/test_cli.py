@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -20,6 +21,15 @@ def test_sim_bench_runs_each_policy(capsys) -> None:
                    "--policies", "round-robin,least-queue") == 0
     printed = capsys.readouterr().out
     assert "round-robin" in printed and "least-queue" in printed
+
+
+def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> None:
+    assert _invoke("predictor", "http", "--seconds", "0.3", "--rounds", "1", "--clients", "1",
+                   "--candidates", "10") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    measured = [row for row in rows if "round" in row]
+    assert {row["api"] for row in measured} == {"grpc", "grpc-raw", "http"}
+    assert all(row["calls"] > 0 and row["failed"] == 0 for row in measured)
 
 
 @pytest.mark.parametrize("argv, message", [
