@@ -38,10 +38,9 @@ def run_training_server(args) -> int:
     try:
         settings = from_env(TrainingApiSettings, **({"port": args.port} if args.port is not None else {}))
         kafka = from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))
+        return serve(settings, kafka)
     except SettingsError as err:
         raise CommandError(str(err)) from err
-    try:
-        return serve(settings, kafka)
     except OSError as err:
         raise CommandError(f"cannot start llm-d's training API: {err}") from err
 

@@ -20,7 +20,8 @@ def test_keygen_writes_a_pair_the_worker_and_readers_load_and_never_overwrites_i
     assert "is never overwritten" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["models", "list"], ["models", "tail"]])
+@pytest.mark.parametrize("command", [["models", "list"], ["models", "tail"], ["models", "export", "out"],
+                                     ["llmd", "training-server", "--port", "0"]])
 def test_reading_models_needs_trusted_keys(monkeypatch, capsys, command):
     monkeypatch.delenv("HEADROOM_MODEL_TRUSTED_KEYS", raising=False)
     monkeypatch.delenv("HEADROOM_MODEL_ALLOW_UNSIGNED", raising=False)
