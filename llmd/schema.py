@@ -24,7 +24,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from headroom.contract.llmd import POD_TYPES
+from headroom.contract.features import RAW_FIELDS
+from headroom.contract.llmd import POD_TYPES, RAW_COLUMN_OF
 from headroom.contract.telemetry import MAX_INTEGER
 
 MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
@@ -38,24 +39,20 @@ class Field:
     default: Any = MISSING
 
 
-_SERVER_STATE = {
-    "kv_cache_percentage": Field("fraction"),
-    "input_token_length": Field("count"),
-    "num_request_waiting": Field("count"),
-    "num_request_running": Field("count"),
-}
-_OPTIONAL = {
-    "pod_type": Field("pod_type", ""),
-    "prefill_tokens_in_flight": Field("count", 0),
-    "decode_tokens_in_flight": Field("count", 0),
-    "encoder_input_size": Field("count", 0),
-    "encoder_matched_size": Field("count", 0),
-}
-PREDICTION_FIELDS = {**_SERVER_STATE, "num_tokens_generated": Field("count"), "prefix_cache_score": Field("fraction"),
-                     **_OPTIONAL}
-TRAINING_FIELDS = {**_SERVER_STATE, "actual_ttft_ms": Field("latency"), "actual_tpot_ms": Field("latency"),
-                   "num_tokens_generated": Field("count"), "prefix_cache_score": Field("fraction"), **_OPTIONAL,
-                   "timestamp": Field("time", None)}
+def _raw(name: str, default: Any = MISSING) -> Field:
+    """A field that is one of headroom's raw features (:data:`contract.llmd.RAW_COLUMN_OF`), of its kind."""
+    return Field(RAW_FIELDS[RAW_COLUMN_OF[name]].kind, default)
+
+
+_SERVER_STATE = {name: _raw(name) for name in ("kv_cache_percentage", "input_token_length", "num_request_waiting",
+                                               "num_request_running")}
+_OPTIONAL = {"pod_type": Field("pod_type", ""),
+             **{name: _raw(name, 0) for name in ("prefill_tokens_in_flight", "decode_tokens_in_flight",
+                                                 "encoder_input_size", "encoder_matched_size")}}
+_SAMPLE = {"num_tokens_generated": Field("count"), "prefix_cache_score": _raw("prefix_cache_score")}
+PREDICTION_FIELDS = {**_SERVER_STATE, **_SAMPLE, **_OPTIONAL}
+TRAINING_FIELDS = {**_SERVER_STATE, "actual_ttft_ms": Field("latency"), "actual_tpot_ms": Field("latency"), **_SAMPLE,
+                   **_OPTIONAL, "timestamp": Field("time", None)}
 
 _TYPES = {"count": Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)],
           "fraction": Annotated[float, msgspec.Meta(ge=0.0, le=1.0)],
