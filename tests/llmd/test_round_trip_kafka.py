@@ -157,8 +157,9 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
         assert {update.key: update.version for _, update in written} == {k: u.version for k, u in latest.items()}
         for path in model_paths(folder):  # the files carry the worker's signature: a reader of another key refuses them
             assert decode_update(path.read_bytes(), TRUST).signer == TEST_KEY.key_id
-            with pytest.raises(RejectedUpdate, match="unknown"):
+            with pytest.raises(RejectedUpdate) as refused:
                 decode_update(path.read_bytes(), TrustedKeys([SigningKey.generate().public_key]))
+            assert refused.value.reason == "unknown-key"
         offline = start_server(http_port=0, http_pool_key="llama", models=str(folder))
         assert offline.tailer is None
         wait_ready(f"http://127.0.0.1:{offline.http_port}")
