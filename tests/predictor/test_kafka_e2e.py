@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
-from headroom.contract.model_update import model_key
+from headroom.cli.main import main
+from headroom.contract.model_update import decode_update, model_key
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES
+from headroom.model_files import model_paths
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from tests.keys import TEST_KEY, TRUST
 from tests.predictor.models import candidate_rows, message, train
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
@@ -91,3 +94,30 @@ def test_an_empty_topic_is_ready_but_unavailable_until_the_first_model(kafka, fr
             time.sleep(0.01)
         assert served(stub)["ttft", "mean"][0] == 1
     assert server.tailer.consumed == 2
+
+
+def test_models_export_writes_signed_files_a_server_reads_beside_the_topic(kafka, fresh_topic, start_server, tmp_path,
+                                                                          trusted_keys, monkeypatch, capsys):
+    topic = fresh_topic("model-updates", config={"cleanup.policy": "compact"})
+    settings = dataclasses.replace(kafka, model_topic=topic)
+    ttft_key = model_key("pool-a", "ttft", "mean")
+    publish(settings, topic, (ttft_key, message(train(seed=1), 1)), (ttft_key, message(train(seed=2), 2)),
+            (ttft_key, message(train(seed=3), 9, key=None)))  # unsigned: never exported
+    monkeypatch.setenv("HEADROOM_MODEL_TRUSTED_KEYS", trusted_keys)
+    monkeypatch.delenv("HEADROOM_MODEL_ALLOW_UNSIGNED", raising=False)
+    monkeypatch.setenv("HEADROOM_TOPIC_MODELS", topic)
+    folder = tmp_path / "models"
+    assert main(["models", "export", str(folder), "--bootstrap", kafka.bootstrap_servers, "--timeout", "30"]) == 0
+    assert "pool-a/ttft/mean v2 ->" in capsys.readouterr().out
+    [path] = model_paths(folder)
+    assert (decode_update(path.read_bytes(), TRUST).version, decode_update(path.read_bytes(), TRUST).signer) == \
+        (2, TEST_KEY.key_id)
+
+    server = start_server(kafka=settings, models=str(folder), tail_with_models=True, models_poll_s=0.05)
+    assert server.tailer is not None and server.files is not None
+    assert server.tailer.wait_ready(30)
+    publish(settings, topic, (ttft_key, message(train(seed=4), 3)))  # the topic moves on past the files
+    deadline = time.monotonic() + 20
+    while server.runtime.version("pool-a", "ttft", "mean") != 3:
+        assert time.monotonic() < deadline, "the server did not follow the topic beside its files"
+        time.sleep(0.05)
