@@ -1,10 +1,12 @@
 """llm-d's training API over SASL_SSL as its own principal (``headroom-llmd-training``): its samples reach
 ``telemetry``, the ones it refuses the dead-letter topic, and it lists models from ``model-updates`` — the
-Kafka security settings of every client, and no grant beyond those three topics."""
+Kafka security settings of every client, and no grant beyond those three topics; its own listener speaks
+TLS with the listener settings of every headroom server."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import uuid
 
@@ -15,6 +17,7 @@ from headroom import kafka_clients
 from headroom.contract.settings import from_env
 from headroom.contract.signing import SigningSettings
 from headroom.contract.telemetry import decode
+from headroom.contract.tls import ServerTls
 from headroom.contract.topics import KafkaSettings
 from headroom.llmd.settings import TrainingApiSettings
 from headroom.llmd.training_server import TrainingServer
@@ -47,23 +50,25 @@ def values_keyed(kafka: KafkaSettings, topic: str, key: bytes, timeout_s: float 
         consumer.close()
 
 
-def test_the_training_api_as_its_own_principal_over_sasl_ssl(secure_kafka, trusted_keys):
+def test_the_training_api_as_its_own_principal_over_sasl_ssl(secure_kafka, trusted_keys, pki):
     pool = f"llmd-{uuid.uuid4().hex[:8]}"
     settings = from_env(TrainingApiSettings, {}, host="127.0.0.1", port=0, pool_key=pool,
-                        signing=SigningSettings(trusted_keys=trusted_keys))
+                        signing=SigningSettings(trusted_keys=trusted_keys),
+                        tls=ServerTls(cert_file=pki.server[0], key_file=pki.server[1]))
     server = TrainingServer(settings, secure_kafka.client("headroom-llmd-training")).start()
     try:
-        base = f"http://127.0.0.1:{server.port}"
+        base, context = f"https://127.0.0.1:{server.port}", ssl.create_default_context(cafile=str(pki.ca))
         deadline = time.monotonic() + 60
-        while call(base, "/readyz")[0] != 200:  # the model shelf has read model-updates to its end
+        while call(base, "/readyz", context=context)[0] != 200:  # the model shelf has read model-updates to its end
             assert time.monotonic() < deadline, "the training API did not read model-updates"
             time.sleep(0.2)
-        status, body = call(base, "/add_training_data_bulk", {"entries": [ENTRY, dict(ENTRY, actual_ttft_ms=0.0)]})
+        status, body = call(base, "/add_training_data_bulk", {"entries": [ENTRY, dict(ENTRY, actual_ttft_ms=0.0)]},
+                            context=context)
         assert status == 202 and (body["telemetry"], body["dead_lettered"]) == (1, 1)
-        while call(base, "/data/status")[1]["telemetry"]["delivered"] < 1:
+        while call(base, "/data/status", context=context)[1]["telemetry"]["delivered"] < 1:
             assert time.monotonic() < deadline + 30, "the sample was not delivered"
             time.sleep(0.2)
-        assert call(base, "/data/status")[1]["telemetry"]["failed"] == 0
+        assert call(base, "/data/status", context=context)[1]["telemetry"]["failed"] == 0
     finally:
         server.stop()
     assert server.dead_letters.failed == 0
