@@ -25,12 +25,21 @@ import numpy as np
 ENCODER_TARGETS = ("ttft", "e2e")  # multimodal encoding is prefill work: read by the models of these targets
 NO_TOKEN_AGE_MS = 10_000.0  # last_token_age_ms when the router saw no token from the server (or none this recent)
 
+# Plausible upper bounds, the same for the telemetry validator and for every API that produces telemetry or
+# takes these values in (the Pick API's candidates and reports, the scheduling headers): beyond them a value
+# is a mistake or an attack, never a measurement.
+MAX_COUNT = 1_000_000_000  # tokens or requests: more than any prompt, output, queue or server ever holds
+MAX_LATENCY_MS = 3_600_000.0  # an hour: longer than any request, token, SLO or prediction
+KIND_RANGES: dict[str, tuple[float, float]] = {"count": (0, MAX_COUNT), "fraction": (0.0, 1.0),
+                                               "latency": (0.0, MAX_LATENCY_MS)}
+
 
 @dataclass(frozen=True, slots=True)
 class RawField:
-    """What a raw feature is: its kind (``count``, ``fraction`` or ``latency``), what it measures, the range
-    ``(low, high)`` the probe rows span (counts: integers from low to below high), when readings above some
-    value all mean the same, that ``cap``, and the targets whose models read it (None: every target)."""
+    """What a raw feature is: its kind (``count``, ``fraction`` or ``latency``; the values each allows are
+    :data:`KIND_RANGES`), what it measures, the range ``(low, high)`` the probe rows span (counts: integers
+    from low to below high), when readings above some value all mean the same, that ``cap``, and the targets
+    whose models read it (None: every target)."""
 
     kind: str
     doc: str

@@ -13,6 +13,10 @@ Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streame
 record that observed only one of them (a training sample, :mod:`contract.llmd`) carries that one and
 trains that model alone; non-streaming records carry ``e2e_ms`` and train the E2E model. Every record
 carries ``e2e_ms``.
+
+Counts and latencies have plausible upper bounds (:data:`contract.server_state.KIND_RANGES`): a record
+claiming a request of more than an hour, or a billion tokens, is refused like a negative one.
+:func:`check_field` applies a field's rule on its own, for the APIs that take measurements in.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from headroom.contract.server_state import SERVER_FIELDS, ServerState
+from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS, ServerState
 from headroom.errors import HeadroomError
 
 SCHEMA_VERSION = 1
@@ -187,8 +191,8 @@ def _integer(name: str, value: Any) -> int:
 
 def _count(name: str, value: Any) -> int:
     _integer(name, value)
-    if value < 0:
-        raise InvalidRecord(f"field {name!r} must not be negative, got {value}")
+    if not 0 <= value <= MAX_COUNT:
+        raise InvalidRecord(f"field {name!r} is a count and must be within [0, {MAX_COUNT}], got {value}")
     return int(value)
 
 
@@ -211,8 +215,9 @@ def _fraction(name: str, value: Any) -> float:
 
 def _latency(name: str, value: Any) -> float:
     number = _number(name, value)
-    if number < 0:
-        raise InvalidRecord(f"field {name!r} is a latency and must not be negative, got {number}")
+    if not 0 <= number <= MAX_LATENCY_MS:
+        raise InvalidRecord(f"field {name!r} is a latency and must be within [0, {MAX_LATENCY_MS:.0f}] ms, "
+                            f"got {number}")
     return number
 
 
@@ -250,9 +255,9 @@ def _check_consistency(record: TelemetryRecord) -> None:
 
 
 _WIRE_CONSTRAINTS = {
-    "text": msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS), "count": msgspec.Meta(ge=0, le=MAX_INTEGER),
+    "text": msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS),
     "integer": msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER), "time": msgspec.Meta(ge=0),
-    "latency": msgspec.Meta(ge=0), "fraction": msgspec.Meta(ge=0, le=1)}
+    **{kind: msgspec.Meta(ge=low, le=high) for kind, (low, high) in KIND_RANGES.items()}}
 
 
 def _wire_type(name: str, hint: Any) -> Any:
@@ -277,6 +282,11 @@ _WIRE_DECODER = msgspec.json.Decoder(WIRE_TYPE)
 
 _CHECKS = {"text": _text, "flag": _flag, "integer": _integer, "count": _count, "time": _time,
            "fraction": _fraction, "latency": _latency, "versions": _versions}
+
+
+def check_field(name: str, value: Any) -> Any:
+    """``value`` as field ``name`` of a record holds it; raises :class:`InvalidRecord` saying why it cannot."""
+    return _CHECKS[FIELD_KINDS[name]](name, value)
 
 
 def _kind(value: Any) -> str:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
+from headroom.contract.server_state import KIND_RANGES
 from headroom.contract.targets import TARGETS
 from headroom.contract.telemetry import (
     FIELD_DEFAULTS,
@@ -80,14 +81,12 @@ def _in_range() -> pl.Expr:
         kind, column = FIELD_KINDS[name], pl.col(name)
         if kind == "text":
             return column.str.len_chars().is_between(1, MAX_ID_CHARS)
-        if kind == "count":
-            return column.is_between(0, MAX_INTEGER)
+        if kind in KIND_RANGES:
+            return column.is_between(*KIND_RANGES[kind])  # NaN is above every bound; infinities beyond them
         if kind == "integer":
             return column.is_between(-MAX_INTEGER, MAX_INTEGER)
-        if kind in ("time", "latency"):
+        if kind == "time":
             return column.is_finite() & (column >= 0)
-        if kind == "fraction":
-            return column.is_between(0.0, 1.0)
         if kind == "versions":
             return pl.all_horizontal(column.struct.field(t).is_between(0, MAX_INTEGER).fill_null(True)
                                      for t in TARGETS)

@@ -52,8 +52,11 @@ REJECTIONS = [
     ("empty-id", raw(wire(request_id="")), "'request_id' must have 1 to 256 characters"),
     ("nan", raw(wire(ttft_ms=math.nan)), "'ttft_ms' must be finite, got nan"),
     ("infinity", raw(wire(e2e_ms=math.inf)), "'e2e_ms' must be finite, got inf"),
-    ("negative-latency", raw(wire(tpot_ms=-1.0)), "'tpot_ms' is a latency and must not be negative"),
-    ("negative-count", raw(wire(output_tokens=-3)), "'output_tokens' must not be negative, got -3"),
+    ("negative-latency", raw(wire(tpot_ms=-1.0)), "'tpot_ms' is a latency and must be within [0, 3600000] ms"),
+    ("implausible-latency", raw(wire(e2e_ms=1e300, ttft_ms=1.0)), "'e2e_ms' is a latency and must be within"),
+    ("negative-count", raw(wire(output_tokens=-3)), "'output_tokens' is a count and must be within [0, 1000000000], "
+                                                    "got -3"),
+    ("implausible-count", raw(wire(prompt_tokens=10**12)), "'prompt_tokens' is a count and must be within"),
     ("fraction-over-1", raw(wire(prefix_match=1.5)), "'prefix_match' is a fraction and must be within [0, 1]"),
     ("fraction-under-0", raw(wire(kv_cache_usage=-0.1)), "'kv_cache_usage' is a fraction"),
     ("completion-before-dispatch", raw(wire(completion_ts=1.0)), "is before dispatch_ts"),

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headroom.contract import telemetry_frame
+from headroom.contract.server_state import MAX_COUNT, MAX_LATENCY_MS
 from headroom.contract.telemetry import MAX_INTEGER, InvalidRecord, decode, encode
 from headroom.contract.telemetry_frame import COLUMNS, records_frame
 from tests.contract.records import valid_record
@@ -188,17 +189,18 @@ def test_a_lone_surrogate_in_a_text_is_refused_with_a_reason():
 @st.composite
 def encoded_records(draw) -> bytes:
     """Records as encode() writes them, with values of every magnitude."""
-    latency = st.floats(min_value=0.0, max_value=1e300, allow_nan=False, allow_infinity=False)
+    latency = st.floats(min_value=0.0, max_value=MAX_LATENCY_MS, allow_nan=False, allow_infinity=False)
+    time = st.floats(min_value=0.0, max_value=1e300, allow_nan=False, allow_infinity=False)
     stream = draw(st.booleans())
     e2e = draw(latency)
     record = valid_record(
         request_id=draw(st.text(st.characters(min_codepoint=32, max_codepoint=126, exclude_characters='"\\'),
                                 min_size=1, max_size=40)),
         stream=stream, e2e_ms=e2e, ttft_ms=min(draw(latency), e2e) if stream else None,
-        tpot_ms=draw(latency) if stream else None, prompt_tokens=draw(st.integers(0, MAX_INTEGER)),
+        tpot_ms=draw(latency) if stream else None, prompt_tokens=draw(st.integers(0, MAX_COUNT)),
         priority=draw(st.integers(-MAX_INTEGER, MAX_INTEGER)),
-        kv_cache_usage=draw(st.floats(0.0, 1.0)), arrival_ts=draw(latency),
-        predicted_e2e_ms=draw(st.none() | latency), slo_ttft_ms=draw(st.none() | st.floats(1e-300, 1e300)),
+        kv_cache_usage=draw(st.floats(0.0, 1.0)), arrival_ts=draw(time),
+        predicted_e2e_ms=draw(st.none() | latency), slo_ttft_ms=draw(st.none() | st.floats(1e-300, MAX_LATENCY_MS)),
         model_versions=draw(st.none() | st.dictionaries(st.sampled_from(["ttft", "tpot", "e2e"]),
                                                         st.integers(0, MAX_INTEGER))))
     return encode(record)
