@@ -1,14 +1,16 @@
 """The Faust app: the windows table and its changelog, the consuming loop, retraining alongside.
 
 Faust owns the windows table: it creates the changelog topic, assigns the table's partitions among the
-workers of the app id, and recovers them after a start or a rebalance. Table partition ``p`` holds the
+workers of the app id, and recovers them after a start or a rebalance. A worker with an instance id is a
+static member of the group: restarted, it takes its partitions back without a rebalance. Table partition ``p`` holds the
 windows built from telemetry partition ``p``, so once Faust has recovered a worker's active table
 partitions, the in-memory windows are rebuilt from them and the worker reads those telemetry partitions
 (:mod:`streams.consume`, :mod:`streams.reader`) — in batches, outside Faust's per-event path, which
 would cost more than the ingest work itself. Workers keep no standby replicas of each other's table
 partitions (a standby would read the other workers' changelog through that per-event path); a partition
-that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic with the
-original bytes, the reason and the source in headers; a drift detection wakes the retrainer.
+that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic
+(:mod:`streams.dead_letters`: bounded, with the reason, the source, the original's size and checksum, sent
+until stored); a drift detection wakes the retrainer.
 
 Faust's own clients (the changelog's producer and consumer, the group's assignor) authenticate as the
 worker's other Kafka clients do: :func:`headroom.kafka_auth.faust_credentials`.
@@ -19,7 +21,6 @@ records share a partition and one worker holds a pool's whole window.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -29,8 +30,9 @@ from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.streams import metrics
 from headroom.streams.consume import IngestLoop
+from headroom.streams.dead_letters import REASON_HEADER, SOURCE_HEADER, DeadLetters
 from headroom.streams.ingest import Ingestor, build_ingestor
-from headroom.streams.reader import Delivery, TelemetryReader
+from headroom.streams.reader import TelemetryReader
 from headroom.streams.retrain import Publisher, Retrainer
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.windows import WindowKey
@@ -39,6 +41,7 @@ from headroom.trainer.live import LiveModels
 log = logging.getLogger(__name__)
 
 WINDOWS_TABLE = "windows"
+__all__ = ["REASON_HEADER", "SOURCE_HEADER", "WINDOWS_TABLE", "Topology", "create_topology"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Topology:
     retrainer: Retrainer
     table: faust.Table
     loop: IngestLoop
+    dead_letters: DeadLetters
 
 
 def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels,
@@ -59,8 +63,10 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
         broker_credentials=faust_credentials(kafka.security),
         topic_partitions=kafka.telemetry_partitions, web_enabled=False, datadir=str(settings.data_dir),
-        producer_acks=-1, producer_linger_ms=5, producer_max_batch_size=256 * 1024, table_standby_replicas=0)
-    dead_letters = app.topic(kafka.dlq_topic, key_serializer="raw", value_serializer="raw")
+        producer_acks=-1, producer_linger_ms=5, producer_max_batch_size=256 * 1024, table_standby_replicas=0,
+        broker_session_timeout=settings.session_timeout_s, broker_heartbeat_interval=settings.session_timeout_s / 4,
+        consumer_group_instance_id=settings.instance_id or None)
+    dead_letters = DeadLetters(kafka)
     table = app.Table(WINDOWS_TABLE, default=None, partitions=kafka.telemetry_partitions,
                       key_type=str)  # values: JSON written raw by Windows.flush, read back by Faust's json codec
     changelog_topic = table.changelog_topic.get_topic_name()
@@ -76,11 +82,6 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
                 table.data[key] = value
             table.send_changelog(partition, key, value, value_serializer="raw")
 
-    def send_dead_letter(delivery: Delivery, reason: str) -> asyncio.Future:
-        source = f"{kafka.telemetry_topic}/{delivery.partition}/{delivery.offset}"
-        return dead_letters.send_soon(key=delivery.key, value=delivery.value,
-                               headers=[(REASON_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())])
-
     def on_drift(window: WindowKey) -> None:
         metrics.DRIFTS.labels(*window).inc()
         log.info("drift on %s/%s: %s", *window, ingestor.policy(window).drift_reason)
@@ -89,7 +90,7 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     reader = TelemetryReader(kafka, f"{settings.app_id}-telemetry", batch_records=settings.batch_records)
     loop = IngestLoop(ingestor, reader, flush_records=settings.flush_records,
                       flush_interval_s=settings.flush_interval_s, write_changelog=write_changelog,
-                      send_dead_letter=send_dead_letter, on_drift=on_drift)
+                      send_dead_letter=dead_letters.send, on_drift=on_drift)
 
     @table.on_recover
     async def rebuild_windows() -> None:
@@ -112,7 +113,12 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
             await reader.close()
 
     @app.task
+    async def deliver_dead_letters() -> None:
+        await dead_letters.run()
+
+    @app.task
     async def retrain() -> None:
         await retrainer.run()
 
-    return Topology(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop)
+    return Topology(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop,
+                    dead_letters=dead_letters)

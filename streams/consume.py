@@ -32,7 +32,7 @@ class IngestLoop:
     def __init__(self, ingestor: Ingestor, reader: TelemetryReader, *, flush_records: int, flush_interval_s: float,
                  write_changelog: ChangelogWriter, send_dead_letter: DeadLetterSender,
                  on_drift: Callable[[WindowKey], None], clock: Callable[[], float] = time.monotonic,
-                 idle_wait_s: float = 0.1):
+                 wall: Callable[[], float] = time.time, idle_wait_s: float = 0.1):
         self.ingestor = ingestor
         self.reader = reader
         self.flush_records = flush_records
@@ -42,6 +42,7 @@ class IngestLoop:
         self._send_dead_letter = send_dead_letter
         self._on_drift = on_drift
         self._clock = clock
+        self._wall = wall  # records are checked against it (streams.window_rules.implausible)
         self.owned: frozenset[int] = frozenset()
         self._generation = 0  # bumped on every ownership change; a fetch that spans one is dropped
         self._owned_changed = asyncio.Event()
@@ -89,15 +90,15 @@ class IngestLoop:
 
     def process(self, batch: Iterable[Delivery]) -> None:
         """Ingest a batch of owned partitions' messages: windows, drift detectors, dead letters."""
-        ingested = duplicates = 0
+        ingested = duplicates = unadmitted = 0
         owned, unflushed, oldest = self.owned, self._unflushed, self._oldest
-        now = self._clock()
+        now, wall = self._clock(), self._wall()
         ingest = self.ingestor.ingest
         for delivery in batch:
             partition = delivery.partition
             if partition not in owned:
                 continue
-            result = ingest(delivery.value, partition, delivery.offset)
+            result = ingest(delivery.value, partition, delivery.offset, wall)
             if result.duplicate:
                 duplicates += 1
                 continue
@@ -106,15 +107,20 @@ class IngestLoop:
             unflushed[partition] = unflushed.get(partition, 0) + 1
             if result.rejection is not None:
                 metrics.DEAD_LETTERS.inc()
+                if result.record is not None:
+                    metrics.IMPLAUSIBLE.labels("future" if result.record.completion_ts > wall else "past").inc()
                 self._letters.append(self._send_dead_letter(delivery, result.rejection))
             else:
                 ingested += 1
+                unadmitted += not result.admitted
             for window in result.drifted:
                 self._on_drift(window)
         if ingested:
             metrics.INGESTED.inc(ingested)
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
+        if unadmitted:
+            metrics.UNADMITTED.inc(unadmitted)
 
     async def flush(self, *, force: bool = False) -> dict[int, int]:
         """Write the changes of every partition that is due (all with ``force``) to the changelog.

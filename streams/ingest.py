@@ -20,7 +20,7 @@ from headroom.contract.targets import TARGETS, predicted_value, target_value
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.strata import stratum_key
-from headroom.streams.window_rules import Row
+from headroom.streams.window_rules import Row, implausible
 from headroom.streams.windows import WindowKey, Windows, encode_row, row_key
 from headroom.trainer.drift import ErrorDriftDetector, relative_error
 from headroom.trainer.policy import RetrainPolicy
@@ -54,7 +54,8 @@ class Ingestor:
             policy = self._policies[window] = self._policy_for(window)
         return policy
 
-    def ingest(self, raw: bytes, partition: int, offset: int) -> IngestResult:
+    def ingest(self, raw: bytes, partition: int, offset: int, now: float | None = None) -> IngestResult:
+        """Decode, validate and admit one message; ``now`` (wall clock, unix seconds) also checks its time."""
         if self.windows.seen(partition, offset):
             return IngestResult(duplicate=True)
         try:
@@ -62,6 +63,9 @@ class Ingestor:
         except InvalidRecord as err:
             self.windows.mark(partition, offset)
             return IngestResult(rejection=err.reason)
+        if now is not None and (reason := implausible(record.completion_ts, now, self.windows.limits)):
+            self.windows.mark(partition, offset)
+            return IngestResult(record=record, rejection=reason)
         return self._admit(record, partition, offset)
 
     def ingest_record(self, record: TelemetryRecord, partition: int, offset: int) -> IngestResult:

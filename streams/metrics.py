@@ -6,6 +6,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 INGESTED = Counter("headroom_telemetry_ingested", "Valid telemetry records processed.")
 DEAD_LETTERS = Counter("headroom_telemetry_dead_letters", "Invalid telemetry records sent to the dead-letter topic.")
+DEAD_LETTER_FAILURES = Counter("headroom_telemetry_dead_letter_failures",
+                               "Dead letters the broker did not store at first (each is sent again), by error.",
+                               ["error"])
+IMPLAUSIBLE = Counter("headroom_telemetry_implausible", "Records dead-lettered for a completion time implausible "
+                      "against the worker's clock, by direction.", ["direction"])
+UNADMITTED = Counter("headroom_telemetry_unadmitted", "Valid records no window admitted: older than its clock's "
+                     "maximum age.")
 DUPLICATES = Counter("headroom_telemetry_duplicates", "Records skipped because the window already had them.")
 WINDOW_ROWS = Gauge("headroom_window_rows", "Rows in a window.", ["pool_key", "target"])
 WINDOW_STRATA = Gauge("headroom_window_strata", "Occupied strata of a window.", ["pool_key", "target"])

@@ -22,7 +22,10 @@ class PipelineSettings:
     app_id: str = setting("headroom-pipeline", "HEADROOM_PIPELINE_APP_ID",
                           "Faust app id: consumer group and prefix of the window changelog topic.")
     window_max_rows: int = setting(500, "HEADROOM_WINDOW_MAX_ROWS", "Rows kept per stratum and target.")
-    window_max_age_s: float = setting(600.0, "HEADROOM_WINDOW_MAX_AGE", "Seconds (event time) a row stays.")
+    window_max_age_s: float = setting(600.0, "HEADROOM_WINDOW_MAX_AGE", "Seconds (event time) a row stays; "
+                                      "records older than this by the worker's clock are dead-lettered.")
+    max_future_s: float = setting(300.0, "HEADROOM_TELEMETRY_MAX_FUTURE_S",
+                                  "Records completed further ahead of the worker's clock are dead-lettered.")
     retrain_interval_s: float = setting(10.0, "HEADROOM_RETRAIN_INTERVAL", "Seconds between periodic retrains.")
     min_samples: int = setting(100, "HEADROOM_RETRAIN_MIN_SAMPLES", "Window rows needed before training.")
     drift_cooldown_s: float = setting(2.0, "HEADROOM_DRIFT_COOLDOWN",
@@ -55,17 +58,26 @@ class PipelineSettings:
     metrics_port: int = setting(0, "HEADROOM_PIPELINE_METRICS_PORT", "Prometheus port (0: off).")
     metrics_host: str = setting("127.0.0.1", "HEADROOM_PIPELINE_METRICS_HOST",
                                 "Address the Prometheus endpoint binds (0.0.0.0 in a pod).")
+    session_timeout_s: float = setting(10.0, "HEADROOM_PIPELINE_SESSION_TIMEOUT",
+                                       "Seconds without a heartbeat before the group hands a worker's partitions "
+                                       "to the others (and a restarted worker without an instance id waits).")
+    instance_id: str = setting("", "HEADROOM_PIPELINE_INSTANCE_ID",
+                               "Static group membership: a name unique to this worker and stable across its "
+                               "restarts (the pod name); a restarted worker takes its partitions back at once.")
     data_dir: Path = setting(Path(".headroom/pipeline"), "HEADROOM_PIPELINE_DATA_DIR", "Faust's local folder.")
     log_level: str = setting("info", "HEADROOM_PIPELINE_LOG_LEVEL", "crit, error, warn, info or debug.")
 
     def __post_init__(self) -> None:
         self.train_params  # noqa: B018 - builds (so checks) the training parameters when the settings are made
+        if self.session_timeout_s < 6.0:
+            raise ValueError(f"session timeout must be at least 6 s (the broker's minimum), got {self.session_timeout_s}")
         if not 0.0 <= self.calibration_fraction < 1.0:
             raise ValueError(f"calibration fraction must be within [0, 1), got {self.calibration_fraction}")
 
     @property
     def limits(self) -> WindowLimits:
-        return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.window_max_age_s)
+        return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.window_max_age_s,
+                            max_future_s=self.max_future_s)
 
     @property
     def rule(self) -> RetrainRule:

@@ -1,5 +1,7 @@
 """A valid telemetry record to start test cases from."""
 
+import time
+
 from headroom.contract.telemetry import TelemetryRecord
 
 
@@ -12,3 +14,9 @@ def valid_record(**changes) -> TelemetryRecord:
                   model_versions={"ttft": 3, "tpot": 4}, slo_ttft_ms=500.0, slo_tpot_ms=50.0, priority=0)
     fields.update(changes)
     return TelemetryRecord(**fields)
+
+
+def recent_record(**changes) -> TelemetryRecord:
+    """:func:`valid_record`, completed just now (a live worker dead-letters records far from its clock)."""
+    now = time.time()
+    return valid_record(**{"arrival_ts": now - 2.0, "dispatch_ts": now - 1.999, "completion_ts": now, **changes})

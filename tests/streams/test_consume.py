@@ -13,7 +13,7 @@ from headroom.streams.app import create_topology
 from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings
 from headroom.trainer.live import LiveModels
-from tests.contract.records import valid_record
+from tests.contract.records import recent_record
 
 pytestmark = pytest.mark.kafka
 
@@ -58,6 +58,7 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
         app.finalize()
         await app.producer.start()
         task = asyncio.ensure_future(loop.run())
+        deliveries = asyncio.ensure_future(pipeline.dead_letters.run())
         try:
             await loop.own(partitions)
             for _ in range(600):  # at most 30 s
@@ -68,6 +69,7 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
             await app.producer.flush()
         finally:
             task.cancel()
+            deliveries.cancel()
             await loop.reader.close()
             await app.producer.stop()
 
@@ -86,12 +88,12 @@ def test_bad_records_go_to_the_dead_letter_topic_with_reason_and_original_bytes(
     pipeline = create_topology(pipeline_kafka, settings, LiveModels(), publisher=None)
     changelog_topic = pipeline.table.changelog_topic.get_topic_name()
     ensure_topics(pipeline_kafka, [TopicSpec(changelog_topic, pipeline_kafka.telemetry_partitions, {})])
-    garbage = [b"{not json", encode(valid_record(kv_cache_usage=1.5)),
-               encode(valid_record()).replace(b'"num_waiting":2', b'"num_waiting":"2"')]
+    garbage = [b"{not json", encode(recent_record(kv_cache_usage=1.5)),
+               encode(recent_record()).replace(b'"num_waiting":2', b'"num_waiting":"2"')]
     producer = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers})
-    for value in [garbage[0], encode(valid_record()), *garbage[1:]]:
+    for value in [garbage[0], encode(recent_record()), *garbage[1:]]:
         producer.produce(pipeline_kafka.telemetry_topic, value=value, partition=0)
-    producer.produce(pipeline_kafka.telemetry_topic, value=encode(valid_record()), partition=1)  # not owned
+    producer.produce(pipeline_kafka.telemetry_topic, value=encode(recent_record()), partition=1)  # not owned
     assert producer.flush(30) == 0
 
     written = run_loop(pipeline, {0}, lambda: pipeline.ingestor.windows.high_water.get(0) == 3)
@@ -112,7 +114,7 @@ def test_records_of_partitions_the_worker_does_not_own_are_left_alone(pipeline_k
     settings = PipelineSettings(app_id=f"consume-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
     pipeline = create_topology(pipeline_kafka, settings, LiveModels(), publisher=None)
     pipeline.loop.owned = frozenset({1})
-    pipeline.loop.process([Delivery(0, 7, None, encode(valid_record())), Delivery(1, 3, None, encode(valid_record()))])
+    pipeline.loop.process([Delivery(0, 7, None, encode(recent_record())), Delivery(1, 3, None, encode(recent_record()))])
     assert pipeline.ingestor.windows.high_water == {1: 3}
     assert pipeline.ingestor.windows.size(("h100/llama3-8b", "ttft")) == 1
     pipeline.app.loop.close()

@@ -18,6 +18,9 @@ from tests.contract.records import valid_record
 from tests.trainer.synthetic import synthetic_records
 
 
+RECORDS_WALL_CLOCK = 1_700_000_100.0  # the test records completed within the minutes before it
+
+
 class Clock:
     def __init__(self):
         self.now = 100.0
@@ -41,7 +44,7 @@ def loop_for(partitions, **limits):
     loop = IngestLoop(build_ingestor(PipelineSettings(min_samples=10**9)), reader,
                       write_changelog=lambda partition, entries: written.append((partition, entries)),
                       send_dead_letter=lambda delivery, reason: stored(letters, (delivery, reason)),
-                      on_drift=lambda window: None, clock=clock, **limits)
+                      on_drift=lambda window: None, clock=clock, wall=lambda: RECORDS_WALL_CLOCK, **limits)
     loop.owned = frozenset(partitions)
     return loop, written, letters, clock
 

@@ -45,7 +45,7 @@ def test_streaming_records_train_ttft_and_tpot_and_others_train_e2e():
 @pytest.mark.parametrize(("raw", "reason"), [
     pytest.param(b"not json", "not valid JSON", id="not-json"),
     pytest.param(encode(valid_record()).replace(b'"ttft_ms":120.0', b'"ttft_ms":NaN'), "must be finite", id="nan"),
-    pytest.param(encode(valid_record(ttft_ms=-5.0)), "must not be negative", id="negative-latency"),
+    pytest.param(encode(valid_record(ttft_ms=-5.0)), "is a latency and must be within", id="negative-latency"),
     pytest.param(encode(valid_record()).replace(b'"num_waiting":2', b'"num_waiting":"2"'), "must be an integer",
                  id="wrong-type"),
 ])
@@ -153,3 +153,19 @@ def test_a_crash_between_flushes_replays_exactly_the_unflushed_records():
     assert sum(r.duplicate for r in replayed) == 101
     for window in reference.windows.keys():
         assert restarted.windows.strata_counts(window) == reference.windows.strata_counts(window)
+
+
+@pytest.mark.parametrize(("completion_ts", "reason"), [
+    pytest.param(1_700_000_000.0 + 1e7, "ahead of the consumer's clock (at most 300 s allowed)", id="far-future"),
+    pytest.param(1_700_000_000.0 - 3600.0, "behind the consumer's clock, older than the windows' 600 s", id="stale"),
+])
+def test_a_record_implausible_against_the_wall_clock_is_rejected_and_leaves_the_clock_alone(completion_ts, reason):
+    ing = ingestor()
+    now = 1_700_000_000.0
+    ing.ingest(encode(valid_record(arrival_ts=now - 2, dispatch_ts=now - 2, completion_ts=now)), 0, 0, now)
+    odd = valid_record(arrival_ts=completion_ts - 2.0, dispatch_ts=completion_ts - 2.0, completion_ts=completion_ts)
+    result = ing.ingest(encode(odd), 0, 1, now)
+    assert reason in result.rejection and result.admitted == []
+    assert ing.windows.clock == now and ing.windows.seen(0, 1)
+    later = ing.ingest(encode(valid_record(arrival_ts=now, dispatch_ts=now, completion_ts=now + 1.0)), 0, 2, now)
+    assert later.rejection is None and later.admitted  # the next honest record still enters its windows
