@@ -20,6 +20,11 @@ the reader's trusted keys, so an unsigned or forged message is rejected before i
 update carries the id of the key that signed it (``signer``). Every consumer then takes a decoded update's
 model through :func:`load_update`, the one place that decides whether a model may be used at all
 (:class:`RejectedUpdate` says why not).
+
+Versions are integers from 1 to :data:`MAX_VERSION` (what every JSON reader and proto field holds
+exactly), and they only grow: each reader keeps, per model key, the newest version it accepted, and
+:func:`check_succession` refuses one that jumps more than a configured distance ahead of it — one bad
+message must not outrank every honest version that follows it on the compacted topic.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ OBJECTIVES = ("mean", "quantile")
 MODEL_FORMATS = ("ubj", "json")
 OUTPUT_TRANSFORMS = ("identity", "log")
 TRANSFORM_ATTRIBUTE = "headroom_output_transform"  # booster attribute holding the output transform
+MAX_VERSION = 2**53 - 1
+MAX_VERSION_JUMP = 1000  # default farthest a version may lead the live one (trainers publish live + 1)
 _HEADER_LEN = struct.Struct(">I")
 
 
@@ -56,7 +63,7 @@ class InvalidUpdate(HeadroomError, ValueError):
 
 class RejectedUpdate(InvalidUpdate):
     """An update whose model must not be used; ``reason`` is its category: ``unsigned``, ``unknown-key`` or
-    ``bad-signature`` (:mod:`contract.signing`), ``schema``, ``model`` or ``transform``."""
+    ``bad-signature`` (:mod:`contract.signing`), ``version``, ``schema``, ``model`` or ``transform``."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -166,12 +173,22 @@ def _check(update: ModelUpdate) -> None:
                             f"{OUTPUT_TRANSFORMS}")
     if update.model_format not in MODEL_FORMATS:
         raise InvalidUpdate(f"unknown model format {update.model_format!r}; expected one of {MODEL_FORMATS}")
-    if not isinstance(update.version, int) or update.version < 1:
+    if not isinstance(update.version, int) or isinstance(update.version, bool) or update.version < 1:
         raise InvalidUpdate(f"version must be a positive integer, got {update.version!r}")
+    if update.version > MAX_VERSION:
+        raise RejectedUpdate("version", f"version {update.version} is beyond the largest allowed, 2^53 - 1")
     digest = hashlib.sha256(update.model).hexdigest()
     if digest != update.sha256:
         raise InvalidUpdate(f"checksum mismatch: model bytes hash to {digest[:12]}…, header says "
                             f"{str(update.sha256)[:12]}…")
+
+
+def check_succession(update: ModelUpdate, live: int | None, max_jump: int = MAX_VERSION_JUMP) -> None:
+    """Raise :class:`RejectedUpdate` (``version``) if ``update`` leads the ``live`` version of its key (None:
+    no version yet) by more than ``max_jump``. Whether it is newer at all is the caller's question."""
+    if live is not None and update.version - live > max_jump:
+        raise RejectedUpdate("version", f"version {update.version} of {update.key} is {update.version - live} "
+                                        f"ahead of the live version {live} (at most {max_jump} allowed)")
 
 
 def load_update(update: ModelUpdate) -> xgboost.Booster:

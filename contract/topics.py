@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headroom.contract.kafka_security import KafkaSecurity
+from headroom.contract.model_update import MAX_VERSION_JUMP
 from headroom.contract.settings import nested, setting
 
 MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
@@ -27,6 +28,8 @@ class KafkaSettings:
     dlq_topic: str = setting("telemetry-dlq", "HEADROOM_TOPIC_DLQ", "Rejected telemetry with its reason.")
     model_topic: str = setting("model-updates", "HEADROOM_TOPIC_MODELS", "Compacted, versioned model updates.")
     telemetry_partitions: int = setting(4, "HEADROOM_TELEMETRY_PARTITIONS", "Partitions of the telemetry topic.")
+    max_version_jump: int = setting(MAX_VERSION_JUMP, "HEADROOM_MODEL_MAX_VERSION_JUMP",
+                                    "Farthest a model version may lead the live one; readers reject the rest.")
     state_dir: Path = setting(Path(".headroom"), "HEADROOM_STATE_DIR", "Where local state (broker data, logs) lives.")
     security: KafkaSecurity = nested(KafkaSecurity, "TLS and SASL of every client (contract.kafka_security).")
 

@@ -2,14 +2,15 @@
 
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
 check: a signature by a trusted key and the checksum (:func:`contract.model_update.decode_update` with the
-runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one, the checks every
-consumer makes (:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output
-transform), that its trees are supported and its objective matches the message, and a probe prediction that
-must be finite, non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A
-failing update is rejected, counted by reason (``unsigned``, ``unknown-key``, ``bad-signature``,
-``replayed`` for a version older than the live one, ``checksum``, ``schema``, ``probe``, ...) and logged,
-and the previous version keeps serving; the live version itself arriving again is ignored (stale), so
-replaying the topic is harmless.
+runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one and not too far ahead
+of it (:func:`contract.model_update.check_succession`), the checks every consumer makes
+(:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform), that
+its trees are supported and its objective matches the message, and a probe prediction that must be finite,
+non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A failing update is
+rejected, counted by reason (``unsigned``, ``unknown-key``, ``bad-signature``, ``replayed`` for a version
+older than the live one, ``version``, ``checksum``, ``schema``, ``probe``, ...) and logged, and the previous
+version keeps serving; the live version itself arriving again is ignored (stale), so replaying the topic is
+harmless.
 
 Each pool's models are held in one immutable snapshot whose trees are stacked for a single-pass
 evaluation (the outputs of models trained on log latency are exponentiated after it); an update builds a
@@ -23,6 +24,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -30,9 +32,11 @@ import numpy as np
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.model_update import (
+    MAX_VERSION_JUMP,
     InvalidUpdate,
     ModelUpdate,
     RejectedUpdate,
+    check_succession,
     decode_update,
     load_update,
     model_key,
@@ -120,12 +124,14 @@ class ModelRuntime:
     """Holds and serves the live model versions, from updates signed by a key of ``trust``; safe to use from
     many threads."""
 
-    def __init__(self, *, trust: TrustedKeys, engine: str | None = None, clock=time.time, threads: int = 1) -> None:
+    def __init__(self, *, trust: TrustedKeys, engine: str | None = None, clock=time.time, threads: int = 1,
+                 max_version_jump: int = MAX_VERSION_JUMP) -> None:
         self.trust = trust
         self.engine = engine or default_engine()
         if threads < 1:
             raise ValueError(f"tree evaluation threads must be at least 1, got {threads}")
         self.threads = threads  # large batches split their rows over this many threads
+        self.max_version_jump = max_version_jump
         if self.engine not in available_engines():
             raise ValueError(f"tree engine {self.engine!r} is unknown or unavailable here; "
                              f"available: {', '.join(available_engines())}")
@@ -171,6 +177,12 @@ class ModelRuntime:
     # --- writing -------------------------------------------------------------------------------------
     def apply(self, message: bytes) -> ApplyResult:
         """Verify a raw model-update message and swap it in; never raises for a bad message."""
+        screened = self.screen(message)
+        return screened if isinstance(screened, ApplyResult) else self.install(screened)
+
+    def screen(self, message: bytes, staged: Mapping[str, int] | None = None) -> ModelUpdate | ApplyResult:
+        """Decode ``message`` and judge its version against the live one (or a newer one ``staged`` for its key):
+        the update, or the outcome of a message that goes no further (rejected, counted, or stale)."""
         try:
             update = decode_update(message, self.trust)
         except RejectedUpdate as err:
@@ -178,18 +190,33 @@ class ModelRuntime:
         except InvalidUpdate as err:
             reason = "checksum" if "checksum" in str(err) else "decode"
             return self._reject(reason, str(err), None, None)
-        return self.apply_update(update)
+        return self.judge(update, staged)
 
     def apply_update(self, update: ModelUpdate) -> ApplyResult:
         """Swap in an update already opened with :attr:`trust` (read by :mod:`headroom.model_topic`), after the
         same checks as :meth:`apply`'s."""
+        judged = self.judge(update)
+        return judged if isinstance(judged, ApplyResult) else self.install(judged)
+
+    def judge(self, update: ModelUpdate, staged: Mapping[str, int] | None = None) -> ModelUpdate | ApplyResult:
+        """``update`` if its version may follow the live one (or a newer one ``staged`` for its key), else the
+        outcome: rejected as replayed (older than the live one) or too far ahead, or stale."""
         live_version = self.version(update.pool_key, update.target, update.objective)
         if live_version is not None and update.version < live_version:
             return self._reject("replayed", f"version {update.version} is older than the live version "
                                             f"{live_version}", update.key, update.version)
-        if live_version is not None and update.version == live_version:
+        newest = max(live_version or 0, (staged or {}).get(update.key, 0)) or None
+        if newest is not None and update.version <= newest:
             self.stale += 1
             return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
+        try:
+            check_succession(update, newest, self.max_version_jump)
+        except RejectedUpdate as err:
+            return self._reject(err.reason, err.detail, update.key, update.version)
+        return update
+
+    def install(self, update: ModelUpdate) -> ApplyResult:
+        """Verify a screened update's model and swap it in."""
         try:
             model = self._verify(update)
         except _Rejected as err:

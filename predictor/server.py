@@ -49,7 +49,8 @@ class PredictorServer:
                  runtime: ModelRuntime | None = None) -> None:
         self.settings = settings
         self.runtime = runtime or ModelRuntime(trust=settings.signing.trust(), engine=settings.engine or None,
-                                               threads=settings.threads)
+                                               threads=settings.threads,
+                                               **({"max_version_jump": kafka.max_version_jump} if kafka else {}))
         self.metrics = PredictorMetrics(self.runtime)
         tail = kafka is not None and (not settings.models or settings.tail_with_models)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,

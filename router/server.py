@@ -101,7 +101,7 @@ class RouterServer:
         from headroom.predictor.tailer import ModelUpdateTailer
         from headroom.router.metrics import ModelUpdateCollector
         from headroom.router.predictors import EmbeddedPredictor
-        runtime = ModelRuntime(trust=self.config.settings.signing.trust())
+        runtime = ModelRuntime(trust=self.config.settings.signing.trust(), max_version_jump=self.kafka.max_version_jump)
         self.metrics.registry.register(ModelUpdateCollector(runtime))
         self._tailer = ModelUpdateTailer(runtime, self.kafka)
         return EmbeddedPredictor(runtime)

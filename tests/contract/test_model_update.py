@@ -8,6 +8,8 @@ from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import (
     MAGIC,
     InvalidUpdate,
+    RejectedUpdate,
+    check_succession,
     decode_update,
     encode_update,
     make_update,
@@ -57,8 +59,9 @@ def test_malformed_messages(data, reason):
     ({"quantile": None}, "quantile model needs a quantile"),
     ({"model_format": "pickle"}, "unknown model format 'pickle'"),
     ({"version": 0}, "version must be a positive integer"),
+    ({"version": 2**53}, "beyond the largest allowed, 2\\^53 - 1"),
     ({"output_transform": "sqrt"}, "unknown output transform 'sqrt'"),
-], ids=["target", "objective", "quantile", "format", "version", "transform"])
+], ids=["target", "objective", "quantile", "format", "version", "version-too-large", "transform"])
 def test_bad_metadata_is_rejected(changes, reason):
     with pytest.raises(InvalidUpdate, match=reason):
         decode_update(encode_update(dataclasses.replace(update(), **changes)), FORMAT_ONLY)
@@ -86,3 +89,14 @@ def test_to_milliseconds(transform, raw, expected):
 def test_to_milliseconds_rejects_an_unknown_transform():
     with pytest.raises(ValueError, match="unknown output transform 'sqrt'"):
         to_milliseconds(np.zeros(2), "sqrt")
+
+
+@pytest.mark.parametrize(("version", "live", "allowed"), [
+    (1, None, True), (2**53 - 1, None, True), (8, 7, True), (1007, 7, True), (1008, 7, False), (10**9, 7, False)])
+def test_a_version_may_lead_the_live_one_by_at_most_the_jump(version, live, allowed):
+    if allowed:
+        check_succession(update(version=version), live, max_jump=1000)
+    else:
+        with pytest.raises(RejectedUpdate, match=f"ahead of the live version {live}") as caught:
+            check_succession(update(version=version), live, max_jump=1000)
+        assert caught.value.reason == "version"

@@ -76,6 +76,16 @@ def _bad_updates(boosters):
     }
 
 
+def test_versions_out_of_range_or_jumping_ahead_are_rejected_and_counted(boosters):
+    runtime = ModelRuntime(max_version_jump=10)
+    runtime.apply(message(boosters["v1"], 1))
+    outcomes = [runtime.apply(message(boosters["v2"], v)) for v in (2**64, 12, 11)]
+    assert [(r.outcome, r.reason) for r in outcomes] == [(ApplyOutcome.REJECTED, "version"),
+                                                         (ApplyOutcome.REJECTED, "version"), (ApplyOutcome.APPLIED, None)]
+    assert runtime.rejected["version"] == 2 and runtime.version("pool-a", "ttft", "mean") == 11
+    assert runtime.predict("pool-a", ROWS).models[0].version == 11
+
+
 def test_bad_updates_are_rejected_and_the_old_version_keeps_serving(boosters):
     runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(boosters["v1"], 1))
