@@ -1,9 +1,11 @@
 """The model-update tailer: replays the compacted ``model-updates`` topic into a :class:`ModelRuntime`.
 
 It follows the topic from the beginning (:func:`headroom.model_topic.follow`: no committed offsets), so
-every instance sees the newest version of every model. It is :attr:`ready` once it has consumed up to the
-end offsets it saw when it started, then keeps following new versions; fetches wait at most
-``fetch.wait.max.ms`` so a new version is serving well under a second after it is published.
+every instance sees the newest version of every model. What was on the topic when it started is replayed
+through :class:`~predictor.replay.Replay` (only the newest acceptable version of each model is verified);
+it is :attr:`ready` once it has consumed up to the end offsets it saw then, and keeps applying new versions
+as they arrive; fetches wait at most ``fetch.wait.max.ms`` so a new version is serving well under a second
+after it is published.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from confluent_kafka import Message
 
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow
+from headroom.predictor.replay import Replay
 from headroom.predictor.runtime import ApplyResult, ModelRuntime
 from headroom.threads import BackgroundThread
 
@@ -47,15 +50,21 @@ class ModelUpdateTailer(BackgroundThread):
         return self._ready.wait(timeout)
 
     def _run(self) -> None:
+        replay = Replay(self.runtime)
         try:
             for item in follow(self.kafka, poll_s=0.1, topic_wait_s=None, log_errors=True,
                                options={"fetch.wait.max.ms": self.fetch_wait_ms}):
                 if self._stop.is_set():
                     return
                 if item is CAUGHT_UP and not self._ready.is_set():
+                    replay.finish()
                     log.info("model-update tailer caught up: %d messages, %d models live",
                              self.consumed, len(self.runtime.live()))
                     self._ready.set()
+                elif isinstance(item, Message) and not self._ready.is_set():
+                    self.consumed += 1
+                    if item.value() is not None:
+                        replay.add(item.value())
                 elif isinstance(item, Message):
                     self._apply(item)
         except BaseException as err:  # surfaced to the server's health status

@@ -1,0 +1,52 @@
+"""Replaying ``model-updates`` at start: only the newest acceptable version of each model is verified.
+
+Verifying a version (loading it, laying out its trees, the probe prediction) is the expensive part of
+applying it, and a replayed topic holds every version not yet compacted away. :class:`Replay` screens each
+replayed message as it arrives (:meth:`ModelRuntime.screen`: checksum, version bounds, succession — in
+topic order, against the newest version staged so far), keeps the newest ``keep`` acceptable versions per
+model, and at the end installs the newest one that passes verification, falling back to the staged
+versions before it. The outcome is the one applying every message in turn would reach, at the cost of
+one verification per model.
+"""
+
+from __future__ import annotations
+
+from headroom.contract.model_update import ModelUpdate
+from headroom.predictor.runtime import ApplyOutcome, ApplyResult, ModelRuntime
+
+KEEP = 3  # acceptable versions staged per model, newest first, in case the newest fails verification
+
+
+class Replay:
+    def __init__(self, runtime: ModelRuntime, keep: int = KEEP) -> None:
+        self.runtime = runtime
+        self.keep = keep
+        self._staged: dict[str, list[ModelUpdate]] = {}  # model key -> screened updates, oldest first
+        self._newest: dict[str, int] = {}  # model key -> version of its newest staged update
+
+    def add(self, message: bytes) -> ApplyResult | None:
+        """Screen one replayed message; the outcome if it goes no further, None when it is staged."""
+        screened = self.runtime.screen(message, self._newest)
+        if isinstance(screened, ApplyResult):
+            return screened
+        self._newest[screened.key] = screened.version
+        chain = self._staged.setdefault(screened.key, [])
+        chain.append(screened)
+        if len(chain) > self.keep:
+            del chain[0]
+            self.runtime.stale += 1
+        return None
+
+    def finish(self) -> list[ApplyResult]:
+        """Install, per model, the newest staged version that passes verification."""
+        results = []
+        for chain in self._staged.values():
+            for index in range(len(chain) - 1, -1, -1):
+                result = self.runtime.install(chain[index])
+                results.append(result)
+                if result.outcome is ApplyOutcome.APPLIED:
+                    self.runtime.stale += index  # the older staged versions: superseded, never verified
+                    break
+        self._staged.clear()
+        self._newest.clear()
+        return results
