@@ -21,9 +21,11 @@ def count_tokens(text: str) -> int:
     return max(1, -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN))
 
 
-def text_block_hashes(text: str) -> tuple[int, ...]:
-    """Chained hashes of the full 16-token blocks of ``text``."""
+def text_block_hashes(text: str, max_tokens: int | None = None) -> tuple[int, ...]:
+    """Chained hashes of the full 16-token blocks of ``text`` (of its first ``max_tokens`` tokens)."""
     raw = text.encode("utf-8")
+    if max_tokens is not None:
+        raw = raw[:max_tokens * BYTES_PER_TOKEN]
     size = BLOCK_TOKENS * BYTES_PER_TOKEN
     return _chain([raw[i:i + size] for i in range(0, len(raw) - size + 1, size)])
 

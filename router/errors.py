@@ -3,6 +3,7 @@
     RouterError
     ├── ConfigError            the router or plugin configuration is invalid (names the key and value)
     ├── RequestError           a request carries a malformed header or body (answered with HTTP 400)
+    │   └── RequestTooLarge    its body is over the size limit (HTTP 413)
     ├── AdmissionRejected      a sheddable request was shed; ``reason`` is shown to the client (HTTP 429)
     ├── NoCandidates           no server is available to take the request (HTTP 503)
     └── PredictionUnavailable  the predictor could not answer; ``reason`` is the fallback reason counted
@@ -23,6 +24,10 @@ class ConfigError(RouterError):
 
 class RequestError(RouterError):
     """A request header or body is malformed."""
+
+
+class RequestTooLarge(RequestError):
+    """A request body is over the size limit (router.limits)."""
 
 
 class AdmissionRejected(RouterError):

@@ -7,7 +7,8 @@ request body, and to stream response headers and body):
   the request has no body, which is then scheduled right away;
 - request body (at end of stream): parsed and scheduled; the answer sets ``x-gateway-destination-endpoint``
   to the chosen server's address (also as ``envoy.lb`` dynamic metadata) and clears the route cache; a
-  malformed header or body becomes an immediate 400, a shed request an immediate 429 with the reason,
+  malformed header or body becomes an immediate 400, a body over the size limit an immediate 413 as soon
+  as its buffered chunks pass it (:mod:`router.limits`), a shed request an immediate 429 with the reason,
   no server an immediate 503;
 - response headers and body chunks: passed through unchanged while metering TTFT / TPOT / E2E; the end
   of the response body completes the request (telemetry). A stream that ends early releases it.
@@ -26,7 +27,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import error_body
@@ -87,6 +88,10 @@ class _Exchange:
                 return self._schedule(ep.ProcessingResponse(request_headers=ep.HeadersResponse()), header_only=True)
             return ep.ProcessingResponse(request_headers=ep.HeadersResponse())
         if kind == "request_body":
+            try:
+                self.service.limits.check_body_size(len(self.body) + len(message.request_body.body))
+            except RequestTooLarge as err:
+                return immediate(413, "request_too_large", str(err))
             self.body += message.request_body.body
             if not message.request_body.end_of_stream:
                 return ep.ProcessingResponse(request_body=ep.BodyResponse())
@@ -115,13 +120,11 @@ class _Exchange:
             if header_only:
                 prompt = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
             else:
-                try:
-                    doc = json.loads(self.body)
-                except ValueError as err:
-                    raise RequestError(f"request body is not valid JSON: {err}") from None
-                prompt = read_body(doc, chat)
+                prompt = read_body(self.service.limits.parse_json(self.body), chat, self.service.limits)
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
             self.dispatch = self.service.pick(request)
+        except RequestTooLarge as err:
+            return immediate(413, "request_too_large", str(err))
         except RequestError as err:
             return immediate(400, "invalid_request", str(err))
         except AdmissionRejected as err:

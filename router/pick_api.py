@@ -2,22 +2,24 @@
 
 An adapter only: proto → domain (headers, prompt, optional caller-supplied candidates) →
 :class:`~router.service.RouterService` → proto. Domain errors map to status codes in :data:`STATUS_OF`.
-A picked request waits for its report in a bounded table (oldest forgotten first, its in-flight
-accounting released).
+Every input is checked before anything is scheduled or recorded, within the :mod:`router.limits`: a
+candidate's values within the ranges of their kinds (:data:`contract.server_state.KIND_RANGES`), its
+running TPOT SLOs positive milliseconds, its server id unique in the call and its address set; a report's
+measurements as the telemetry validator takes them (an invalid report releases the request, which then
+sends no telemetry). A picked request waits for its report in a bounded table (oldest forgotten first, its
+in-flight accounting released).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
 from typing import Any
 
 import grpc
 
-from headroom.contract.server_state import SERVER_FIELDS
-from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
+from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS
+from headroom.contract.telemetry import InvalidRecord, check_field
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge, RouterError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import Completion
 from headroom.router.prompt import PromptInfo, read_body
@@ -27,6 +29,7 @@ from headroom.router.service import Dispatch, RouterService
 
 STATUS_OF: dict[type[RouterError], grpc.StatusCode] = {
     RequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    RequestTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
     AdmissionRejected: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NoCandidates: grpc.StatusCode.UNAVAILABLE,
 }
@@ -57,10 +60,12 @@ class PickServicer(router_pb2_grpc.RouterServicer):
         if request.failed:
             self.service.abandon(dispatch, "reported-failed")
             return router_pb2.ReportResponse(telemetry_sent=False)
-        completion = Completion(
-            e2e_ms=request.e2e_ms, output_tokens=request.output_tokens, prompt_tokens=request.prompt_tokens or None,
-            ttft_ms=request.ttft_ms if request.HasField("ttft_ms") else None,
-            tpot_ms=request.tpot_ms if request.HasField("tpot_ms") else None)
+        try:
+            completion = completion_of(request)
+        except InvalidRecord as err:
+            self.service.abandon(dispatch, "invalid-report")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"report of {request.request_id!r}: {err.reason}")
+            raise AssertionError("abort raises") from err
         return router_pb2.ReportResponse(telemetry_sent=self.service.complete(dispatch, completion) is not None)
 
     def _pick(self, request: router_pb2.PickRequest) -> Dispatch:
@@ -68,20 +73,22 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             raise RequestError("request_id must be set")
         if request.request_id in self.pending:
             raise RequestError(f"request_id {request.request_id!r} is already awaiting a report")
+        limits = self.service.limits
         headers = parse_headers(dict(request.headers))
         if request.body:
-            try:
-                doc = json.loads(request.body)
-            except ValueError as err:
-                raise RequestError(f"body is not valid JSON: {err}") from None
-            prompt = read_body(doc, request.chat)
+            prompt = read_body(limits.parse_json(request.body), request.chat, limits)
         else:
-            if request.prompt_tokens < 1 or request.max_tokens < 0:
-                raise RequestError(f"prompt_tokens must be positive and max_tokens not negative, got "
-                                   f"{request.prompt_tokens} and {request.max_tokens}")
+            if not 1 <= request.prompt_tokens <= MAX_COUNT or not 0 <= request.max_tokens <= MAX_COUNT:
+                raise RequestError(f"prompt_tokens must be within [1, {MAX_COUNT}] and max_tokens within [0, "
+                                   f"{MAX_COUNT}], got {request.prompt_tokens} and {request.max_tokens}")
+            limits.check_block_hashes(len(request.block_hashes), "block_hashes")
             prompt = PromptInfo(request.prompt_tokens, request.max_tokens, request.stream, tuple(request.block_hashes),
                                 tuple(dict.fromkeys(request.media_hashes)))
+        limits.check_candidates(len(request.candidates))
         servers = [snapshot_of(s) for s in request.candidates] or None
+        repeated = [sid for sid, n in Counter(s.server_id for s in servers or ()).items() if n > 1]
+        if repeated:
+            raise RequestError(f"candidate server_id {repeated[0]!r} appears more than once")
         return self.service.pick(self.service.request_of(request.request_id, headers, prompt), servers)
 
 
@@ -90,6 +97,12 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
     field of the server's state that the message leaves unset takes the contract's default."""
     if not state.server_id:
         raise RequestError("every candidate needs a server_id")
+    if not state.address:
+        raise RequestError(f"candidate {state.server_id!r} needs an address")
+    slos = tuple(state.running_tpot_slos_ms)
+    if not all(0.0 < slo <= MAX_LATENCY_MS for slo in slos):
+        raise RequestError(f"candidate {state.server_id!r}: running_tpot_slos_ms must be positive milliseconds up "
+                           f"to {MAX_LATENCY_MS:.0f}, got {[slo for slo in slos if not 0.0 < slo <= MAX_LATENCY_MS][0]}")
     values: dict[str, Any] = {}
     for name, raw in SERVER_FIELDS.items():
         if name not in _OPTIONAL or state.HasField(name):
@@ -97,24 +110,30 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
             values[name] = value if raw.cap is None else min(raw.cap, value)
     return ServerSnapshot(
         server_id=state.server_id, address=state.address, pool_key=state.pool_key or "default",
-        running_tpot_slos_ms=tuple(state.running_tpot_slos_ms),
+        running_tpot_slos_ms=slos,
         metrics_age_s=_checked(state, "metrics_age_s", "latency"), **values)
 
 
 _OPTIONAL = {f.name for f in router_pb2.ServerState.DESCRIPTOR.fields if f.has_presence}
-_ALLOWED: dict[str, tuple[Callable[[float], bool], str]] = {  # kind -> (whether a value is allowed, the rule)
-    "fraction": (lambda v: 0.0 <= v <= 1.0, "must be within [0, 1]"),
-    "count": (lambda v: v >= 0, "must not be negative"),
-    "latency": (lambda v: math.isfinite(v) and v >= 0, "must be finite and not negative"),
-}
 
 
 def _checked(state: router_pb2.ServerState, name: str, kind: str) -> float:
     value: float = getattr(state, name)
-    allowed, rule = _ALLOWED[kind]
-    if not allowed(value):
-        raise RequestError(f"candidate {state.server_id!r}: {name} {rule}, got {value}")
+    low, high = KIND_RANGES[kind]
+    if not low <= value <= high:  # NaN is never within
+        raise RequestError(f"candidate {state.server_id!r}: {name} must be within [{low:g}, {high:g}], got {value}")
     return value
+
+
+def completion_of(report: router_pb2.ReportRequest) -> Completion:
+    """What a report measured, each value as the telemetry validator takes it; raises :class:`InvalidRecord`."""
+    def optional(name: str) -> float | None:
+        return float(check_field(name, getattr(report, name))) if report.HasField(name) else None
+
+    return Completion(e2e_ms=check_field("e2e_ms", report.e2e_ms),
+                      output_tokens=check_field("output_tokens", report.output_tokens),
+                      prompt_tokens=check_field("prompt_tokens", report.prompt_tokens) or None,
+                      ttft_ms=optional("ttft_ms"), tpot_ms=optional("tpot_ms"))
 
 
 def response_of(dispatch: Dispatch) -> router_pb2.PickResponse:

@@ -10,6 +10,8 @@ Tokens and block hashes are counted by :mod:`contract.prompt`, the convention th
 serves by, so the router's estimate and the server's reported ``usage`` agree there; telemetry records the
 server's own count. A body may
 carry the trace-replay extension ``headroom: {prompt_tokens, hash_ids}``, which then takes precedence.
+The whole body is checked here, before the request is scheduled (``stream_options`` included), within the
+:class:`~router.limits.RequestLimits`: only the first ``max_hashed_tokens`` tokens are hashed.
 """
 
 from __future__ import annotations
@@ -20,8 +22,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from headroom.contract.prompt import BLOCK_TOKENS, chat_text, count_tokens, text_block_hashes, token_block_hashes
+from headroom.contract.prompt import (
+    BLOCK_TOKENS,
+    chat_text,
+    count_tokens,
+    text_block_hashes,
+    token_block_hashes,
+)
+from headroom.contract.server_state import MAX_COUNT
 from headroom.router.errors import RequestError
+from headroom.router.limits import RequestLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +47,12 @@ class PromptInfo:
         return len(self.media_hashes)
 
 
-def read_body(body: Any, chat: bool) -> PromptInfo:
+def read_body(body: Any, chat: bool, limits: RequestLimits = RequestLimits()) -> PromptInfo:
     """Prompt facts of a decoded JSON request body; raises RequestError when it is malformed."""
     if not isinstance(body, Mapping):
         raise RequestError("request body must be a JSON object")
-    tokens, hashes = _chat(body) if chat else _completion(body)
+    hashed = limits.max_hashed_tokens
+    tokens, hashes = _chat(body, hashed) if chat else _completion(body, hashed)
     media = media_hashes(body["messages"]) if chat else ()
     extension = body.get("headroom") or {}
     if not isinstance(extension, Mapping):
@@ -50,29 +61,43 @@ def read_body(body: Any, chat: bool) -> PromptInfo:
         tokens = _count(extension["prompt_tokens"], "headroom.prompt_tokens", minimum=1)
     if "hash_ids" in extension:
         ids = extension["hash_ids"]
-        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        if not isinstance(ids, list):
             raise RequestError("'headroom.hash_ids' must be a list of integers")
+        limits.check_block_hashes(len(ids), "'headroom.hash_ids'")
+        if not all(type(h) is int and 0 <= h < 2**64 for h in ids):
+            raise RequestError("'headroom.hash_ids' must be a list of integers within [0, 2^64)")
         hashes = tuple(ids)
     max_tokens = _count(body.get("max_completion_tokens", body.get("max_tokens", 0)) or 0, "max_tokens", minimum=0)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"'stream' must be true or false, got {stream!r}")
+    _stream_options(body.get("stream_options"))
     return PromptInfo(prompt_tokens=tokens, max_tokens=max_tokens, stream=stream,
                       block_hashes=hashes[:tokens // BLOCK_TOKENS], media_hashes=media)
 
 
-def _completion(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
+def _stream_options(options: Any) -> None:
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise RequestError(f"'stream_options' must be an object, got {_short(options)}")
+    if not isinstance(options.get("include_usage", False), bool):
+        raise RequestError(f"'stream_options.include_usage' must be true or false, got "
+                           f"{_short(options['include_usage'])}")
+
+
+def _completion(body: Mapping[str, Any], hashed: int) -> tuple[int, tuple[int, ...]]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return count_tokens(prompt), text_block_hashes(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt), token_block_hashes(prompt)
+        return count_tokens(prompt), text_block_hashes(prompt, hashed)
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return len(prompt), token_block_hashes(prompt[:hashed])
     raise RequestError("'prompt' must be a string or a non-empty list of token ids")
 
 
-def _chat(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
+def _chat(body: Mapping[str, Any], hashed: int) -> tuple[int, tuple[int, ...]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list")
@@ -82,7 +107,7 @@ def _chat(body: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
         if not isinstance(message.get("content", ""), (str, list)):
             raise RequestError(f"'messages[{i}].content' must be a string or a list of parts")
     text = chat_text(messages)
-    return count_tokens(text), text_block_hashes(text)
+    return count_tokens(text), text_block_hashes(text, hashed)
 
 
 def media_hashes(messages: list[Any]) -> tuple[int, ...]:
@@ -103,6 +128,11 @@ def media_hashes(messages: list[Any]) -> tuple[int, ...]:
 
 
 def _count(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RequestError(f"'{name}' must be an integer of at least {minimum}, got {value!r}")
-    return int(value)
+    if type(value) is not int or not minimum <= value <= MAX_COUNT:
+        raise RequestError(f"'{name}' must be an integer within [{minimum}, {MAX_COUNT}], got {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

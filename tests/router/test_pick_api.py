@@ -78,11 +78,12 @@ def test_body_gives_the_prompt():
     pytest.param(router_pb2.PickRequest(request_id="", prompt_tokens=5, candidates=candidates(0)),
                  grpc.StatusCode.INVALID_ARGUMENT, "request_id", id="missing-id"),
     pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, candidates=[
-        router_pb2.ServerState(server_id="c", kv_cache_usage=2.0)]), grpc.StatusCode.INVALID_ARGUMENT,
+        router_pb2.ServerState(server_id="c", address="a:1", kv_cache_usage=2.0)]), grpc.StatusCode.INVALID_ARGUMENT,
         "kv_cache_usage", id="bad-candidate"),
     pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, candidates=[
-        router_pb2.ServerState(server_id="c", token_interval_ms=-3.0)]), grpc.StatusCode.INVALID_ARGUMENT,
-        "token_interval_ms must be finite and not negative, got -3.0", id="bad-token-interval"),
+        router_pb2.ServerState(server_id="c", address="a:1", token_interval_ms=-3.0)]),
+        grpc.StatusCode.INVALID_ARGUMENT, "token_interval_ms must be within [0, 3.6e+06], got -3.0",
+        id="bad-token-interval"),
 ])
 def test_pick_errors(request_, code, text):
     async def calls(stub):

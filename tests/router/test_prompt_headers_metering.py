@@ -43,6 +43,7 @@ def test_read_body_errors(body, chat, message):
     pytest.param({"x-llm-d-slo-tpot-ms": "20"}, "slo_tpot_ms", 20.0, id="llm-d-alias"),
     pytest.param({"x-slo-ttft-ms": "100", "x-llm-d-slo-ttft-ms": "100"}, "slo_ttft_ms", 100.0, id="agreeing-aliases"),
     pytest.param({"x-request-priority": "-3"}, "priority", -3, id="priority"),
+    pytest.param({"x-request-priority": "+7"}, "priority", 7, id="signed-priority"),
     pytest.param({"x-prediction-based-scheduling": "TRUE"}, "opted_in", True, id="opt-in"),
     pytest.param({"x-prediction-based-scheduling-off": "true"}, "opted_out", True, id="opt-out"),
     pytest.param({"x-prediction-based-scheduling": "false"}, "opted_out", True, id="opt-in-false-opts-out"),
@@ -56,9 +57,15 @@ def test_headers(headers, field, value):
 @pytest.mark.parametrize("headers, message", [
     pytest.param({"x-slo-ttft-ms": "abc"}, "'x-slo-ttft-ms' must be a number", id="not-number"),
     pytest.param({"x-slo-tpot-ms": "0"}, "positive", id="zero"),
-    pytest.param({"x-slo-tpot-ms": "inf"}, "finite", id="infinite"),
+    pytest.param({"x-slo-tpot-ms": "inf"}, "up to 3600000", id="infinite"),
+    pytest.param({"x-slo-tpot-ms": "nan"}, "up to 3600000", id="nan"),
+    pytest.param({"x-slo-ttft-ms": "1e300"}, "up to 3600000", id="implausible"),
     pytest.param({"x-slo-ttft-ms": "100", "x-llm-d-slo-ttft-ms": "200"}, "disagree", id="conflicting-aliases"),
     pytest.param({"x-request-priority": "1.5"}, "integer", id="fractional-priority"),
+    pytest.param({"x-request-priority": "1_0"}, "decimal integer, got '1_0'", id="underscored-priority"),
+    pytest.param({"x-request-priority": "١"}, "decimal integer", id="non-ascii-digit-priority"),
+    pytest.param({"x-request-priority": "9" * 30}, "decimal integer", id="huge-priority"),
+    pytest.param({"x-request-id": "r" * 257}, "at most 256 characters", id="long-request-id"),
     pytest.param({"x-prediction-based-scheduling": "maybe"}, "true or false", id="bad-flag"),
 ])
 def test_header_errors(headers, message):
