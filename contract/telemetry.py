@@ -74,6 +74,8 @@ class TelemetryRecord(ServerState):
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     priority: int = 0
+    retries: int = 0  # servers the router tried before this one (they failed before the first byte)
+    ejections: int = 0  # servers this request's failed attempts ejected from the pool (router.state.outliers)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
@@ -83,7 +85,8 @@ _RECORD_KINDS = {
     **dict.fromkeys(("request_id", "server_id", "pool_key"), "text"),
     "stream": "flag",
     **dict.fromkeys(("arrival_ts", "dispatch_ts", "completion_ts"), "time"),
-    **dict.fromkeys(("prompt_tokens", "output_tokens", "max_tokens", "encoder_input_size"), "count"),
+    **dict.fromkeys(("prompt_tokens", "output_tokens", "max_tokens", "encoder_input_size", "retries", "ejections"),
+                    "count"),
     **dict.fromkeys(("e2e_ms", "ttft_ms", "tpot_ms", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_e2e_ms",
                      "slo_ttft_ms", "slo_tpot_ms"), "latency"),
     "model_versions": "versions",

@@ -56,8 +56,15 @@ class RouterMetrics:
                                    ["target"], registry=r)
         self.request_errors = Counter("headroom_router_request_errors", "Requests that failed, by kind.",
                                       ["kind"], registry=r)
-        self.telemetry = Counter("headroom_router_telemetry_records", "Telemetry records by outcome.",
-                                 ["outcome"], registry=r)
+        self.telemetry = Counter("headroom_router_telemetry_records", "Completed requests whose telemetry record "
+                                 "was unusable (delivery is headroom_router_telemetry_delivery).", ["outcome"],
+                                 registry=r)
+        self.upstream_failures = Counter("headroom_router_upstream_failures", "Proxied attempts a server failed "
+                                         "before the first byte or mid-response, by reason.", ["reason"], registry=r)
+        self.upstream_retries = Counter("headroom_router_upstream_retries", "Requests sent to another server after "
+                                        "a failure before the first byte.", registry=r)
+        self.upstream_ejections = Counter("headroom_router_upstream_ejections", "Servers ejected by passive "
+                                          "outlier detection.", ["server"], registry=r)
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
         self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests refused for a missing or "

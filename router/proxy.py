@@ -1,21 +1,25 @@
 """The OpenAI-compatible HTTP proxy: ``POST /v1/completions`` and ``/v1/chat/completions``, ``GET /v1/models``.
 
-Per request: parse the scheduling headers and the body (400 with the reason when malformed), pick a
-server (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server),
-forward the body there, and relay the response — JSON, or the SSE stream chunk by chunk — while metering
-TTFT / TPOT / E2E. Streaming requests ask the server for a final ``usage`` chunk so TPOT is measured in
-tokens. The chosen server is named in the ``x-headroom-server`` response header, beside the server's own
-headers clients rely on (:func:`~router.openai_api.relayed_headers`). Every error the router answers
-itself, an unknown path included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models``
-lists the models of every server that answers. ``GET /metrics`` serves the router's Prometheus metrics
-and ``GET /healthz`` its liveness, on the proxy's port or on an app of their own
-(:meth:`Proxy.metrics_app`). When the router authenticates its clients, their ``authorization`` header is
-theirs to the router and is not forwarded to the model servers.
+Per request: check the whole request first — the scheduling headers and the body, within the
+:mod:`router.limits` (413 for a body too large, 400 with the reason when malformed) — then pick a server
+(429 with the admitter's reason when a sheddable request is shed, 503 when there is no server), forward
+the body there (:mod:`router.upstreams`: timeouts, another server when one fails before answering;
+:mod:`router.forwarding`: request headers), and relay the response — JSON, or the SSE stream chunk by
+chunk — while metering TTFT / TPOT / E2E. Every dispatch is released on every path. Streaming requests ask
+the server for a final ``usage`` chunk so TPOT is measured in tokens. The chosen server is named in the
+``x-headroom-server`` response header, beside the server's own headers clients rely on
+(:func:`~router.openai_api.relayed_headers`). Every error the router answers itself, an unknown path
+included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models`` lists the models of every
+server that answers. ``GET /metrics`` serves the router's Prometheus metrics and ``GET /healthz`` its
+liveness, the servers ejected by outlier detection and the requests in flight, on the proxy's port or on an
+app of their own (:meth:`Proxy.metrics_app`). When the router authenticates its clients, their
+``authorization`` header is theirs to the router and is not forwarded to the model servers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import uuid
@@ -26,17 +30,18 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
+from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import error_body, merge_models, relayed_headers
 from headroom.router.prompt import read_body
 from headroom.router.service import Dispatch, RouterService
+from headroom.router.upstreams import Upstreams, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
 
 SERVER_HEADER = "x-headroom-server"
-_HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
 
 
 MODELS_TIMEOUT_S = 2.0  # each server's share of a /v1/models call
@@ -60,17 +65,18 @@ async def openai_errors(request: web.Request,
 
 
 class Proxy:
-    def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0, *, metrics_routes: bool = True,
+    def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0, *,
+                 timeouts: UpstreamTimeouts | None = None, retries: int = 2, metrics_routes: bool = True,
                  strip_authorization: bool = False):
         self.service = service
-        self.upstream_timeout_s = upstream_timeout_s
+        self.upstreams = Upstreams(service, timeouts or UpstreamTimeouts(total_s=upstream_timeout_s), retries)
         self.metrics_routes = metrics_routes  # /metrics and /healthz on the proxy's app
-        self.hop_by_hop = _HOP_BY_HOP | ({"authorization"} if strip_authorization else set())
+        self.not_forwarded = frozenset({"authorization"} if strip_authorization else ())
         self.session: aiohttp.ClientSession | None = None
         self._ids = map(f"{uuid.uuid4().hex[:12]}-{{}}".format, itertools.count())  # unique across routers
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[openai_errors])
+        app = web.Application(client_max_size=self.service.limits.max_body_bytes, middlewares=[openai_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
@@ -93,7 +99,7 @@ class Proxy:
     async def _open(self, app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             timeout=aiohttp.ClientTimeout(total=self.upstream_timeout_s))
+                                             timeout=self.upstreams.timeouts.client_timeout())
 
     async def _close(self, app: web.Application) -> None:
         if self.session is not None:
@@ -110,7 +116,9 @@ class Proxy:
         return web.Response(body=self.service.metrics.exposition(), content_type="text/plain", charset="utf-8")
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"servers": len(self.service.pool.servers)})
+        pool, now = self.service.pool, self.service.monotonic()
+        return web.json_response({"servers": len(pool.servers), "inflight": len(pool.inflight),
+                                  "ejected": {sid: round(until - now, 1) for sid, until in pool.outliers.ejected(now).items()}})
 
     async def models(self, request: web.Request) -> web.Response:
         """Every model the servers list; 503 when none answers."""
@@ -135,14 +143,20 @@ class Proxy:
 
     async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await request.read()
-            doc = msgspec.json.decode(body)
+            raw = await request.read()
+            doc = self.service.limits.parse_json(raw)
             headers = parse_headers(request.headers.items())
-            prompt = read_body(doc, chat)
-        except ValueError as err:
-            return error_response(400, "invalid_json", f"request body is not valid JSON: {err}")
+            prompt = read_body(doc, chat, self.service.limits)
+        except web.HTTPRequestEntityTooLarge as err:
+            return error_response(413, "request_too_large", f"request body is over the limit of "
+                                  f"{self.service.limits.max_body_bytes} bytes (max_body_bytes): {err.text}")
+        except RequestTooLarge as err:
+            return error_response(413, "request_too_large", str(err))
         except RequestError as err:
             return error_response(400, "invalid_request", str(err))
+        options = doc.get("stream_options")
+        if prompt.stream and not (isinstance(options, dict) and options.get("include_usage") is True):
+            raw = msgspec.json.encode({**doc, "stream_options": {**(options or {}), "include_usage": True}})
         request_id = headers.request_id or next(self._ids)
         try:
             dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt))
@@ -150,41 +164,45 @@ class Proxy:
             return error_response(429, "admission_rejected", err.reason)
         except NoCandidates as err:
             return error_response(503, "no_servers", str(err))
-        options = doc.get("stream_options")
-        if prompt.stream and not (isinstance(options, dict) and options.get("include_usage") is True):
-            body = msgspec.json.encode({**doc, "stream_options": {**(options or {}), "include_usage": True}})
-        return await self._forward(request, dispatch, body)
+        return await self._forward(request, dispatch, raw)
 
     async def _forward(self, request: web.Request, dispatch: Dispatch, body: bytes) -> web.StreamResponse:
+        """Send the request on and relay the answer; the dispatch is released on every path."""
         assert self.session is not None
-        url = f"http://{dispatch.server.address}{request.path}"
-        forward = {k: v for k, v in request.headers.items() if k.lower() not in self.hop_by_hop}
+        forward = upstream_request_headers(request.headers, request.remote, self.not_forwarded)
         forward["content-type"] = "application/json"
-        finished = False
+        released = False
         try:
-            async with self.session.post(url, data=body, headers=forward) as upstream:
+            opened = await self.upstreams.open(self.session, request.path, dispatch, body, forward)
+            dispatch, upstream, released = opened.dispatch, opened.response, opened.response is None
+            if upstream is None:
+                assert opened.error is not None
+                opened.error.headers[SERVER_HEADER] = dispatch.server.server_id
+                return opened.error
+            try:
                 headers = {**relayed_headers(upstream.headers.items()), SERVER_HEADER: dispatch.server.server_id}
-                if upstream.status != 200:
-                    body = await upstream.read()
-                    self.service.abandon(dispatch, f"upstream-{upstream.status}")
-                    finished = True
-                    return web.Response(body=body, status=upstream.status,
-                                        content_type=upstream.content_type or "application/json", headers=headers)
-                if upstream.content_type == "text/event-stream":
+                if upstream.content_type == "text/event-stream" and upstream.status == 200:
                     response = await self._relay_stream(request, dispatch, upstream, headers)
-                else:
-                    body = await upstream.read()
+                    released = True
+                    return response
+                try:
+                    body = b"".join([chunk async for chunk in self.upstreams.chunks(upstream)])
+                except (aiohttp.ClientError, TimeoutError) as err:  # nothing of it reached the client yet
+                    self.service.upstream_failed(dispatch, "body-broken")
+                    released = True
+                    return error_response(502, "upstream_error", f"server {dispatch.server.server_id}: "
+                                                                 f"{type(err).__name__}: {err}")
+                if upstream.status == 200:
                     self.service.complete(dispatch, meter_json(body, dispatch.dispatch_mono, self.service.monotonic()))
-                    response = web.Response(body=body, status=200, content_type=upstream.content_type,
-                                            headers=headers)
-                finished = True
-                return response
-        except (aiohttp.ClientError, TimeoutError) as err:
-            self.service.abandon(dispatch, "upstream-connection")
-            finished = True
-            return error_response(502, "upstream_unreachable", f"server {dispatch.server.server_id}: {type(err).__name__}: {err}")
+                else:
+                    self.service.abandon(dispatch, f"upstream-{upstream.status}")
+                released = True
+                return web.Response(body=body, status=upstream.status, headers=headers,
+                                    content_type=upstream.content_type or "application/json")
+            finally:
+                upstream.release()
         finally:
-            if not finished:  # the client went away mid-stream
+            if not released:  # the client went away, or anything else cut the request short
                 self.service.abandon(dispatch, "client-disconnected")
 
     async def _relay_stream(self, request: web.Request, dispatch: Dispatch, upstream: aiohttp.ClientResponse,
@@ -193,15 +211,21 @@ class Proxy:
                                                             "cache-control": "no-cache", **headers})
         await response.prepare(request)
         meter = StreamMeter(dispatch.dispatch_mono)
-        try:
-            async for chunk in upstream.content.iter_any():
-                now = self.service.monotonic()
-                if meter.feed(chunk, now):
-                    self.service.streamed(dispatch, now)
-                await response.write(chunk)
-        except (aiohttp.ClientError, TimeoutError):
-            self.service.abandon(dispatch, "upstream-stream-broken")
-            return response
+        chunks = self.upstreams.chunks(upstream)
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except (aiohttp.ClientError, TimeoutError) as err:
+                self.service.upstream_failed(dispatch, "idle-timeout" if isinstance(err, TimeoutError)
+                                             else "stream-broken")
+                return response
+            now = self.service.monotonic()
+            if meter.feed(chunk, now):
+                self.service.streamed(dispatch, now)
+            await response.write(chunk)  # a client gone raises: the caller releases the dispatch
         self.service.complete(dispatch, meter.finish(self.service.monotonic()))
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):  # the client left after the last byte: it was served
+            await response.write_eof()
         return response

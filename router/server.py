@@ -36,6 +36,7 @@ from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
 from headroom.router.ext_proc import ExtProcServicer
+from headroom.router.limits import RequestLimits
 from headroom.router.metrics import RouterMetrics
 from headroom.router.pick_api import PickServicer
 from headroom.router.proto import router_pb2_grpc
@@ -43,12 +44,14 @@ from headroom.router.proxy import Proxy
 from headroom.router.roles import LatencyPredictor
 from headroom.router.service import RouterService
 from headroom.router.state.inflight import Inflight
+from headroom.router.state.outliers import OutlierPolicy
 from headroom.router.state.pods import PodWatcher
 from headroom.router.state.pool import PoolState
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.scraper import MetricsScraper
 from headroom.router.state.servers import ServerFile
 from headroom.router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
+from headroom.router.upstreams import UpstreamTimeouts
 from headroom.tls import channel_credentials, grpc_server_credentials, self_signed_pair, server_pair, ssl_server_context
 
 if TYPE_CHECKING:
@@ -68,7 +71,9 @@ class RouterServer:
         self.pods = PodWatcher(config.pods) if config.pods else None
         servers = self.server_file.servers if self.server_file else config.servers
         self.pool = PoolState(servers, inflight=Inflight(s.inflight_ttl_s), prefix=PrefixIndex(s.prefix_max_blocks),
-                              unhealthy_after_s=s.unhealthy_after_s)
+                              unhealthy_after_s=s.unhealthy_after_s, outliers=OutlierPolicy(
+                                  s.outlier_failures, s.outlier_ejection_s, s.outlier_max_ejection_s,
+                                  s.outlier_max_ejected_fraction))
         self.telemetry = KafkaTelemetry(kafka, s.telemetry_buffer) if s.telemetry else MemoryTelemetry()
         self._tailer: ModelUpdateTailer | None = None
         self._client: PredictorClient | None = None
@@ -80,15 +85,20 @@ class RouterServer:
             predictor = self._remote_predictor()
         if isinstance(self.telemetry, KafkaTelemetry):
             self.metrics.report_telemetry(self.telemetry.counts)
+        limits = RequestLimits(s.max_body_bytes, s.max_json_depth, s.max_hashed_tokens, s.max_block_hashes,
+                               s.max_candidates)
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
-                                     predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed))
+                                     predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed),
+                                     limits=limits)
         self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
         self.signals = RouterSignals(self.metrics.registry, predictor,
                                      ttft_slo_ms=s.autoscale_ttft_slo_ms or None,
                                      reference_prompt_tokens=s.autoscale_reference_prompt_tokens,
                                      memory_capacity_gib=s.accelerator_memory_gib)
-        self.proxy = Proxy(self.service, s.upstream_timeout_s, metrics_routes=s.metrics_port < 0,
-                           strip_authorization=self.tokens is not None)
+        self.proxy = Proxy(self.service, timeouts=UpstreamTimeouts(
+            s.upstream_connect_timeout_s, s.upstream_first_byte_timeout_s, s.upstream_idle_timeout_s,
+            s.upstream_timeout_s), retries=s.upstream_retries, metrics_routes=s.metrics_port < 0,
+            strip_authorization=self.tokens is not None)
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
         self._runners: list[web.AppRunner] = []
@@ -132,10 +142,12 @@ class RouterServer:
         if s.metrics_port >= 0:
             self.metrics_port = await self._serve_http(self.proxy.metrics_app(), s.metrics_port, tls=False)
         pair = server_pair(s.tls)
+        # a message holds at most a body within the limit and its scheduling inputs (router.limits)
+        grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024)]
         if s.pick_port >= 0:
             interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
                 if self.tokens is not None else []
-            server = grpc.aio.server(interceptors=interceptors)
+            server = grpc.aio.server(interceptors=interceptors, options=grpc_options)
             router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service), server)
             self.pick_port = self._bind(server, s.pick_port, pair)
             await server.start()
@@ -143,7 +155,7 @@ class RouterServer:
         if s.ext_proc_port >= 0:
             ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
             self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
-            server = grpc.aio.server()
+            server = grpc.aio.server(options=grpc_options)
             ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service), server)
             self.ext_proc_port = self._bind(server, s.ext_proc_port, ext_proc_pair)
             await server.start()

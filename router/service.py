@@ -5,23 +5,29 @@ or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoC
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
 latency metrics and sends one telemetry record carrying the prediction that was used;
 :meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
-releases a request that failed. All calls run on one event loop thread.
+releases a request that failed. A proxied attempt that failed before its first byte is reported with
+:meth:`RouterService.upstream_failed` (passive outlier detection) and may go to another server
+(:meth:`RouterService.retry`); the record of the attempt that answers carries the retries and ejections.
+Every dispatch is accounted in flight under a key of its own, so no request id — reused by a client or
+not — can stand for another dispatch. All calls run on one event loop thread.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from headroom.contract.server_state import state_values
+from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.targets import response_ms
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.router.engine import Decision, Engine
 from headroom.router.errors import AdmissionRejected
 from headroom.router.headers import SchedulingHeaders
+from headroom.router.limits import RequestLimits
 from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
 from headroom.router.prompt import PromptInfo
@@ -41,6 +47,9 @@ class Dispatch:
     arrival_ts: float  # wall clock, unix seconds
     dispatch_ts: float
     dispatch_mono: float  # monotonic clock, for measuring
+    key: str = ""  # the dispatch's in-flight key, unique in the router
+    tried: tuple[str, ...] = ()  # servers the request went to before this one, which failed it
+    ejections: int = 0  # servers its failed attempts ejected
 
     @property
     def server(self) -> ServerSnapshot:
@@ -50,7 +59,8 @@ class Dispatch:
 class RouterService:
     def __init__(self, engine: Engine, pool: PoolState, telemetry: TelemetrySink, metrics: RouterMetrics,
                  *, predictor: LatencyPredictor | None = None, rng: random.Random | None = None,
-                 monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+                 monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 limits: RequestLimits = RequestLimits()):
         self.engine = engine
         self.pool = pool
         self.telemetry = telemetry
@@ -59,7 +69,9 @@ class RouterService:
         self.rng = rng or random.Random()
         self.monotonic = monotonic
         self.wall = wall
+        self.limits = limits
         self.invalid_records = 0
+        self._dispatch_numbers = itertools.count(1)
 
     def request_of(self, request_id: str, headers: SchedulingHeaders, prompt: PromptInfo) -> Request:
         return Request(request_id=request_id, prompt_tokens=prompt.prompt_tokens, max_tokens=prompt.max_tokens,
@@ -68,13 +80,16 @@ class RouterService:
                        predict=self.engine.wants_prediction(headers.opted_in, headers.opted_out),
                        block_hashes=prompt.block_hashes, media_hashes=prompt.media_hashes)
 
-    def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None) -> Dispatch:
-        """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch."""
-        arrival = self.wall()
+    def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None, *,
+             retry_of: Dispatch | None = None) -> Dispatch:
+        """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch; a retry
+        (``retry_of`` the dispatch that failed) goes to none of the servers tried already."""
+        arrival = self.wall() if retry_of is None else retry_of.arrival_ts
         started = time.perf_counter()
         now = self.monotonic()
+        tried = () if retry_of is None else (*retry_of.tried, retry_of.server.server_id)
         if servers is None:
-            servers = self.pool.snapshots(request, now)
+            servers = self.pool.snapshots(request, now, frozenset(tried))
         decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
         self.metrics.decision_latency.observe(time.perf_counter() - started)
         self.metrics.decisions.labels(decision.profile).inc()
@@ -90,28 +105,50 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 self.metrics.model_version.labels(target).set(version)
-        self.pool.dispatched(request, chosen.server.server_id, now)  # type: ignore[union-attr]
-        return Dispatch(request, decision, arrival, self.wall(), now)
+        key = f"{request.request_id}#{next(self._dispatch_numbers)}"
+        self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
+        return Dispatch(request, decision, arrival, self.wall(), now, key, tried,
+                        0 if retry_of is None else retry_of.ejections)
+
+    def retry(self, failed: Dispatch) -> Dispatch:
+        """The same request on another server, after ``failed`` (already reported) failed before its first
+        byte; raises :class:`~router.errors.NoCandidates` when no other server is left."""
+        self.metrics.upstream_retries.inc()
+        return self.pick(failed.request, retry_of=failed)
+
+    def upstream_failed(self, dispatch: Dispatch, reason: str) -> Dispatch:
+        """Release a dispatch whose server failed it (``reason``: e.g. ``connect``, ``status-503``, ``first-byte-
+        timeout``) and count the failure for outlier detection; returns the dispatch with any ejection counted."""
+        self.abandon(dispatch, f"upstream-{reason}")
+        server_id = dispatch.server.server_id
+        self.metrics.upstream_failures.labels(reason).inc()
+        until = self.pool.upstream_failed(server_id, self.monotonic())
+        if until is None:
+            return dispatch
+        self.metrics.upstream_ejections.labels(server_id).inc()
+        log.warning("server %s ejected for %.0f s after failing requests (last: %s)", server_id,
+                    until - self.monotonic(), reason)
+        return replace(dispatch, ejections=dispatch.ejections + 1)
 
     def complete(self, dispatch: Dispatch, completion: Completion) -> TelemetryRecord | None:
         """Finish a request that got a response; returns the telemetry record sent (None if unusable)."""
-        self.pool.completed(dispatch.request.request_id)
+        self.pool.completed(dispatch.key)
+        self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
         record = self._record(dispatch, completion)
         if record is not None:
             self.telemetry.send(record)
-            self.metrics.telemetry.labels("sent").inc()
         return record
 
     def streamed(self, dispatch: Dispatch, now: float) -> None:
         """Tokens of the request went by at ``now`` (monotonic): the server's step rhythm, and the request's
         prompt no longer counts as prefill queued there (from its first tokens on; later ones change nothing)."""
-        self.pool.first_token(dispatch.request.request_id)
+        self.pool.first_token(dispatch.key)
         self.pool.token_seen(dispatch.server.server_id, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""
-        self.pool.completed(dispatch.request.request_id)
+        self.pool.completed(dispatch.key)
         self.metrics.request_errors.labels(kind).inc()
 
     def _observe(self, dispatch: Dispatch, done: Completion) -> None:
@@ -141,10 +178,12 @@ class RouterService:
             output_tokens=done.output_tokens, e2e_ms=done.e2e_ms, max_tokens=request.max_tokens,
             encoder_input_size=request.encoder_input_size,
             ttft_ms=done.ttft_ms if request.stream else None, tpot_ms=done.tpot_ms if request.stream else None,
-            slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority)
-        if prediction is not None:
-            fields.update(predicted_ttft_ms=prediction.ttft_ms, predicted_tpot_ms=prediction.tpot_ms,
-                          predicted_e2e_ms=prediction.e2e_ms, model_versions=dict(prediction.versions) or None)
+            slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority,
+            retries=len(dispatch.tried), ejections=dispatch.ejections)
+        if prediction is not None:  # a prediction beyond the plausible reads as the bound, not as a lost record
+            fields.update(predicted_ttft_ms=_plausible(prediction.ttft_ms), predicted_tpot_ms=_plausible(
+                prediction.tpot_ms), predicted_e2e_ms=_plausible(prediction.e2e_ms),
+                model_versions=dict(prediction.versions) or None)
         try:
             return validate({"v": SCHEMA_VERSION, **{k: v for k, v in fields.items() if v is not None}})
         except InvalidRecord as err:
@@ -152,3 +191,7 @@ class RouterService:
             self.metrics.telemetry.labels("unusable").inc()
             log.info("request %s: no telemetry record: %s", request.request_id, err.reason)
             return None
+
+
+def _plausible(milliseconds: float | None) -> float | None:
+    return None if milliseconds is None else min(milliseconds, MAX_LATENCY_MS)

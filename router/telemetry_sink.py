@@ -1,10 +1,12 @@
 """Completed-request telemetry to Kafka, without ever holding up routing.
 
 :class:`KafkaTelemetry` wraps an idempotent confluent-kafka producer with a bounded local buffer
-(``buffer_records``). :meth:`send` never blocks: when the buffer is full the record is dropped and
-counted. While the broker is down records wait in the buffer and are delivered, in order and without
-duplicates, when it returns (messages do not time out unless ``delivery_timeout_s`` is set). Someone
-must call :meth:`poll` regularly (the server does, on its event loop) to serve delivery reports.
+(``buffer_records``). :meth:`send` never blocks: when the buffer is full the record is dropped, counted
+and logged (at most every few seconds). While the broker is down records wait in the buffer and are
+delivered, in order and without duplicates, when it returns (messages do not time out unless
+``delivery_timeout_s`` is set). A record counts as delivered only once the broker has acknowledged it
+(:class:`TelemetryCounts`, exported by :mod:`router.metrics`). Someone must call :meth:`poll` regularly (the
+server does, on its event loop) to serve delivery reports.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from confluent_kafka import KafkaError, Message
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings
 from headroom.kafka_clients import librdkafka_logger, producer
+from headroom.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +31,8 @@ class TelemetrySink(Protocol):
 
 @dataclass
 class TelemetryCounts:
-    sent: int = 0  # accepted into the buffer
-    delivered: int = 0
+    buffered: int = 0  # accepted into the buffer
+    delivered: int = 0  # acknowledged by the broker
     failed: int = 0  # permanently failed after being buffered
     dropped: int = 0  # refused because the buffer was full
 
@@ -51,6 +54,8 @@ class KafkaTelemetry:
                  client_id: str = "headroom-router"):
         self.topic = kafka.telemetry_topic
         self.counts = TelemetryCounts()
+        self._dropped_log = ThrottledLog(log, interval_s=10.0)
+        self._failed_log = ThrottledLog(log, interval_s=10.0)
         self._producer = producer(kafka, {
             "client.id": client_id,
             "enable.idempotence": True,
@@ -67,9 +72,11 @@ class KafkaTelemetry:
         try:
             self._producer.produce(self.topic, key=partition_key(record), value=encode(record),
                                    on_delivery=self._on_delivery)
-            self.counts.sent += 1
+            self.counts.buffered += 1
         except BufferError:
             self.counts.dropped += 1
+            self._dropped_log.event(logging.WARNING, "telemetry record dropped: %d records wait for Kafka, the "
+                                    "buffer is full (HEADROOM_ROUTER_TELEMETRY_BUFFER)", len(self._producer))
         self._producer.poll(0)
 
     def poll(self) -> None:
@@ -88,7 +95,7 @@ class KafkaTelemetry:
             self.counts.delivered += 1
         else:
             self.counts.failed += 1
-            log.warning("telemetry record not delivered to %s: %s", self.topic, err)
+            self._failed_log.event(logging.WARNING, "telemetry record not delivered to %s: %s", self.topic, err)
 
     def _on_error(self, err: KafkaError) -> None:
         log.info("telemetry producer: %s", err)

@@ -3,8 +3,10 @@ combined into one :class:`~router.server_table.ServerTable` of candidates at sch
 encoder index: which of the request's media items each server likely holds).
 
 A server is a candidate once it has been scraped successfully and for as long as its last success is at
-most ``unhealthy_after_s`` old; when no server qualifies, every server is a candidate (the heuristic still
-spreads load and the proxy reports connection errors). Per-server state is kept as columns, updated in
+most ``unhealthy_after_s`` old, unless passive outlier detection (:mod:`router.state.outliers`, fed by
+:meth:`PoolState.upstream_failed`) ejected it; when no server qualifies, every server is a candidate (the
+heuristic still spreads load and the proxy reports connection errors). A retry names the servers it
+already tried, which are never candidates again for it. Per-server state is kept as columns, updated in
 place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
 an object per server; ``metrics_age_s`` is computed at the decision's time, and so is the age of the last
 token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`). Expired
@@ -25,6 +27,7 @@ from headroom.router.roles import Request
 from headroom.router.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
 from headroom.router.state.inflight import Inflight
+from headroom.router.state.outliers import OutlierPolicy, Outliers
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
@@ -42,8 +45,9 @@ class Scrape:
 class PoolState:
     def __init__(self, servers: tuple[ServerSpec, ...] = (), *, inflight: Inflight | None = None,
                  prefix: PrefixIndex | None = None, encoder: EncoderIndex | None = None,
-                 unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0):
+                 unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0, outliers: OutlierPolicy | None = None):
         self.inflight = inflight or Inflight()
+        self.outliers = Outliers(outliers or OutlierPolicy())
         self.prefix = prefix or PrefixIndex()
         self.encoder = encoder or EncoderIndex()
         self.unhealthy_after_s = unhealthy_after_s
@@ -62,6 +66,7 @@ class PoolState:
             del self.scrapes[gone]
             self.prefix.forget(gone)
             self.encoder.forget(gone)
+            self.outliers.forget(gone)
         for sid in self.servers:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
@@ -74,6 +79,7 @@ class PoolState:
         self._prefix_bits = self.prefix.bits(ids)
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
+        self._ejected_until = np.array([self.outliers.until(sid) for sid in ids], dtype=float)
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
         self._decode_tokens = np.zeros(n)
         self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
@@ -98,14 +104,14 @@ class PoolState:
             last = self.scrapes[server_id]
             self.scrapes[server_id] = Scrape(last.metrics, last.at, error)
 
-    def snapshots(self, request: Request, now: float) -> ServerTable:
-        """The candidate servers for ``request``, one row each (a sequence of snapshots)."""
+    def snapshots(self, request: Request, now: float, exclude: frozenset[str] = frozenset()) -> ServerTable:
+        """The candidate servers for ``request``, one row each (a sequence of snapshots), none of ``exclude``."""
         if now >= self._next_expiry:
             self._next_expiry = now + self.expire_every_s
             for server_id in self.inflight.expire(now):
                 self._store_load(server_id)
         prefix = self.prefix.fractions(request.block_hashes, request.prompt_tokens)
-        rows = self._healthy_rows(now)
+        rows = self._candidate_rows(now, exclude)
         picked = None if rows is None else rows.tolist()
 
         def column(values: np.ndarray) -> np.ndarray:  # always a copy: the table is a value
@@ -129,9 +135,10 @@ class PoolState:
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
             metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)))  # never scraped: inf
 
-    def dispatched(self, request: Request, server_id: str, now: float) -> None:
-        """Account a request sent to ``server_id``: in flight, and its prompt blocks cached there."""
-        self.inflight.start(request.request_id, server_id, request.prompt_tokens,
+    def dispatched(self, request: Request, server_id: str, now: float, key: str | None = None) -> None:
+        """Account a request sent to ``server_id``: in flight (under ``key``, the request id by default), and
+        its prompt blocks cached there."""
+        self.inflight.start(key or request.request_id, server_id, request.prompt_tokens,
                             request.slo_tpot_ms if request.stream else None, now, request.stream, request.max_tokens)
         self.prefix.record(server_id, request.block_hashes)
         self.encoder.record(server_id, request.media_hashes)
@@ -150,20 +157,37 @@ class PoolState:
             self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
         self._last_token[i] = now
 
-    def first_token(self, request_id: str) -> None:
-        entry = self.inflight.first_token(request_id)
+    def first_token(self, key: str) -> None:
+        entry = self.inflight.first_token(key)
         if entry is not None:
             self._store_load(entry.server_id)
 
-    def completed(self, request_id: str) -> None:
-        entry = self.inflight.finish(request_id)
+    def completed(self, key: str) -> None:
+        entry = self.inflight.finish(key)
         if entry is not None:
             self._store_load(entry.server_id)
 
-    def _healthy_rows(self, now: float) -> np.ndarray | None:
+    def upstream_failed(self, server_id: str, now: float) -> float | None:
+        """A request sent to ``server_id`` failed; the end of its ejection if that ejected it, else None."""
+        until = self.outliers.failed(server_id, now, len(self.servers)) if server_id in self.servers else None
+        if until is not None:
+            self._ejected_until[self._position[server_id]] = until
+        return until
+
+    def upstream_succeeded(self, server_id: str) -> None:
+        self.outliers.succeeded(server_id)
+
+    def _candidate_rows(self, now: float, exclude: frozenset[str]) -> np.ndarray | None:
         """Row numbers of the candidate servers; None when that is every server."""
-        fresh = now - self._scraped_at <= self.unhealthy_after_s
-        return None if fresh.all() or not fresh.any() else np.flatnonzero(fresh)
+        healthy = (now - self._scraped_at <= self.unhealthy_after_s) & (self._ejected_until <= now)
+        allowed = None
+        if exclude:
+            allowed = np.ones(len(self._ids), dtype=bool)
+            allowed[[self._position[sid] for sid in exclude if sid in self._position]] = False
+            healthy &= allowed
+        if healthy.any():
+            return None if healthy.all() else np.flatnonzero(healthy)
+        return None if allowed is None else np.flatnonzero(allowed)
 
     def _store_metrics(self, server_id: str, metrics: ServerMetrics, at: float) -> None:
         i = self._position[server_id]

@@ -145,7 +145,7 @@ def test_fallback_when_predictor_has_no_model_and_upstream_failure_releases_infl
     assert ok == 200 and failed[0] == 502 and "s0" in failed[1]["error"]["message"]
     text = router.metrics.exposition().decode()
     assert 'headroom_router_heuristic_decisions_total{reason="warm-up"} 2.0' in text  # predicted by default
-    assert 'headroom_router_request_errors_total{kind="upstream-connection"} 1.0' in text
+    assert 'headroom_router_request_errors_total{kind="upstream-connect"} 1.0' in text
     assert len(router.pool.inflight) == 0
 
 

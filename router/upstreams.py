@@ -1,0 +1,111 @@
+"""Sending a proxied request to the model servers: timeouts, and another server when one fails before it
+answers.
+
+:meth:`Upstreams.open` posts the request to the dispatch's server and returns once there is a response
+worth relaying: connected within ``connect_s``, status line and headers within ``first_byte_s``, and not a
+failure. A refused or reset connection, a timeout, or a 500 / 502 / 503 / 504 answer counts against the
+server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier detection) and, while
+``retries`` allow and another server is left, the request goes there
+(:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
+the last failure is the answer: the server's own 5xx, or 502 / 504 naming the server and the cause.
+:meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from headroom.router.errors import NoCandidates
+from headroom.router.service import Dispatch, RouterService
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+MAX_ERROR_BODY = 64 * 1024  # of a failed answer, relayed when no other server is left
+
+
+@dataclass(frozen=True)
+class UpstreamTimeouts:
+    connect_s: float = 2.0
+    first_byte_s: float = 120.0  # to the response's status line and headers
+    idle_s: float = 30.0  # between chunks of a response body
+    total_s: float = 600.0
+
+    def client_timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=self.total_s, sock_connect=self.connect_s, sock_read=self.first_byte_s)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The dispatch that answered with ``response``, or the last one that failed with ``error`` (released)."""
+
+    dispatch: Dispatch
+    response: aiohttp.ClientResponse | None = None
+    error: web.Response | None = None
+
+
+class Upstreams:
+    def __init__(self, service: RouterService, timeouts: UpstreamTimeouts = UpstreamTimeouts(), retries: int = 2):
+        self.service = service
+        self.timeouts = timeouts
+        self.retries = retries
+
+    async def open(self, session: aiohttp.ClientSession, path: str, dispatch: Dispatch, body: bytes,
+                   headers: CIMultiDict[str]) -> Opened:
+        """Post ``body`` to the dispatch's server (and on failure to others); see the module docstring."""
+        while True:
+            server = dispatch.server
+            try:
+                response = await session.post(f"http://{server.address}{path}", data=body, headers=headers,
+                                              timeout=self.timeouts.client_timeout())
+            except (aiohttp.ClientError, TimeoutError) as err:
+                reason, error = _failure(server.server_id, err)
+            else:
+                if response.status not in RETRY_STATUSES:
+                    return Opened(dispatch, response=response)
+                reason, error = f"status-{response.status}", await _relayed_failure(response, self.timeouts.idle_s)
+            dispatch = self.service.upstream_failed(dispatch, reason)
+            if len(dispatch.tried) >= self.retries:
+                return Opened(dispatch, error=error)
+            try:
+                dispatch = self.service.retry(dispatch)
+            except NoCandidates:
+                return Opened(dispatch, error=error)
+
+    async def chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one."""
+        while True:
+            async with asyncio.timeout(self.timeouts.idle_s):
+                chunk = await response.content.readany()
+            if not chunk:
+                return
+            yield chunk
+
+
+def _failure(server_id: str, err: BaseException) -> tuple[str, web.Response]:
+    """The reason label of a failed attempt and the answer the client gets if no other server is left."""
+    if isinstance(err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        reason, status = "connect", 502
+    elif isinstance(err, TimeoutError):
+        reason, status = "first-byte-timeout", 504
+    else:
+        reason, status = "reset", 502
+    return reason, web.json_response({"error": {
+        "message": f"server {server_id}: {reason}: {type(err).__name__}: {err}",
+        "type": "upstream_timeout" if status == 504 else "upstream_error", "code": status}}, status=status)
+
+
+async def _relayed_failure(response: aiohttp.ClientResponse, idle_s: float) -> web.Response:
+    """A server's failed answer as the client would get it (its body cut at ``MAX_ERROR_BODY``)."""
+    try:
+        async with asyncio.timeout(idle_s):
+            body = await response.content.read(MAX_ERROR_BODY)
+    except (aiohttp.ClientError, TimeoutError):
+        body = b""
+    finally:
+        response.release()
+    return web.Response(body=body, status=response.status, content_type=response.content_type or "application/json")
