@@ -17,7 +17,6 @@ from headroom.streams.windows import Windows, encode_row, entry_value
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import synthetic_records
 
-
 RECORDS_WALL_CLOCK = 1_700_000_100.0  # the test records completed within the minutes before it
 
 
