@@ -15,6 +15,8 @@ def register(subparsers) -> None:
     commands = group.add_subparsers(dest="predictor_command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run one prediction server until SIGTERM",
                                 **reads(PredictorSettings, KafkaSettings))
+    serve.add_argument("--host", help="address to bind, e.g. 0.0.0.0 for every interface (overrides "
+                                      "HEADROOM_PREDICTOR_HOST; default loopback)")
     serve.add_argument("--port", type=int, help="gRPC port (overrides HEADROOM_PREDICTOR_PORT)")
     serve.add_argument("--metrics-port", type=int, help="metrics port (overrides HEADROOM_PREDICTOR_METRICS_PORT)")
     serve.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides HEADROOM_KAFKA_BOOTSTRAP)")
@@ -34,8 +36,9 @@ def run_serve(args) -> int:
     from headroom.predictor.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {k: v for k, v in (("port", args.port), ("metrics_port", args.metrics_port), ("models", args.models),
-                                   ("http_port", args.http_port), ("tail_with_models", args.tail or None))
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("metrics_port", args.metrics_port),
+                                   ("models", args.models), ("http_port", args.http_port),
+                                   ("tail_with_models", args.tail or None))
                  if v is not None}
     try:
         settings = from_env(PredictorSettings, **overrides)

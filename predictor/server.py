@@ -8,6 +8,9 @@ The gRPC server and llm-d's HTTP API speak TLS when given a certificate, and req
 when given a client CA (:class:`~contract.tls.ServerTls`); the runtime serves only models signed by a
 trusted key, from either source.
 
+It binds ``settings.host`` (loopback unless told otherwise) and says so; a call holds at most
+``max_rows`` rows and at most ``max_concurrent_calls`` calls are served or queued at once.
+
 Health: ``NOT_SERVING`` until every model source has caught up (the tailer with the topic, the files with
 a first look) and a model is live, then ``SERVING``; ``NOT_SERVING`` again while stopping, so load
 balancers drain the instance first.
@@ -33,7 +36,7 @@ from headroom.predictor.file_source import ModelFileSource
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
-from headroom.predictor.service import GRPC_MESSAGE_OPTIONS, PredictionServicer
+from headroom.predictor.service import PredictionServicer, server_message_options
 from headroom.predictor.settings import PredictorSettings
 from headroom.predictor.tailer import ModelUpdateTailer
 from headroom.threads import serve_until_signal
@@ -84,9 +87,10 @@ class PredictorServer:
         kernels.warm_up()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.settings.workers,
                                                         thread_name_prefix="predict"),
-                             options=[("grpc.so_reuseport", 0), *GRPC_MESSAGE_OPTIONS])
+                             options=[("grpc.so_reuseport", 0), *server_message_options(self.settings.max_rows)],
+                             maximum_concurrent_rpcs=self.settings.max_concurrent_calls)
         prediction_pb2_grpc.add_PredictionServiceServicer_to_server(
-            PredictionServicer(self.runtime, self.metrics), server)
+            PredictionServicer(self.runtime, self.metrics, self.settings.max_rows), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if self.settings.reflection:
             reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -121,9 +125,9 @@ class PredictorServer:
             self.metrics_port = self._metrics_http.server_port
         self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
         self._watcher.start()
-        log.info("predictor serving gRPC on %s (%s; llm-d HTTP API port %s, metrics port %s)", self.address,
-                 "plaintext" if pair is None else "mTLS" if self.settings.tls.client_ca_file else "TLS",
-                 self.http_port, self.metrics_port)
+        log.info("predictor serving gRPC on %s:%d (%s; llm-d HTTP API port %s, metrics on %s:%s)", self.settings.host,
+                 self.port, "plaintext" if pair is None else "mTLS" if self.settings.tls.client_ca_file else "TLS",
+                 self.http_port, self.settings.host, self.metrics_port)
         return self
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -3,7 +3,9 @@
 Feature rows come packed (the router's path: it computed them with the contract's function) or as raw
 columns, from which :func:`predictor.raw_columns.raw_rows` computes them here.
 
-Domain errors map to gRPC status codes in :data:`STATUS_OF` and nowhere else.
+Domain errors map to gRPC status codes in :data:`STATUS_OF` and nowhere else. A call holds at most
+``max_rows`` rows (:class:`~predictor.errors.InvalidBatch` naming the limit), and the server's messages are
+sized for that (:func:`server_message_options`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import grpc
 import numpy as np
 
-from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA
+from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, RAW_COLUMNS
 from headroom.predictor.errors import InvalidBatch, NotReady, PredictorError, UnknownPool
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
@@ -26,16 +28,28 @@ STATUS_OF = {
     InvalidBatch: grpc.StatusCode.INVALID_ARGUMENT,
 }
 FLOAT32_LE = np.dtype("<f4")
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # no cap on candidates per call: 256 MiB is ~6.7 million rows
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # what a client accepts
 GRPC_MESSAGE_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+MAX_MODELS_PER_POOL = 8  # targets × objectives, with room
 
 
-def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
-    """The request's feature rows as an ``(n, n_features)`` float32 matrix; :class:`InvalidBatch` if malformed."""
+def server_message_options(max_rows: int) -> list[tuple[str, int]]:
+    """The server's message limits: a request of ``max_rows`` rows (packed float32 rows or raw float64 columns)
+    and its answer, with room for the framing."""
+    per_row = max(4 * len(FEATURE_NAMES), 8 * len(RAW_COLUMNS), 4 * MAX_MODELS_PER_POOL)
+    size = per_row * max_rows + 64 * 1024
+    return [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size)]
+
+
+def request_rows(request: prediction_pb2.PredictRequest, max_rows: int | None = None) -> np.ndarray:
+    """The request's feature rows as an ``(n, n_features)`` float32 matrix; :class:`InvalidBatch` if malformed or
+    longer than ``max_rows``."""
     kind = request.WhichOneof("rows")
     if kind == "raw":
-        return raw_rows({name: column.values for name, column in request.raw.columns.items()})
+        columns = {name: column.values for name, column in request.raw.columns.items()}
+        _check_rows(max((len(values) for values in columns.values()), default=0), max_rows)
+        return raw_rows(columns)
     width = len(FEATURE_NAMES)
     if request.feature_schema and request.feature_schema != FEATURE_SCHEMA:
         raise InvalidBatch(f"feature_schema {request.feature_schema!r} differs from the server's {FEATURE_SCHEMA!r}")
@@ -54,7 +68,13 @@ def request_rows(request: prediction_pb2.PredictRequest) -> np.ndarray:
             raise InvalidBatch(f"features holds {values.size} values, not a whole number of rows of {width}")
     else:
         raise InvalidBatch("empty batch: the request carries no feature rows")
+    _check_rows(values.size // width, max_rows)
     return values.reshape(-1, width)
+
+
+def _check_rows(rows: int, max_rows: int | None) -> None:
+    if max_rows is not None and rows > max_rows:
+        raise InvalidBatch(f"{rows} rows, over the limit of {max_rows} per call (HEADROOM_PREDICTOR_MAX_ROWS)")
 
 
 def response_of(prediction: PoolPrediction, n_rows: int) -> prediction_pb2.PredictResponse:
@@ -66,14 +86,15 @@ def response_of(prediction: PoolPrediction, n_rows: int) -> prediction_pb2.Predi
 
 
 class PredictionServicer(prediction_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, runtime: ModelRuntime, metrics: PredictorMetrics) -> None:
+    def __init__(self, runtime: ModelRuntime, metrics: PredictorMetrics, max_rows: int | None = None) -> None:
         self.runtime = runtime
         self.metrics = metrics
+        self.max_rows = max_rows
 
     def Predict(self, request, context):
         started = time.perf_counter()
         try:
-            rows = request_rows(request)
+            rows = request_rows(request, self.max_rows)
             prediction = self.runtime.predict(request.pool_key, rows)
         except PredictorError as err:
             code = STATUS_OF[type(err)]

@@ -11,7 +11,8 @@ from headroom.contract.tls import ServerTls
 
 @dataclass(frozen=True)
 class PredictorSettings:
-    host: str = setting("0.0.0.0", "HEADROOM_PREDICTOR_HOST", "Address the gRPC and metrics servers bind to.")
+    host: str = setting("127.0.0.1", "HEADROOM_PREDICTOR_HOST",
+                        "Address the gRPC and metrics servers bind to (0.0.0.0: every interface, as in a pod).")
     port: int = setting(50061, "HEADROOM_PREDICTOR_PORT", "gRPC port of the PredictionService (0: any free port).")
     metrics_port: int = setting(9461, "HEADROOM_PREDICTOR_METRICS_PORT",
                                 "Prometheus metrics port (0: any free port, -1: no metrics endpoint).")
@@ -19,6 +20,10 @@ class PredictorSettings:
     engine: str = setting("", "HEADROOM_PREDICTOR_ENGINE", "Tree engine: numba or numpy (empty: best available).")
     threads: int = setting(1, "HEADROOM_PREDICTOR_THREADS",
                            "Threads one large batch's tree evaluation is split over (1: the serving thread only).")
+    max_rows: int = setting(16384, "HEADROOM_PREDICTOR_MAX_ROWS",
+                            "Most candidate rows in one call (the gRPC message size follows from it).")
+    max_concurrent_calls: int = setting(32, "HEADROOM_PREDICTOR_MAX_CONCURRENT_CALLS",
+                                        "Calls served or queued at once; more are refused (RESOURCE_EXHAUSTED).")
     grace_seconds: float = setting(5.0, "HEADROOM_PREDICTOR_GRACE_SECONDS",
                                    "How long in-flight calls may finish after SIGTERM.")
     fetch_wait_ms: int = setting(20, "HEADROOM_PREDICTOR_FETCH_WAIT_MS",

@@ -87,10 +87,12 @@ def test_failures_are_per_candidate_and_never_raise(start_server, boosters):
         assert all(answer.errors)
 
 
-def test_no_cap_on_candidates_per_call(start_server, boosters):
-    server = start_server(runtime=runtime_with(boosters))
-    rows = candidate_rows(150_000, seed=4)  # 6 MB of features, above gRPC's default 4 MB message limit
-    with PredictorClient([server.address], timeout_seconds=60.0) as client:
-        answer = client.predict("pool-a", rows)
+def test_a_call_holds_at_most_the_row_limit(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters), max_rows=5000)
+    rows = candidate_rows(5001, seed=4)
+    with PredictorClient([server.address], timeout_seconds=10.0) as client:
+        answer = client.predict("pool-a", rows[:5000])
+        refused = client.predict("pool-a", rows)
     assert answer.ok.all()
-    np.testing.assert_allclose(answer.get("ttft"), boosters["ttft"].inplace_predict(rows), rtol=1e-6)
+    np.testing.assert_allclose(answer.get("ttft"), boosters["ttft"].inplace_predict(rows[:5000]), rtol=1e-6)
+    assert not refused.ok.any() and "over the limit of 5000 per call" in refused.errors[0]
