@@ -3,7 +3,8 @@
 Streams ``max_tokens`` tokens (default 6) from ``first_token_delay_s`` after the headers, ``tokens_per_chunk``
 per SSE chunk, ``token_delay_s`` apart, ends with a ``usage`` chunk when asked (``stream_options.include_usage``),
 serves vLLM metrics and lists its ``models`` at ``/v1/models``. Every answer carries an ``x-request-id``
-and rate-limit headers, as hosted OpenAI-compatible servers send.
+and rate-limit headers, as hosted OpenAI-compatible servers send, and ``response_headers`` besides. Faults
+on demand: ``fail_status`` answers every completion with that status, ``hang`` never answers.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ from aiohttp import web
 class Upstream:
     def __init__(self, name: str, *, waiting: int = 0, running: int = 0, kv: float = 0.1,
                  tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0,
-                 models: tuple[str, ...] = ("m",)):
+                 models: tuple[str, ...] = ("m",), fail_status: int | None = None, hang: bool = False,
+                 response_headers: dict | None = None):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
         self.token_delay_s = token_delay_s
         self.first_token_delay_s = first_token_delay_s
         self.models = models
+        self.fail_status, self.hang = fail_status, hang
+        self.response_headers = response_headers or {}
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
+        self._stopping = asyncio.Event()  # lets a hanging handler go when the server stops
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -46,6 +51,7 @@ class Upstream:
         return self
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -64,11 +70,16 @@ class Upstream:
 
     def _headers(self) -> dict[str, str]:
         return {"x-request-id": f"{self.name}-{len(self.received)}", "x-ratelimit-remaining-requests": "99",
-                "server": "upstream-test", "x-internal-trace": "not for clients"}
+                "server": "upstream-test", "x-internal-trace": "not for clients", **self.response_headers}
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.received.append((request.path, dict(request.headers), body))
+        self.received.append((request.path, request.headers.copy(), body))
+        if self.hang:
+            await self._stopping.wait()
+            return web.Response(status=503)
+        if self.fail_status is not None:
+            return web.json_response({"error": {"message": "engine dead"}}, status=self.fail_status)
         tokens = body.get("max_tokens") or 6
         chat = request.path.endswith("chat/completions")
         usage = {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens}
