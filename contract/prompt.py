@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 BLOCK_TOKENS = 16
 BYTES_PER_TOKEN = 4
 
@@ -31,9 +33,14 @@ def text_block_hashes(text: str, max_tokens: int | None = None) -> tuple[int, ..
 
 
 def token_block_hashes(token_ids: Sequence[int]) -> tuple[int, ...]:
-    """Chained hashes of the full 16-token blocks of a pre-tokenized prompt."""
+    """Chained hashes of the full 16-token blocks of a pre-tokenized prompt: each block's ids as decimal text
+    joined by commas (written for all blocks at once, then cut at every 16th comma)."""
     full = len(token_ids) // BLOCK_TOKENS * BLOCK_TOKENS
-    return _chain([",".join(map(str, token_ids[i:i + BLOCK_TOKENS])).encode() for i in range(0, full, BLOCK_TOKENS)])
+    if not full:
+        return ()
+    text = ",".join(map(str, token_ids[:full])).encode()
+    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == ord(","))[BLOCK_TOKENS - 1::BLOCK_TOKENS].tolist()
+    return _chain([text[start:end] for start, end in zip([0] + [e + 1 for e in ends], ends + [len(text)])])
 
 
 def chat_text(messages: Sequence[Mapping[str, Any]]) -> str:

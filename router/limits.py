@@ -19,15 +19,16 @@ scheduled (``headroom bench request-limits`` measures it at the limits):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from headroom.router.errors import RequestError, RequestTooLarge
 
 _STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')  # every byte but brackets and quotes
+_decode = msgspec.json.Decoder().decode  # several times faster than the json module on long lists of numbers
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,13 @@ class RequestLimits:
     def parse_json(self, raw: bytes) -> Any:
         """The JSON document in ``raw``, within the size and depth limits; raises :class:`RequestError`."""
         self.check_body_size(len(raw))
-        depth = json_depth(raw)
-        if depth > self.max_json_depth:
+        openings = raw.count(b"[") + raw.count(b"{")  # no deeper than this; counting is cheaper than measuring
+        if openings > self.max_json_depth and (depth := json_depth(raw)) > self.max_json_depth:
             raise RequestError(f"request body nests {depth} levels deep, over the limit of {self.max_json_depth} "
                                f"(max_json_depth)")
         try:
-            return json.loads(raw)
-        except (ValueError, RecursionError) as err:
+            return _decode(raw)
+        except (msgspec.DecodeError, RecursionError) as err:
             raise RequestError(f"request body is not valid JSON: {err}") from None
 
     def check_block_hashes(self, count: int, where: str) -> None:
@@ -74,13 +75,25 @@ class RequestLimits:
 def json_depth(raw: bytes) -> int:
     """How deeply the arrays and objects of a JSON text nest (0: a scalar), brackets inside strings aside;
     a malformed text gets a number the parser then refuses. Runs in C and numpy, never in recursion."""
-    if raw.count(b"[") + raw.count(b"{") <= 1:
-        return int(b"[" in raw or b"{" in raw)
-    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, then escaped quotes
-    marks = np.frombuffer(plain.translate(None, _STRUCTURE), np.uint8)
+    if b"[" not in raw and b"{" not in raw:
+        return 0
+    marks = np.frombuffer(raw.translate(None, _STRUCTURE) if b"\\" not in raw else _structure(raw), np.uint8)
     quotes = marks == ord('"')
     outside = (np.cumsum(quotes, dtype=np.int32) & 1) == 0  # an even number of quotes so far: not in a string
     step = ((marks == ord("[")) | (marks == ord("{"))).astype(np.int32)
     step -= (marks == ord("]")) | (marks == ord("}"))
     step *= outside
     return int(np.cumsum(step).max(initial=0))
+
+
+def _structure(raw: bytes) -> bytes:
+    """The brackets and unescaped quotes of a JSON text that has backslashes, in order."""
+    data = np.frombuffer(b" " + raw, np.uint8)  # a leading byte, so every quote has one before it
+    position = np.arange(len(data))
+    last_plain = np.maximum.accumulate(np.where(data == ord("\\"), 0, position))  # latest byte that is no backslash
+    quotes = np.flatnonzero(data == ord('"'))
+    escaped = (quotes - 1 - last_plain[quotes - 1]) % 2 == 1  # an odd run of backslashes right before
+    keep = (data == ord("[")) | (data == ord("]")) | (data == ord("{")) | (data == ord("}"))
+    keep[quotes[~escaped]] = True
+    structure: bytes = data[keep].tobytes()
+    return structure

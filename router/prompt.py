@@ -92,7 +92,7 @@ def _completion(body: Mapping[str, Any], hashed: int) -> tuple[int, tuple[int, .
         prompt = prompt[0]
     if isinstance(prompt, str):
         return count_tokens(prompt), text_block_hashes(prompt, hashed)
-    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+    if isinstance(prompt, list) and prompt and set(map(type, prompt)) == {int}:
         return len(prompt), token_block_hashes(prompt[:hashed])
     raise RequestError("'prompt' must be a string or a non-empty list of token ids")
 
