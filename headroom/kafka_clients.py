@@ -6,9 +6,9 @@ laid over. Consumers made here never join a shared group: each gets a group
 id of its own and is assigned partitions directly, so no reader moves another's offsets.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
-topic or a partition leader that was created just now. :func:`librdkafka_logger` is the logger a client
-hands librdkafka's own log lines to, with the notes about a broker still starting (which librdkafka retries
-by itself) lowered to debug.
+topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now.
+:func:`librdkafka_logger` is the logger a client hands librdkafka's own log lines to, with the notes about a
+broker still starting (which librdkafka retries by itself) lowered to debug.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headroom.contract.topics import KafkaSettings
@@ -104,3 +104,25 @@ def watermarks(client: Consumer, topic: str, partition_ids: list[int], timeout_s
                     raise
                 time.sleep(0.2)
     return out
+
+
+def read_to_end(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> list[Message]:
+    """Every message of ``topic`` (all partitions, each in order) up to its end offsets when called."""
+    client = consumer(kafka, "headroom-reader", {"fetch.max.bytes": 64 << 20})
+    try:
+        found = wait_for_partitions(client, topic, 10.0)
+        ends = {p: high for p, (low, high) in watermarks(client, topic, found, 10.0).items() if high > low}
+        client.assign([TopicPartition(topic, p, 0) for p in ends])
+        messages, deadline = [], time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            message = client.poll(0.5)
+            if message is None or message.error():
+                continue
+            messages.append(message)
+            if message.offset() + 1 >= ends.get(message.partition(), 0):
+                ends.pop(message.partition(), None)
+        if ends:
+            raise TimeoutError(f"could not read {topic!r} to its end within {timeout_s} s")
+        return messages
+    finally:
+        client.close()

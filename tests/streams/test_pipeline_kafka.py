@@ -10,13 +10,14 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix
 from headroom.contract.model_update import load_booster, make_update
 from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import REASON_HEADER
+from headroom.kafka_clients import read_to_end
 from headroom.model_topic import read_all, read_latest
 from headroom.streams.app import WINDOWS_TABLE
 from headroom.streams.strata import stratum_key
@@ -51,24 +52,7 @@ def send(kafka, messages: list[dict]) -> None:
 
 def read_topic(kafka, topic: str, timeout_s: float = 30.0) -> list:
     """Every message currently on ``topic`` (all partitions)."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"t-{uuid.uuid4()}",
-                         "enable.auto.commit": False})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-    consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
-    remaining = {p: end for p, end in ends.items() if end > 0}
-    messages = []
-    deadline = time.monotonic() + timeout_s
-    while remaining and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None or message.error():
-            continue
-        messages.append(message)
-        if message.offset() + 1 >= remaining.get(message.partition(), 0):
-            remaining.pop(message.partition(), None)
-    consumer.close()
-    assert not remaining, f"could not read {topic} to its end"
-    return messages
+    return read_to_end(kafka, topic, timeout_s)
 
 
 def wait_for_version(kafka, key: str, newer_than: int, worker: WorkerProcess, timeout_s: float = 120.0,

@@ -1,0 +1,408 @@
+"""Bounded chaos run: traffic through the router while faults are injected at random, then a ledger.
+
+Everything runs on loopback, in a temporary folder: a Kafka broker, simulated servers (``headroom sim
+serve``), two of them behind :class:`~benchmarks.fault_gate.FaultGate` s, a prediction server, a learning
+worker (static group membership) and the router (remote predictor, telemetry to Kafka). A client sends
+requests (streaming and not) for ``--seconds`` or ``--requests``, whichever ends first; every
+``--fault-every`` seconds one fault, drawn with ``--seed`` (every kind once, in random order, then again):
+
+- malformed, oversized (1 MB) and far-future telemetry records produced straight to the telemetry topic;
+- ``kill -9`` of the worker or the predictor, restarted at once (time to recover: until the new worker
+  processes records again, until the new predictor is SERVING);
+- a broker restart (time to recover: until the router delivers telemetry and the worker processes it);
+- a gate failing every request with 500, or hanging every request, for ``--fault-seconds``.
+
+A component that dies on its own is restarted too, and counted. Once traffic ends the run settles (the
+router's telemetry buffer empty, the worker's reader caught up), the worker stops cleanly, and
+:mod:`benchmarks.chaos_ledger` reconciles: every request answered or refused with a reason, every
+telemetry record in a window, in the dead-letter topic or counted by the router as not delivered.
+Usage: ``python benchmarks/chaos.py --seconds 180 --seed 1 --out chaos.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import grpc
+import yaml
+from confluent_kafka import Producer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headroom.process import configure
+
+configure()
+
+from headroom import kafka_clients  # noqa: E402
+from headroom.benchmarks.chaos_ledger import RequestLedger, committed_lag, reconcile_telemetry  # noqa: E402
+from headroom.benchmarks.fault_gate import FaultGate  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.topics import KafkaSettings  # noqa: E402
+from headroom.demo.processes import Component, Supervisor  # noqa: E402
+from headroom.demo.scrape import scrape, total  # noqa: E402
+from headroom.localkafka import admin, broker  # noqa: E402
+from headroom.localkafka.settings import BrokerSettings  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+from tests.contract.records import recent_record  # noqa: E402
+
+FAULTS = ("malformed-telemetry", "oversized-telemetry", "future-telemetry", "kill-worker", "kill-predictor",
+          "restart-broker", "failing-server", "hanging-server")
+APP_ID = "headroom-chaos"
+PREFIXES = ["You are a helpful assistant. " * 20, "Summarize the following report. " * 30, "Translate: " * 10]
+
+
+@dataclass
+class Event:
+    at_s: float
+    fault: str
+    detail: str = ""
+    recovered_s: float | None = None  # kills and restarts: until the component does its work again
+
+
+@dataclass
+class Run:
+    seconds: float
+    events: list[Event] = field(default_factory=list)
+    injected: dict[str, int] = field(default_factory=dict)
+    unplanned_exits: list[str] = field(default_factory=list)
+    requests: RequestLedger = field(default_factory=RequestLedger)
+
+
+class Chaos:
+    def __init__(self, args: argparse.Namespace, state: Path):
+        self.args, self.state = args, state
+        self.rng = random.Random(args.seed)
+        self.broker = from_env(BrokerSettings, {}, port=free_port(), controller_port=free_port(),
+                               state_dir=state / "kafka-state")
+        self.kafka = from_env(KafkaSettings, {}, bootstrap_servers=self.broker.bootstrap, telemetry_partitions=4)
+        self.ports = {name: free_port() for name in ("router", "predictor", "predictor-metrics", "worker-metrics")}
+        self.supervisor = Supervisor(state / "logs", env={
+            "HEADROOM_KAFKA_BOOTSTRAP": self.kafka.bootstrap_servers, "HEADROOM_STATE_DIR": str(state),
+            "HEADROOM_PIPELINE_DATA_DIR": str(state / "pipeline"), "HEADROOM_PIPELINE_INSTANCE_ID": "chaos-worker-0",
+            "HEADROOM_RETRAIN_MIN_SAMPLES": "200", "HEADROOM_RETRAIN_INTERVAL": "10",
+            # nothing leaves a window during the run, so every valid record can be found in one at the end
+            "HEADROOM_WINDOW_MAX_ROWS": "1000000", "HEADROOM_WINDOW_MAX_AGE": "3600", "HEADROOM_DRIFT_MEMORY": "-1"})
+        self.components: dict[str, Component] = {}
+        self.busy: set[str] = set()  # components a fault is killing and restarting right now
+        self.gates: list[FaultGate] = []
+        self.servers: list[str] = []
+        self.run = Run(args.seconds, injected=dict.fromkeys(("malformed", "oversized", "future"), 0))
+        self.producer: Producer | None = None  # made once the broker is up
+        self.began = 0.0
+
+    # --- components -----------------------------------------------------------------------------------
+    def start(self, name: str) -> None:
+        p = self.ports
+        commands = {
+            "worker": (["worker", "start", "--app-id", APP_ID, "--metrics-port", str(p["worker-metrics"])],
+                       _answers(f"http://127.0.0.1:{p['worker-metrics']}/metrics")),
+            "predictor": (["predictor", "serve", "--port", str(p["predictor"]), "--metrics-port",
+                           str(p["predictor-metrics"])], _answers(f"http://127.0.0.1:{p['predictor-metrics']}/metrics")),
+            "router": (["router", "serve", "--config", str(self.router_config())],
+                       _answers(f"http://127.0.0.1:{p['router']}/healthz")),
+        }
+        args, ready = commands[name]
+        self.components[name] = self.supervisor.start(name, args, ready, timeout_s=180)
+
+    def router_config(self) -> Path:
+        config = {"settings": {"httpPort": self.ports["router"], "pickPort": -1, "extProcPort": -1, "seed": 1,
+                               "predictor": "remote", "predictorAddresses": f"127.0.0.1:{self.ports['predictor']}",
+                               "upstreamFirstByteTimeoutS": 3.0, "upstreamIdleTimeoutS": 5.0},
+                  "servers": [{"id": f"sim-{i}", "address": a} for i, a in enumerate(self.servers)]
+                  + [{"id": f"gate-{i}", "address": g.address} for i, g in enumerate(self.gates)]}
+        path = self.state / "router.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.components[name].process.pid, signal.SIGKILL)
+        self.components[name].process.wait(10)
+
+    async def setup(self) -> None:
+        await asyncio.to_thread(broker.up, self.broker)
+        await asyncio.to_thread(admin.ensure_topics, self.kafka)
+        self.producer = kafka_clients.producer(self.kafka, {"message.max.bytes": 2_000_000})
+        base = free_port()
+        count = self.args.servers + 2
+        addresses = [f"127.0.0.1:{base + i}" for i in range(count)]
+        await asyncio.to_thread(self.supervisor.start, "sim", [
+            "sim", "serve", "--servers", str(count), "--base-port", str(base), "--time-scale", "10", "--seed", "1"],
+            lambda: all(_answers(f"http://{a}/health")() for a in addresses))
+        self.servers = addresses[:self.args.servers]
+        self.gates = [await FaultGate(a).start() for a in addresses[self.args.servers:]]
+        for name in ("worker", "predictor", "router"):
+            await asyncio.to_thread(self.start, name)
+
+    # --- traffic --------------------------------------------------------------------------------------
+    async def traffic(self) -> None:
+        url = f"http://127.0.0.1:{self.ports['router']}"
+        deadline = self.began + self.args.seconds
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as http:
+            in_flight: set[asyncio.Task[None]] = set()
+            for n in range(self.args.requests):
+                if time.monotonic() >= deadline:
+                    break
+                while len(in_flight) >= self.args.concurrency:
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                task = asyncio.create_task(self.one_request(http, url, n))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                await asyncio.sleep(self.rng.expovariate(self.args.rate))
+            if in_flight:
+                await asyncio.wait(in_flight)
+
+    async def one_request(self, http: aiohttp.ClientSession, url: str, n: int) -> None:
+        stream = self.rng.random() < 0.7
+        chat = self.rng.random() < 0.5
+        text = self.rng.choice(PREFIXES) + f" request {n} " + "word " * self.rng.randint(5, 200)
+        body = {"max_tokens": self.rng.randint(4, 48), "stream": stream,
+                **({"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text})}
+        try:
+            async with http.post(f"{url}/v1/{'chat/' if chat else ''}completions", json=body,
+                                 headers={"x-prediction-based-scheduling": "true"}) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as err:
+            self.run.requests.record(None, None, False, f"{type(err).__name__}: {err}")
+            return
+        if stream and status == 200:
+            self.run.requests.record(status, None, raw.rstrip().endswith(b"data: [DONE]"))
+            return
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = raw[:200].decode(errors="replace")
+        self.run.requests.record(status, doc, status != 200 or bool(isinstance(doc, dict) and doc.get("choices")))
+
+    # --- faults ---------------------------------------------------------------------------------------
+    async def inject(self) -> None:
+        deadline = self.began + self.args.seconds - self.args.fault_seconds
+        deck: list[str] = []
+        while time.monotonic() + self.args.fault_every < deadline:
+            await asyncio.sleep(self.args.fault_every)
+            deck = deck or self.rng.sample(FAULTS, len(FAULTS))
+            fault = deck.pop()
+            event = Event(round(time.monotonic() - self.began, 1), fault)
+            self.run.events.append(event)
+            await getattr(self, "fault_" + fault.replace("-", "_"))(event)
+
+    def produce(self, kind: str, value: bytes, count: int = 1) -> None:
+        assert self.producer is not None
+        for _ in range(count):
+            self.producer.produce(self.kafka.telemetry_topic, key=b"chaos", value=value)
+        self.producer.flush(30)
+        self.run.injected[kind] += count
+
+    async def fault_malformed_telemetry(self, event: Event) -> None:
+        await asyncio.to_thread(self.produce, "malformed", b'\xff{"v": 1, "broken', 5)
+        event.detail = "5 records that are not JSON"
+
+    async def fault_oversized_telemetry(self, event: Event) -> None:
+        await asyncio.to_thread(self.produce, "oversized", b'{"v":1,"request_id":"' + b"x" * 1_000_000 + b'"}')
+        event.detail = "1 record of 1 MB"
+
+    async def fault_future_telemetry(self, event: Event) -> None:
+        now = time.time() + 1e7
+        record = recent_record(request_id="from-the-future", arrival_ts=now, dispatch_ts=now, completion_ts=now + 1)
+        await asyncio.to_thread(self.produce, "future", encode(record))
+        event.detail = "1 valid record completed 116 days from now"
+
+    async def restart(self, name: str) -> float:
+        """``kill -9`` the component and start it again at once; returns when it was killed."""
+        self.busy.add(name)
+        try:
+            killed = time.monotonic()
+            await asyncio.to_thread(self.kill, name)
+            await asyncio.to_thread(self.start, name)
+            return killed
+        finally:
+            self.busy.discard(name)
+
+    async def fault_kill_worker(self, event: Event) -> None:
+        killed = await self.restart("worker")
+        url = f"http://127.0.0.1:{self.ports['worker-metrics']}/metrics"
+        await self.until(lambda: _processed(url) > 0)
+        event.recovered_s = round(time.monotonic() - killed, 1)
+
+    async def fault_kill_predictor(self, event: Event) -> None:
+        killed = await self.restart("predictor")
+        serving = await self.until(lambda: _serving(f"127.0.0.1:{self.ports['predictor']}"), limit_s=60)
+        event.recovered_s = round(time.monotonic() - killed, 1) if serving else None
+        event.detail = "" if serving else "no model published yet: the new instance answers NOT_SERVING"
+
+    async def fault_restart_broker(self, event: Event) -> None:
+        router = f"http://127.0.0.1:{self.ports['router']}/metrics"
+        worker = f"http://127.0.0.1:{self.ports['worker-metrics']}/metrics"
+        stopped = time.monotonic()
+        await asyncio.to_thread(broker.down, self.broker)
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(broker.up, self.broker)
+        delivered, processed = _delivered(router), _processed(worker)
+        await self.until(lambda: _delivered(router) > delivered and _processed(worker) > processed)
+        event.recovered_s = round(time.monotonic() - stopped, 1)
+        event.detail = "down for 2 s, then up on the same data"
+
+    async def fault_failing_server(self, event: Event) -> None:
+        await self.gate_fault(event, "fail")
+
+    async def fault_hanging_server(self, event: Event) -> None:
+        await self.gate_fault(event, "hang")
+
+    async def gate_fault(self, event: Event, mode: str) -> None:
+        gate = self.rng.choice(self.gates)
+        gate.set_mode(mode)
+        event.detail = f"gate-{self.gates.index(gate)} for {self.args.fault_seconds:g} s"
+        await asyncio.sleep(self.args.fault_seconds)
+        gate.set_mode("ok")
+
+    async def until(self, condition, limit_s: float = 180.0) -> bool:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(_quietly, condition):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    async def watch(self) -> None:
+        """Restart a component that died on its own (as Kubernetes would), and count it."""
+        while True:
+            await asyncio.sleep(1.0)
+            for name, component in list(self.components.items()):
+                if component.process.poll() is not None and name not in self.busy:
+                    self.run.unplanned_exits.append(f"{name} exited with {component.process.returncode} at "
+                                                    f"{time.monotonic() - self.began:.0f} s")
+                    await asyncio.to_thread(self.start, name)
+
+    # --- the run --------------------------------------------------------------------------------------
+    async def main(self) -> dict:
+        await self.setup()
+        self.began = time.monotonic()
+        watcher = asyncio.create_task(self.watch())
+        injector = asyncio.create_task(self.inject())
+        await self.traffic()
+        await injector
+        router, worker = (f"http://127.0.0.1:{self.ports['router']}/metrics",
+                          f"http://127.0.0.1:{self.ports['worker-metrics']}/metrics")
+        settled = await self.until(lambda: total(scrape(router), "headroom_router_telemetry_buffered") == 0
+                                   and committed_lag(self.kafka, f"{APP_ID}-telemetry") == 0, limit_s=180)
+        watcher.cancel()
+        router_samples, worker_samples = scrape(router), scrape(worker)
+        await asyncio.to_thread(self.stop_cleanly, "worker")
+        telemetry = await asyncio.to_thread(reconcile_telemetry, self.kafka, f"{APP_ID}-windows-changelog")
+        return self.report(settled, router_samples, worker_samples, telemetry)
+
+    def stop_cleanly(self, name: str) -> None:
+        component = self.components.pop(name)
+        os.killpg(component.process.pid, signal.SIGTERM)
+        component.process.wait(60)
+
+    def report(self, settled: bool, router, worker, telemetry) -> dict:
+        delivery = {o: total(router, "headroom_router_telemetry_delivery_total", outcome=o)
+                    for o in ("delivered", "failed", "dropped")}
+        unusable = total(router, "headroom_router_telemetry_records_total", outcome="unusable")
+        requests = self.run.requests
+        injected = sum(self.run.injected.values())
+        return {
+            "settled": settled, "seconds": self.args.seconds, "seed": self.args.seed,
+            "faults": [dataclasses.asdict(e) for e in self.run.events],
+            "unplanned_exits": self.run.unplanned_exits,
+            "requests": {"sent": requests.sent, "answered": requests.answered, "cut_mid_stream": requests.cut,
+                         "refused": dict(requests.refused), "unexplained": requests.unexplained[:20],
+                         "unexplained_count": len(requests.unexplained)},
+            "router": {**delivery, "unusable": unusable,
+                       "retries": total(router, "headroom_router_upstream_retries_total"),
+                       "ejections": total(router, "headroom_router_upstream_ejections_total"),
+                       "fallbacks": total(router, "headroom_router_fallbacks_total")},
+            "telemetry": {"injected": self.run.injected, "on_topic": telemetry.on_topic,
+                          "router_delivered_plus_injected": delivery["delivered"] + injected,
+                          "answered_minus_records": requests.answered - sum(delivery.values()) - unusable,
+                          "in_windows": telemetry.in_windows, "dead_lettered": telemetry.dead_lettered,
+                          "dead_letter_duplicates": telemetry.dead_letter_duplicates,
+                          "unexplained": len(telemetry.unexplained), "unexplained_first": telemetry.unexplained[:20]},
+            "worker": {"implausible": total(worker, "headroom_telemetry_implausible_total"),
+                       "dead_letter_failures": total(worker, "headroom_telemetry_dead_letter_failures_total")},
+        }
+
+    async def close(self) -> None:
+        for gate in self.gates:
+            await gate.stop()
+        await asyncio.to_thread(self.supervisor.stop)
+        await asyncio.to_thread(broker.down, self.broker)
+
+
+def _answers(url: str):
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                return response.status == 200
+        except (OSError, ValueError):
+            return False
+    return ready
+
+
+def _quietly(condition) -> bool:
+    try:
+        return bool(condition())
+    except (OSError, ValueError, KeyError, TimeoutError):
+        return False
+
+
+def _processed(url: str) -> float:
+    samples = scrape(url, timeout_s=1.0)
+    return total(samples, "headroom_telemetry_ingested_total") + total(samples, "headroom_telemetry_dead_letters_total")
+
+
+def _delivered(url: str) -> float:
+    return total(scrape(url, timeout_s=1.0), "headroom_router_telemetry_delivery_total", outcome="delivered")
+
+
+def _serving(address: str) -> bool:
+    with grpc.insecure_channel(address) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+    return answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=180.0, help="traffic and faults, at most this long")
+    parser.add_argument("--requests", type=int, default=5000, help="at most this many requests")
+    parser.add_argument("--rate", type=float, default=6.0, help="requests per second (Poisson)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--servers", type=int, default=3, help="simulated servers besides the two behind gates")
+    parser.add_argument("--fault-every", type=float, default=12.0)
+    parser.add_argument("--fault-seconds", type=float, default=8.0, help="how long a gate fails or hangs")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="headroom-chaos-") as folder:
+        chaos = Chaos(args, Path(folder))
+
+        async def go() -> dict:
+            try:
+                return await chaos.main()
+            finally:
+                await chaos.close()
+        report = asyncio.run(go())
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

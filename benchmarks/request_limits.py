@@ -1,0 +1,89 @@
+"""How long one request holds the router's event loop before it is scheduled, at the request limits.
+
+Times the work a request does on the loop before its server is picked — body checks and parsing
+(:meth:`router.limits.RequestLimits.parse_json`), prompt reading and hashing (:func:`router.prompt.read_body`),
+the Pick API's candidate mapping — for the largest inputs the default limits let through and for inputs
+they refuse, next to a typical 2 KB request (the ratio column). Usage: ``python benchmarks/request_limits.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headroom.process import configure
+
+configure()
+
+from headroom.router.errors import RequestError  # noqa: E402
+from headroom.router.limits import RequestLimits  # noqa: E402
+from headroom.router.pick_api import snapshot_of  # noqa: E402
+from headroom.router.prompt import read_body  # noqa: E402
+from headroom.router.proto import router_pb2  # noqa: E402
+
+
+def parse(limits: RequestLimits, raw: bytes, chat: bool) -> Callable[[], object]:
+    def call() -> object:
+        try:
+            return read_body(limits.parse_json(raw), chat, limits)
+        except RequestError as err:  # refused: the time to refuse is what counts
+            return err
+    return call
+
+
+def cases(limits: RequestLimits) -> dict[str, Callable[[], object]]:
+    rng = random.Random(1)
+    budget = limits.max_body_bytes - 64
+    words = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "[x]", "{y}", '"q"']) for _ in range(budget // 5))
+    ids = [rng.randrange(100_000) for _ in range(budget // 7)]
+    messages = [{"role": "user", "content": "hello there " * 8}] * (budget // 120)
+    typical = {"prompt": "Summarize the following. " * 80, "max_tokens": 64, "stream": True}
+    candidates = [router_pb2.ServerState(server_id=f"s{i}", address=f"10.0.0.{i % 250}:8000", num_waiting=i % 7,
+                                         kv_cache_usage=0.5, running_tpot_slos_ms=[20.0, 30.0])
+                  for i in range(limits.max_candidates)]
+
+    def body(doc: object) -> bytes:
+        raw = json.dumps(doc).encode()
+        return raw[:limits.max_body_bytes] if len(raw) > limits.max_body_bytes else raw
+
+    return {
+        "typical 2 KB completion": parse(limits, body(typical), False),
+        "1 MiB text prompt": parse(limits, body({"prompt": words[:budget - 40]}), False),
+        "1 MiB of token ids": parse(limits, body({"prompt": ids}), False),
+        "1 MiB chat, many messages": parse(limits, body({"messages": messages}), True),
+        "max_block_hashes hash_ids": parse(limits, body({"prompt": "x", "headroom": {
+            "hash_ids": list(range(limits.max_block_hashes))}}), False),
+        "refused: 100,000-deep JSON": parse(limits, b"[" * 100_000 + b"]" * 100_000, False),
+        "refused: 50 MB body": parse(limits, b'{"prompt": "' + b"x" * 50_000_000 + b'"}', False),
+        "max_candidates Pick candidates": lambda: [snapshot_of(c) for c in candidates],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    timings = {}
+    for name, call in cases(RequestLimits()).items():
+        samples = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - started) * 1000)
+        timings[name] = (statistics.median(samples), max(samples))
+    base = timings["typical 2 KB completion"][0]
+    print(f"{'input':34} {'median ms':>10} {'max ms':>8} {'× typical':>10}")
+    for name, (median, worst) in timings.items():
+        print(f"{name:34} {median:10.3f} {worst:8.3f} {median / base:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
