@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.settings import from_env
 from headroom.contract.telemetry import encode, partition_key
 from headroom.contract.topics import TopicSpec
 from headroom.localkafka import admin
@@ -21,6 +22,7 @@ from headroom.predictor.client import PredictorClient
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
 from headroom.streams.app import REASON_HEADER, SOURCE_HEADER
+from tests.keys import TRUST
 from tests.predictor.models import message, train
 from tests.streams.test_pipeline_kafka import read_topic, send, wait_for_version
 from tests.streams.worker_process import WorkerProcess
@@ -105,13 +107,16 @@ def test_a_record_from_the_far_future_is_dead_lettered_and_the_window_clock_keep
     assert value == encode(future) and b"ahead of the consumer's clock" in headers[REASON_HEADER]
 
 
-def test_a_model_version_out_of_bounds_or_jumping_ahead_is_rejected_and_the_next_honest_one_serves(pipeline_kafka):
+def test_a_model_version_out_of_bounds_or_jumping_ahead_is_rejected_and_the_next_honest_one_serves(pipeline_kafka,
+                                                                                                    trusted_keys):
     booster = train(trees=5)
     producer = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers, "message.max.bytes": 10_000_000})
     for version in (1, 2**64, 2**53 - 1, 10**9, 2):  # out of range, then two jumps far ahead of the live v1
         producer.produce(pipeline_kafka.model_topic, key=b"pool-a/ttft/mean", value=message(booster, version))
     assert producer.flush(30) == 0
-    server = PredictorServer(PredictorSettings(host="127.0.0.1", port=0, metrics_port=-1), pipeline_kafka).start()
+    settings = from_env(PredictorSettings, {"HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}, host="127.0.0.1", port=0,
+                        metrics_port=-1)
+    server = PredictorServer(settings, pipeline_kafka).start()
     client = PredictorClient([server.address], timeout_seconds=5.0)
     try:
         assert server.tailer.wait_ready(60)
@@ -121,5 +126,5 @@ def test_a_model_version_out_of_bounds_or_jumping_ahead_is_rejected_and_the_next
     finally:
         client.close()
         server.stop(0)
-    latest, rejected = read_latest(pipeline_kafka)  # the worker's warm start follows the same rule
+    latest, rejected = read_latest(pipeline_kafka, TRUST)  # the worker's warm start follows the same rule
     assert latest["pool-a/ttft/mean"].version == 2 and len(rejected) == 3

@@ -16,6 +16,7 @@ import pytest
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.model_update import model_key
+from headroom.contract.settings import from_env
 from headroom.contract.telemetry import encode
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.server import PredictorServer
@@ -51,11 +52,13 @@ def rows_request(n: int) -> prediction_pb2.PredictRequest:
                                          features_f32le=np.zeros((n, len(FEATURE_NAMES)), "<f4").tobytes())
 
 
-def test_the_predictor_binds_loopback_by_default_says_so_and_refuses_oversized_calls(pipeline_kafka, tmp_path):
+def test_the_predictor_binds_loopback_by_default_says_so_and_refuses_oversized_calls(pipeline_kafka, tmp_path,
+                                                                                     trusted_keys):
     publish(pipeline_kafka, pipeline_kafka.model_topic, (model_key("pool-a", "ttft", "mean"), message(train(), 1)))
     port = free_port()
     env = {**os.environ, "HEADROOM_KAFKA_BOOTSTRAP": pipeline_kafka.bootstrap_servers,
-           "HEADROOM_TOPIC_MODELS": pipeline_kafka.model_topic, "HEADROOM_PREDICTOR_METRICS_PORT": "-1"}
+           "HEADROOM_TOPIC_MODELS": pipeline_kafka.model_topic, "HEADROOM_PREDICTOR_METRICS_PORT": "-1",
+           "HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}
     env.pop("HEADROOM_PREDICTOR_HOST", None)
     log_path = tmp_path / "predictor.log"
     with open(log_path, "wb") as log:
@@ -90,12 +93,13 @@ def test_the_predictor_binds_loopback_by_default_says_so_and_refuses_oversized_c
     assert answer.n_rows == 16_384
 
 
-def test_a_restarted_predictor_verifies_only_the_newest_version_of_each_model(pipeline_kafka):
+def test_a_restarted_predictor_verifies_only_the_newest_version_of_each_model(pipeline_kafka, trusted_keys):
     boosters = {target: train(target, trees=5) for target in ("ttft", "tpot", "e2e")}
     publish(pipeline_kafka, pipeline_kafka.model_topic, *[
         (model_key("pool-a", target, "mean"), message(booster, version, target=target))
         for version in range(1, 31) for target, booster in boosters.items()])
-    settings = PredictorSettings(host="127.0.0.1", port=0, metrics_port=-1)
+    settings = from_env(PredictorSettings, {"HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}, host="127.0.0.1", port=0,
+                        metrics_port=-1)
     for _ in range(2):  # a first start, then a restart on the same topic
         server = PredictorServer(settings, pipeline_kafka).start()
         try:

@@ -71,7 +71,7 @@ def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
                         await stub.Pick(request)
                     picks[name] = caught.value
             chunk = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * (512 * 1024)))
-            replies = await exchange(router.ext_proc_port, [ep.ProcessingRequest(request_headers=ep.HttpHeaders(
+            replies = await exchange(router, [ep.ProcessingRequest(request_headers=ep.HttpHeaders(
                 headers=header_map({":method": "POST", ":path": "/v1/completions"})))] + [chunk] * 200)
             await router.stop()
             return huge, deep, many_ids, honest, picks, replies, router
