@@ -51,6 +51,7 @@ from headroom import kafka_clients  # noqa: E402
 from headroom.benchmarks.chaos_ledger import RequestLedger, committed_lag, reconcile_telemetry  # noqa: E402
 from headroom.benchmarks.fault_gate import FaultGate  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.signing import SigningKey  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
 from headroom.demo.processes import Component, Supervisor  # noqa: E402
@@ -96,7 +97,8 @@ class Chaos:
             "HEADROOM_PIPELINE_DATA_DIR": str(state / "pipeline"), "HEADROOM_PIPELINE_INSTANCE_ID": "chaos-worker-0",
             "HEADROOM_RETRAIN_MIN_SAMPLES": "200", "HEADROOM_RETRAIN_INTERVAL": "10",
             # nothing leaves a window during the run, so every valid record can be found in one at the end
-            "HEADROOM_WINDOW_MAX_ROWS": "1000000", "HEADROOM_WINDOW_MAX_AGE": "3600", "HEADROOM_DRIFT_MEMORY": "-1"})
+            "HEADROOM_WINDOW_MAX_ROWS": "1000000", "HEADROOM_WINDOW_MAX_AGE": "3600", "HEADROOM_DRIFT_MEMORY": "-1",
+            **signing_keys(state)})
         self.components: dict[str, Component] = {}
         self.busy: set[str] = set()  # components a fault is killing and restarting right now
         self.gates: list[FaultGate] = []
@@ -343,6 +345,12 @@ class Chaos:
             await gate.stop()
         await asyncio.to_thread(self.supervisor.stop)
         await asyncio.to_thread(broker.down, self.broker)
+
+
+def signing_keys(folder: Path) -> dict[str, str]:
+    """A fresh key pair: the worker signs the models it publishes, the predictor and the router trust it."""
+    private, public = SigningKey.generate().write(folder, "worker")
+    return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
 
 
 def _answers(url: str):

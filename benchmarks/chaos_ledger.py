@@ -11,15 +11,14 @@ topic.
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from headroom.contract.topics import KafkaSettings
-from headroom.kafka_clients import read_to_end, wait_for_partitions, watermarks
+from headroom.kafka_clients import group_consumer, read_to_end, wait_for_partitions, watermarks
 from headroom.streams.dead_letters import SOURCE_HEADER
 
 
@@ -85,8 +84,7 @@ def reconcile_telemetry(kafka: KafkaSettings, changelog_topic: str) -> Telemetry
 def committed_lag(kafka: KafkaSettings, group_id: str) -> int:
     """Records of the telemetry topic past the offsets ``group_id`` committed (the worker's reader commits the
     offsets it has written down)."""
-    client = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group_id,
-                       "enable.auto.commit": False, "client.id": f"chaos-{uuid.uuid4().hex[:6]}"})
+    client = group_consumer(kafka, group_id)
     try:
         partitions = wait_for_partitions(client, kafka.telemetry_topic, 10.0)
         ends = watermarks(client, kafka.telemetry_topic, partitions, 10.0)

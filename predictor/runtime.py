@@ -199,14 +199,15 @@ class ModelRuntime:
         return judged if isinstance(judged, ApplyResult) else self.install(judged)
 
     def judge(self, update: ModelUpdate, staged: Mapping[str, int] | None = None) -> ModelUpdate | ApplyResult:
-        """``update`` if its version may follow the live one (or a newer one ``staged`` for its key), else the
-        outcome: rejected as replayed (older than the live one) or too far ahead, or stale."""
+        """``update`` if its version may follow the live one (or a newer one ``staged`` for its key, read before
+        it), else the outcome: rejected as replayed (older than that) or too far ahead, or stale (the same)."""
         live_version = self.version(update.pool_key, update.target, update.objective)
-        if live_version is not None and update.version < live_version:
-            return self._reject("replayed", f"version {update.version} is older than the live version "
-                                            f"{live_version}", update.key, update.version)
         newest = max(live_version or 0, (staged or {}).get(update.key, 0)) or None
-        if newest is not None and update.version <= newest:
+        if newest is not None and update.version < newest:
+            return self._reject("replayed", f"version {update.version} is older than version {newest}, already "
+                                            f"{'live' if newest == live_version else 'read'}", update.key,
+                                update.version)
+        if newest is not None and update.version == newest:
             self.stale += 1
             return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
         try:

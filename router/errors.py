@@ -3,6 +3,7 @@
     RouterError
     ├── ConfigError            the router or plugin configuration is invalid (names the key and value)
     ├── RequestError           a request carries a malformed header or body (answered with HTTP 400)
+    │   ├── InvalidJson        its body is not JSON (HTTP 400, code ``invalid_json``)
     │   └── RequestTooLarge    its body is over the size limit (HTTP 413)
     ├── AdmissionRejected      a sheddable request was shed; ``reason`` is shown to the client (HTTP 429)
     ├── NoCandidates           no server is available to take the request (HTTP 503)
@@ -24,6 +25,10 @@ class ConfigError(RouterError):
 
 class RequestError(RouterError):
     """A request header or body is malformed."""
+
+
+class InvalidJson(RequestError):
+    """A request body is not valid JSON."""
 
 
 class RequestTooLarge(RequestError):

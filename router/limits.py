@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from headroom.router.errors import RequestError, RequestTooLarge
+from headroom.router.errors import InvalidJson, RequestError, RequestTooLarge
 
 _STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')  # every byte but brackets and quotes
 _decode = msgspec.json.Decoder().decode  # several times faster than the json module on long lists of numbers
@@ -59,7 +59,7 @@ class RequestLimits:
         try:
             return _decode(raw)
         except (msgspec.DecodeError, RecursionError) as err:
-            raise RequestError(f"request body is not valid JSON: {err}") from None
+            raise InvalidJson(f"request body is not valid JSON: {err}") from None
 
     def check_block_hashes(self, count: int, where: str) -> None:
         if count > self.max_block_hashes:

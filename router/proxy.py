@@ -30,7 +30,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
+from headroom.router.errors import AdmissionRejected, InvalidJson, NoCandidates, RequestError, RequestTooLarge
 from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
@@ -152,6 +152,8 @@ class Proxy:
                                   f"{self.service.limits.max_body_bytes} bytes (max_body_bytes): {err.text}")
         except RequestTooLarge as err:
             return error_response(413, "request_too_large", str(err))
+        except InvalidJson as err:
+            return error_response(400, "invalid_json", str(err))
         except RequestError as err:
             return error_response(400, "invalid_request", str(err))
         options = doc.get("stream_options")

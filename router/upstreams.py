@@ -22,6 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from headroom.router.errors import NoCandidates
+from headroom.router.openai_api import error_body
 from headroom.router.service import Dispatch, RouterService
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -94,9 +95,9 @@ def _failure(server_id: str, err: BaseException) -> tuple[str, web.Response]:
         reason, status = "first-byte-timeout", 504
     else:
         reason, status = "reset", 502
-    return reason, web.json_response({"error": {
-        "message": f"server {server_id}: {reason}: {type(err).__name__}: {err}",
-        "type": "upstream_timeout" if status == 504 else "upstream_error", "code": status}}, status=status)
+    message = f"server {server_id}: {reason}: {type(err).__name__}: {err}"
+    return reason, web.json_response(error_body(status, "upstream_timeout" if status == 504 else "upstream_unreachable",
+                                                message), status=status)
 
 
 async def _relayed_failure(response: aiohttp.ClientResponse, idle_s: float) -> web.Response:

@@ -4,6 +4,7 @@ import pytest
 
 from headroom.predictor.replay import Replay
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
+from tests.keys import TRUST
 from tests.predictor.models import message, train
 
 
@@ -13,7 +14,7 @@ def booster():
 
 
 def test_of_many_versions_only_the_newest_is_verified(booster):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     replay = Replay(runtime)
     for version in range(1, 31):
         assert replay.add(message(booster, version)) is None
@@ -24,7 +25,7 @@ def test_of_many_versions_only_the_newest_is_verified(booster):
 
 
 def test_a_newest_version_that_fails_verification_falls_back_to_the_one_before(booster):
-    runtime = ModelRuntime(max_version_jump=5)
+    runtime = ModelRuntime(trust=TRUST, max_version_jump=5)
     replay = Replay(runtime)
     replay.add(message(booster, 1))
     replay.add(message(booster, 2))

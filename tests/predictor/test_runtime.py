@@ -77,7 +77,7 @@ def _bad_updates(boosters):
 
 
 def test_versions_out_of_range_or_jumping_ahead_are_rejected_and_counted(boosters):
-    runtime = ModelRuntime(max_version_jump=10)
+    runtime = ModelRuntime(trust=TRUST, max_version_jump=10)
     runtime.apply(message(boosters["v1"], 1))
     outcomes = [runtime.apply(message(boosters["v2"], v)) for v in (2**64, 12, 11)]
     assert [(r.outcome, r.reason) for r in outcomes] == [(ApplyOutcome.REJECTED, "version"),
