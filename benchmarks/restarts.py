@@ -49,6 +49,7 @@ from headroom.demo.scrape import scrape, total  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.keys import write_private_key, write_public_key  # noqa: E402
 from tests.predictor.models import message, train  # noqa: E402
 from tests.trainer.synthetic import synthetic_records  # noqa: E402
 
@@ -165,7 +166,9 @@ def main() -> None:
             publish_models(kafka, args.versions)
             streamer = threading.Thread(target=telemetry_stream, args=(kafka, args.rate, stop), daemon=True)
             streamer.start()
-            env = {"HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "HEADROOM_STATE_DIR": str(folder)}
+            env = {"HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "HEADROOM_STATE_DIR": str(folder),
+                   "HEADROOM_MODEL_SIGNING_KEY_FILE": str(write_private_key(folder)),  # the models' key (TEST_KEY)
+                   "HEADROOM_MODEL_TRUSTED_KEYS": str(write_public_key(folder / "trusted"))}
             variants = [(f"predictor, {label}", lambda p=python, n=label: predictor_restart(
                 p, env, folder, f"predictor-{n}", 1)) for label, python in pythons.items()]
             variants += [(f"worker, {label}", lambda p=python, n=label: worker_restart(
