@@ -55,7 +55,7 @@ from headroom.contract.signing import SigningKey  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
 from headroom.demo.processes import Component, Supervisor  # noqa: E402
-from headroom.demo.scrape import scrape, total  # noqa: E402
+from headroom.demo.scrape import by_label, scrape, total  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
@@ -329,7 +329,7 @@ class Chaos:
             "router": {**delivery, "unusable": unusable,
                        "retries": total(router, "headroom_router_upstream_retries_total"),
                        "ejections": total(router, "headroom_router_upstream_ejections_total"),
-                       "fallbacks": total(router, "headroom_router_fallbacks_total")},
+                       "heuristic_decisions": by_label(router, "headroom_router_heuristic_decisions_total", "reason")},
             "telemetry": {"injected": self.run.injected, "on_topic": telemetry.on_topic,
                           "router_delivered_plus_injected": delivery["delivered"] + injected,
                           "answered_minus_records": requests.answered - sum(delivery.values()) - unusable,
