@@ -81,8 +81,11 @@ def telemetry_stream(kafka: KafkaSettings, rate: float, stop: threading.Event) -
 class Process:
     def __init__(self, python: str, args: list[str], env: dict[str, str], log: Path):
         self.log = open(log, "ab")
+        # started in the log's folder: ``python -m`` puts the working directory first on the path, and an
+        # installation must import its own headroom, not the checkout's
         self.popen = subprocess.Popen([python, "-m", "headroom.cli.main", *args], env={**os.environ, **env},
-                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      cwd=log.parent)
 
     def kill(self) -> None:
         if self.popen.poll() is None:
