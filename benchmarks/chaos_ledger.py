@@ -17,9 +17,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from headroom.contract.topics import KafkaSettings
+from headroom.contract.topics import SOURCE_HEADER, KafkaSettings
 from headroom.kafka_clients import group_consumer, read_to_end, wait_for_partitions, watermarks
-from headroom.streams.dead_letters import SOURCE_HEADER
 
 
 @dataclass

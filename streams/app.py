@@ -30,7 +30,7 @@ from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.streams import metrics
 from headroom.streams.consume import IngestLoop
-from headroom.streams.dead_letters import REASON_HEADER, SOURCE_HEADER, DeadLetters
+from headroom.streams.dead_letters import DeadLetters
 from headroom.streams.ingest import Ingestor, build_ingestor
 from headroom.streams.reader import TelemetryReader
 from headroom.streams.retrain import Publisher, Retrainer

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from confluent_kafka import KafkaError, KafkaException
 
-from headroom.contract.topics import KafkaSettings
+from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
 from headroom.kafka_clients import producer
 from headroom.streams import metrics
 from headroom.streams.reader import Delivery
@@ -30,8 +30,6 @@ from headroom.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
-REASON_HEADER = "headroom-reject-reason"
-SOURCE_HEADER = "headroom-source"  # topic/partition/offset of the original record
 BYTES_HEADER = "headroom-original-bytes"
 SHA256_HEADER = "headroom-original-sha256"
 MAX_LETTER_BYTES = 64 * 1024  # of the original's bytes; a larger original is cut to its first bytes

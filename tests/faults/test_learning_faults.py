@@ -15,13 +15,12 @@ from confluent_kafka import Producer
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.settings import from_env
 from headroom.contract.telemetry import encode, partition_key
-from headroom.contract.topics import TopicSpec
+from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, TopicSpec
 from headroom.localkafka import admin
 from headroom.model_topic import read_latest
 from headroom.predictor.client import PredictorClient
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
-from headroom.streams.app import REASON_HEADER, SOURCE_HEADER
 from tests.keys import TRUST
 from tests.predictor.models import message, train
 from tests.streams.test_pipeline_kafka import read_topic, send, wait_for_version
