@@ -1,14 +1,18 @@
 """How long one request holds the router's event loop before it is scheduled, at the request limits.
 
-Times the work a request does on the loop before its server is picked — body checks and parsing
+Times the work a request does before its server is picked — body checks and parsing
 (:meth:`router.limits.RequestLimits.parse_json`), prompt reading and hashing (:func:`router.prompt.read_body`),
 the Pick API's candidate mapping — for the largest inputs the default limits let through and for inputs
-they refuse, next to a typical 2 KB request (the ratio column). Usage: ``python benchmarks/request_limits.py``.
+they refuse, next to a typical 2 KB request (the ratio column); then how long an event loop stalls while
+a body is parsed on it, against the way the router parses it (:func:`router.prompt.parse_body_off_loop`:
+a large body on a worker thread). Usage: ``python benchmarks/request_limits.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -26,45 +30,75 @@ configure()
 from headroom.router.errors import RequestError  # noqa: E402
 from headroom.router.limits import RequestLimits  # noqa: E402
 from headroom.router.pick_api import snapshot_of  # noqa: E402
-from headroom.router.prompt import read_body  # noqa: E402
+from headroom.router.prompt import parse_body, parse_body_off_loop  # noqa: E402
 from headroom.router.proto import router_pb2  # noqa: E402
 
 
 def parse(limits: RequestLimits, raw: bytes, chat: bool) -> Callable[[], object]:
     def call() -> object:
         try:
-            return read_body(limits.parse_json(raw), chat, limits)
+            return parse_body(raw, chat, limits)
         except RequestError as err:  # refused: the time to refuse is what counts
             return err
     return call
 
 
-def cases(limits: RequestLimits) -> dict[str, Callable[[], object]]:
+def bodies(limits: RequestLimits) -> dict[str, tuple[bytes, bool]]:
+    """Request bodies (raw, chat): a typical one, the largest the limits let through, and refused ones."""
     rng = random.Random(1)
     budget = limits.max_body_bytes - 64
     words = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "[x]", "{y}", '"q"']) for _ in range(budget // 5))
     ids = [rng.randrange(100_000) for _ in range(budget // 7)]
     messages = [{"role": "user", "content": "hello there " * 8}] * (budget // 120)
     typical = {"prompt": "Summarize the following. " * 80, "max_tokens": 64, "stream": True}
-    candidates = [router_pb2.ServerState(server_id=f"s{i}", address=f"10.0.0.{i % 250}:8000", num_waiting=i % 7,
-                                         kv_cache_usage=0.5, running_tpot_slos_ms=[20.0, 30.0])
-                  for i in range(limits.max_candidates)]
 
     def body(doc: object) -> bytes:
         raw = json.dumps(doc).encode()
         return raw[:limits.max_body_bytes] if len(raw) > limits.max_body_bytes else raw
 
     return {
-        "typical 2 KB completion": parse(limits, body(typical), False),
-        "1 MiB text prompt": parse(limits, body({"prompt": words[:budget - 40]}), False),
-        "1 MiB of token ids": parse(limits, body({"prompt": ids}), False),
-        "1 MiB chat, many messages": parse(limits, body({"messages": messages}), True),
-        "max_block_hashes hash_ids": parse(limits, body({"prompt": "x", "headroom": {
+        "typical 2 KB completion": (body(typical), False),
+        "1 MiB text prompt": (body({"prompt": words[:budget - 40]}), False),
+        "1 MiB of token ids": (body({"prompt": ids}), False),
+        "1 MiB chat, many messages": (body({"messages": messages}), True),
+        "max_block_hashes hash_ids": (body({"prompt": "x", "headroom": {
             "hash_ids": list(range(limits.max_block_hashes))}}), False),
-        "refused: 100,000-deep JSON": parse(limits, b"[" * 100_000 + b"]" * 100_000, False),
-        "refused: 50 MB body": parse(limits, b'{"prompt": "' + b"x" * 50_000_000 + b'"}', False),
-        "max_candidates Pick candidates": lambda: [snapshot_of(c) for c in candidates],
+        "refused: 100,000-deep JSON": (b"[" * 100_000 + b"]" * 100_000, False),
+        "refused: 50 MB body": (b'{"prompt": "' + b"x" * 50_000_000 + b'"}', False),
     }
+
+
+def cases(limits: RequestLimits) -> dict[str, Callable[[], object]]:
+    candidates = [router_pb2.ServerState(server_id=f"s{i}", address=f"10.0.0.{i % 250}:8000", num_waiting=i % 7,
+                                         kv_cache_usage=0.5, running_tpot_slos_ms=[20.0, 30.0])
+                  for i in range(limits.max_candidates)]
+    return {**{name: parse(limits, raw, chat) for name, (raw, chat) in bodies(limits).items()},
+            "max_candidates Pick candidates": lambda: [snapshot_of(c) for c in candidates]}
+
+
+async def loop_hold(limits: RequestLimits, raw: bytes, chat: bool, off_loop: bool, repeat: int) -> float:
+    """The longest the event loop went without running a 1 ms ticker while ``raw`` was parsed ``repeat`` times,
+    on the loop or as the router does it (:func:`parse_body_off_loop`), in milliseconds."""
+    longest, stop = 0.0, asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            longest, last = max(longest, now - last), now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    longest = 0.0
+    for _ in range(repeat):
+        with contextlib.suppress(RequestError):
+            await parse_body_off_loop(raw, chat, limits) if off_loop else parse_body(raw, chat, limits)
+        await asyncio.sleep(0.005)
+    stop.set()
+    await task
+    return longest * 1000
 
 
 def main() -> None:
@@ -83,6 +117,12 @@ def main() -> None:
     print(f"{'input':34} {'median ms':>10} {'max ms':>8} {'× typical':>10}")
     for name, (median, worst) in timings.items():
         print(f"{name:34} {median:10.3f} {worst:8.3f} {median / base:10.1f}")
+    print(f"\nlongest the event loop stalled while a body was parsed {args.repeat} times (a 1 ms ticker's gap)")
+    print(f"{'input':34} {'on the loop ms':>15} {'as routed ms':>13}")
+    limits = RequestLimits()
+    for name, (raw, chat) in bodies(limits).items():
+        on, routed = (asyncio.run(loop_hold(limits, raw, chat, off, args.repeat)) for off in (False, True))
+        print(f"{name:34} {on:15.1f} {routed:13.1f}")
 
 
 if __name__ == "__main__":

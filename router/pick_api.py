@@ -22,7 +22,7 @@ from headroom.contract.telemetry import InvalidRecord, check_field
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge, RouterError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import Completion
-from headroom.router.prompt import PromptInfo, read_body
+from headroom.router.prompt import PromptInfo, parse_body_off_loop
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from headroom.router.roles import ServerSnapshot
 from headroom.router.service import Dispatch, RouterService
@@ -43,7 +43,8 @@ class PickServicer(router_pb2_grpc.RouterServicer):
 
     async def Pick(self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext) -> router_pb2.PickResponse:
         try:
-            dispatch = self._pick(request)
+            body = await parse_body_off_loop(request.body, request.chat, self.service.limits) if request.body else None
+            dispatch = self._pick(request, body and body[1])
         except RouterError as err:
             await context.abort(STATUS_OF.get(type(err), grpc.StatusCode.INTERNAL), str(err))
         self.pending[dispatch.request.request_id] = dispatch
@@ -68,15 +69,16 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             raise AssertionError("abort raises") from err
         return router_pb2.ReportResponse(telemetry_sent=self.service.complete(dispatch, completion) is not None)
 
-    def _pick(self, request: router_pb2.PickRequest) -> Dispatch:
+    def _pick(self, request: router_pb2.PickRequest, parsed: PromptInfo | None) -> Dispatch:
+        """Pick a server for ``request``, whose body (if it has one) is ``parsed`` already."""
         if not request.request_id:
             raise RequestError("request_id must be set")
         if request.request_id in self.pending:
             raise RequestError(f"request_id {request.request_id!r} is already awaiting a report")
         limits = self.service.limits
         headers = parse_headers(dict(request.headers))
-        if request.body:
-            prompt = read_body(limits.parse_json(request.body), request.chat, limits)
+        if parsed is not None:
+            prompt = parsed
         else:
             if not 1 <= request.prompt_tokens <= MAX_COUNT or not 0 <= request.max_tokens <= MAX_COUNT:
                 raise RequestError(f"prompt_tokens must be within [1, {MAX_COUNT}] and max_tokens within [0, "

@@ -11,11 +11,14 @@ serves by, so the router's estimate and the server's reported ``usage`` agree th
 server's own count. A body may
 carry the trace-replay extension ``headroom: {prompt_tokens, hash_ids}``, which then takes precedence.
 The whole body is checked here, before the request is scheduled (``stream_options`` included), within the
-:class:`~router.limits.RequestLimits`: only the first ``max_hashed_tokens`` tokens are hashed.
+:class:`~router.limits.RequestLimits`: only the first ``max_hashed_tokens`` tokens are hashed. A body larger
+than :data:`OFF_LOOP_BYTES` is read on a worker thread (:func:`parse_body_off_loop`), so that no single
+request holds an event loop for the whole of its parsing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Mapping
@@ -45,6 +48,23 @@ class PromptInfo:
     @property
     def encoder_input_size(self) -> int:
         return len(self.media_hashes)
+
+
+OFF_LOOP_BYTES = 64 * 1024  # a larger body is parsed on a worker thread (parse_body_off_loop)
+
+
+def parse_body(raw: bytes, chat: bool, limits: RequestLimits) -> tuple[Any, PromptInfo]:
+    """The JSON document of a raw request body (:meth:`RequestLimits.parse_json`) and its prompt facts."""
+    doc = limits.parse_json(raw)
+    return doc, read_body(doc, chat, limits)
+
+
+async def parse_body_off_loop(raw: bytes, chat: bool, limits: RequestLimits) -> tuple[Any, PromptInfo]:
+    """:func:`parse_body`, on a worker thread when the body is over :data:`OFF_LOOP_BYTES`: the event loop
+    serves other requests meanwhile instead of waiting for the largest body the limits let through."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return parse_body(raw, chat, limits)
+    return await asyncio.to_thread(parse_body, raw, chat, limits)
 
 
 def read_body(body: Any, chat: bool, limits: RequestLimits = RequestLimits()) -> PromptInfo:

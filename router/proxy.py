@@ -35,7 +35,7 @@ from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import error_body, merge_models, relayed_headers
-from headroom.router.prompt import read_body
+from headroom.router.prompt import parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 from headroom.router.upstreams import Upstreams, UpstreamTimeouts
 
@@ -144,9 +144,8 @@ class Proxy:
     async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             raw = await request.read()
-            doc = self.service.limits.parse_json(raw)
             headers = parse_headers(request.headers.items())
-            prompt = read_body(doc, chat, self.service.limits)
+            doc, prompt = await parse_body_off_loop(raw, chat, self.service.limits)
         except web.HTTPRequestEntityTooLarge as err:
             return error_response(413, "request_too_large", f"request body is over the limit of "
                                   f"{self.service.limits.max_body_bytes} bytes (max_body_bytes): {err.text}")

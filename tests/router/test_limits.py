@@ -1,7 +1,9 @@
 """The request limits: JSON depth read off the raw bytes agrees with the parsed document's, and every limit is
 named when it refuses."""
 
+import asyncio
 import json
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from headroom.contract.prompt import token_block_hashes
 from headroom.router.errors import RequestError, RequestTooLarge
 from headroom.router.limits import RequestLimits, json_depth
+from headroom.router.prompt import OFF_LOOP_BYTES, parse_body_off_loop
 
 TRICKY_TEXT = st.text(alphabet='[]{}"\\ab\u00e9\n', max_size=12)
 DOCUMENTS = st.recursive(st.none() | st.booleans() | st.integers() | TRICKY_TEXT,
@@ -51,3 +54,23 @@ def test_token_block_hashes_cut_the_joined_text_where_per_block_joins_would(ids)
     from headroom.contract.prompt import _chain
     per_block = [",".join(map(str, ids[i:i + 16])).encode() for i in range(0, len(ids) // 16 * 16, 16)]
     assert token_block_hashes(ids) == _chain(per_block)
+
+
+class ThreadNoting(RequestLimits):
+    """Default limits that note the thread each body is parsed on."""
+
+    def parse_json(self, raw: bytes):
+        self.thread = threading.get_ident()
+        return super().parse_json(raw)
+
+
+@pytest.mark.parametrize("size, off_loop", [(1_000, False), (OFF_LOOP_BYTES + 1, True)])
+def test_a_large_body_is_parsed_on_a_worker_thread_and_a_small_one_on_the_loop(size, off_loop):
+    raw = json.dumps({"prompt": "x" * size}).encode()
+
+    async def parse():
+        limits = ThreadNoting()
+        _, prompt = await parse_body_off_loop(raw, False, limits)
+        return limits.thread != threading.get_ident(), prompt.prompt_tokens
+    moved, tokens = asyncio.run(parse())
+    assert moved is off_loop and tokens > 0
