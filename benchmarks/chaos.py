@@ -242,10 +242,13 @@ class Chaos:
         event.recovered_s = round(time.monotonic() - killed, 1)
 
     async def fault_kill_predictor(self, event: Event) -> None:
+        address = f"127.0.0.1:{self.ports['predictor']}"
+        was_serving = await asyncio.to_thread(_quietly, lambda: _serving(address))
         killed = await self.restart("predictor")
-        serving = await self.until(lambda: _serving(f"127.0.0.1:{self.ports['predictor']}"), limit_s=60)
+        serving = await self.until(lambda: _serving(address), limit_s=60)
         event.recovered_s = round(time.monotonic() - killed, 1) if serving else None
-        event.detail = "" if serving else "no model published yet: the new instance answers NOT_SERVING"
+        if not was_serving:  # SERVING needs a live model: the time includes waiting for the worker's first one
+            event.detail = "killed before the first model was published"
 
     async def fault_restart_broker(self, event: Event) -> None:
         router = f"http://127.0.0.1:{self.ports['router']}/metrics"
