@@ -5,7 +5,7 @@ request body, and to stream response headers and body):
 
 - request headers: remembered (``:path`` tells completions from chat); answered with no change, unless
   the request has no body, which is then scheduled right away;
-- request body (at end of stream): parsed and scheduled; the answer sets ``x-gateway-destination-endpoint``
+- request body (at end of stream): parsed (off the event loop when large) and scheduled; the answer sets ``x-gateway-destination-endpoint``
   to the chosen server's address (also as ``envoy.lb`` dynamic metadata) and clears the route cache; a
   malformed header or body becomes an immediate 400, a body over the size limit an immediate 413 as soon
   as its buffered chunks pass it (:mod:`router.limits`), a shed request an immediate 429 with the reason,
@@ -31,7 +31,7 @@ from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import error_body
-from headroom.router.prompt import PromptInfo, read_body
+from headroom.router.prompt import PromptInfo, parse_body, parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         exchange = _Exchange(self)
         try:
             async for message in requests:
+                await exchange.parse_body(message)
                 response = exchange.handle(message)
                 yield response
                 if response.HasField("immediate_response"):
@@ -78,6 +79,23 @@ class _Exchange:
         self.meter: StreamMeter | None = None
         self.json_body = b""
         self.done = False
+        self.prompt: PromptInfo | RequestError | None = None  # the body's, parsed before it is scheduled
+
+    def _chat(self) -> bool:
+        return self.headers.get(":path", "").split("?")[0].endswith("/chat/completions")
+
+    async def parse_body(self, message: ep.ProcessingRequest) -> None:
+        """When ``message`` is the request body's last chunk, parse the whole body (off the event loop when it
+        is large: :func:`~router.prompt.parse_body_off_loop`) for :meth:`handle` to schedule."""
+        if message.WhichOneof("request") != "request_body" or not message.request_body.end_of_stream:
+            return
+        body = self.body + message.request_body.body
+        if len(body) > self.service.limits.max_body_bytes:
+            return  # handle() refuses it by its size
+        try:
+            self.prompt = (await parse_body_off_loop(body, self._chat(), self.service.limits))[1]
+        except RequestError as err:
+            self.prompt = err
 
     def handle(self, message: ep.ProcessingRequest) -> ep.ProcessingResponse:
         kind = message.WhichOneof("request")
@@ -116,11 +134,13 @@ class _Exchange:
     def _schedule(self, reply: ep.ProcessingResponse, header_only: bool) -> ep.ProcessingResponse:
         try:
             headers = parse_headers(self.headers)
-            chat = self.headers.get(":path", "").split("?")[0].endswith("/chat/completions")
             if header_only:
                 prompt = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
             else:
-                prompt = read_body(self.service.limits.parse_json(self.body), chat, self.service.limits)
+                parsed = self.prompt or parse_body(self.body, self._chat(), self.service.limits)[1]
+                if isinstance(parsed, RequestError):
+                    raise parsed
+                prompt = parsed
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
             self.dispatch = self.service.pick(request)
         except RequestTooLarge as err:

@@ -9,6 +9,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
+from headroom.contract.prompt import count_tokens
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.router.ext_proc import DESTINATION_HEADER
@@ -133,3 +134,23 @@ def test_stream_ending_early_releases_the_request():
     released, router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
     assert released
     assert 'headroom_router_request_errors_total{kind="ext-proc-stream-ended"} 1.0' in router.metrics.exposition().decode()
+
+
+def test_a_large_body_in_chunks_is_parsed_whole_and_a_malformed_one_refused():
+    prompt = "word " * 40_000  # 200 KB: parsed off the event loop
+    raw = json.dumps({"prompt": prompt, "max_tokens": 4}).encode()
+    headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+        {":method": "POST", ":path": "/v1/completions", "x-request-id": "large"})))
+
+    def chunks(body):
+        return [headers, ep.ProcessingRequest(request_body=ep.HttpBody(body=body[:70_000])),
+                ep.ProcessingRequest(request_body=ep.HttpBody(body=body[70_000:], end_of_stream=True))]
+
+    async def scenario(router, servers):
+        routed = await exchange(router, chunks(raw))
+        tokens = sum(load.prompt_tokens for load in router.pool.inflight.load().values())
+        refused = await exchange(router, chunks(raw[:-1]))
+        return routed[-1], tokens, refused[-1].immediate_response
+    (routed, tokens, refused), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
+    assert routed.request_body.response.clear_route_cache and tokens == count_tokens(prompt)
+    assert refused.status.code == 400 and json.loads(refused.body)["error"]["code"] == "invalid_request"
