@@ -1,4 +1,4 @@
-"""No request distorts routing: each attack from the hardening review, against a real router (HTTP proxy,
+"""No request distorts routing: each attack on a request surface, against a real router (HTTP proxy,
 Pick API, ext_proc) in front of real model servers."""
 
 from __future__ import annotations
