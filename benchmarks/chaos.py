@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import random
@@ -31,15 +30,11 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import grpc
 import yaml
 from confluent_kafka import Producer
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -48,14 +43,14 @@ from headroom.process import configure
 configure()
 
 from headroom import kafka_clients  # noqa: E402
-from headroom.benchmarks.chaos_ledger import RequestLedger, committed_lag, reconcile_telemetry  # noqa: E402
+from headroom.benchmarks.chaos_ledger import Event, Run, committed_lag, reconcile_telemetry, report  # noqa: E402
+from headroom.benchmarks.chaos_probes import answers, delivered, processed, quietly, serving, signing_keys  # noqa: E402
 from headroom.benchmarks.fault_gate import FaultGate  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.signing import SigningKey  # noqa: E402
 from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
 from headroom.demo.processes import Component, Supervisor  # noqa: E402
-from headroom.demo.scrape import by_label, scrape, total  # noqa: E402
+from headroom.demo.scrape import scrape, total  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
@@ -65,23 +60,6 @@ FAULTS = ("malformed-telemetry", "oversized-telemetry", "future-telemetry", "kil
           "restart-broker", "failing-server", "hanging-server")
 APP_ID = "headroom-chaos"
 PREFIXES = ["You are a helpful assistant. " * 20, "Summarize the following report. " * 30, "Translate: " * 10]
-
-
-@dataclass
-class Event:
-    at_s: float
-    fault: str
-    detail: str = ""
-    recovered_s: float | None = None  # kills and restarts: until the component does its work again
-
-
-@dataclass
-class Run:
-    seconds: float
-    events: list[Event] = field(default_factory=list)
-    injected: dict[str, int] = field(default_factory=dict)
-    unplanned_exits: list[str] = field(default_factory=list)
-    requests: RequestLedger = field(default_factory=RequestLedger)
 
 
 class Chaos:
@@ -112,11 +90,11 @@ class Chaos:
         p = self.ports
         commands = {
             "worker": (["worker", "start", "--app-id", APP_ID, "--metrics-port", str(p["worker-metrics"])],
-                       _answers(f"http://127.0.0.1:{p['worker-metrics']}/metrics")),
+                       answers(f"http://127.0.0.1:{p['worker-metrics']}/metrics")),
             "predictor": (["predictor", "serve", "--port", str(p["predictor"]), "--metrics-port",
-                           str(p["predictor-metrics"])], _answers(f"http://127.0.0.1:{p['predictor-metrics']}/metrics")),
+                           str(p["predictor-metrics"])], answers(f"http://127.0.0.1:{p['predictor-metrics']}/metrics")),
             "router": (["router", "serve", "--config", str(self.router_config())],
-                       _answers(f"http://127.0.0.1:{p['router']}/healthz")),
+                       answers(f"http://127.0.0.1:{p['router']}/healthz")),
         }
         args, ready = commands[name]
         self.components[name] = self.supervisor.start(name, args, ready, timeout_s=180)
@@ -144,7 +122,7 @@ class Chaos:
         addresses = [f"127.0.0.1:{base + i}" for i in range(count)]
         await asyncio.to_thread(self.supervisor.start, "sim", [
             "sim", "serve", "--servers", str(count), "--base-port", str(base), "--time-scale", "10", "--seed", "1"],
-            lambda: all(_answers(f"http://{a}/health")() for a in addresses))
+            lambda: all(answers(f"http://{a}/health")() for a in addresses))
         self.servers = addresses[:self.args.servers]
         self.gates = [await FaultGate(a).start() for a in addresses[self.args.servers:]]
         for name in ("worker", "predictor", "router"):
@@ -238,15 +216,15 @@ class Chaos:
     async def fault_kill_worker(self, event: Event) -> None:
         killed = await self.restart("worker")
         url = f"http://127.0.0.1:{self.ports['worker-metrics']}/metrics"
-        await self.until(lambda: _processed(url) > 0)
+        await self.until(lambda: processed(url) > 0)
         event.recovered_s = round(time.monotonic() - killed, 1)
 
     async def fault_kill_predictor(self, event: Event) -> None:
         address = f"127.0.0.1:{self.ports['predictor']}"
-        was_serving = await asyncio.to_thread(_quietly, lambda: _serving(address))
+        was_serving = await asyncio.to_thread(quietly, lambda: serving(address))
         killed = await self.restart("predictor")
-        serving = await self.until(lambda: _serving(address), limit_s=60)
-        event.recovered_s = round(time.monotonic() - killed, 1) if serving else None
+        back = await self.until(lambda: serving(address), limit_s=60)
+        event.recovered_s = round(time.monotonic() - killed, 1) if back else None
         if not was_serving:  # SERVING needs a live model: the time includes waiting for the worker's first one
             event.detail = "killed before the first model was published"
 
@@ -257,8 +235,8 @@ class Chaos:
         await asyncio.to_thread(broker.down, self.broker)
         await asyncio.sleep(2.0)
         await asyncio.to_thread(broker.up, self.broker)
-        delivered, processed = _delivered(router), _processed(worker)
-        await self.until(lambda: _delivered(router) > delivered and _processed(worker) > processed)
+        sent, taken = delivered(router), processed(worker)
+        await self.until(lambda: delivered(router) > sent and processed(worker) > taken)
         event.recovered_s = round(time.monotonic() - stopped, 1)
         event.detail = "down for 2 s, then up on the same data"
 
@@ -278,7 +256,7 @@ class Chaos:
     async def until(self, condition, limit_s: float = 180.0) -> bool:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            if await asyncio.to_thread(_quietly, condition):
+            if await asyncio.to_thread(quietly, condition):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -309,83 +287,18 @@ class Chaos:
         router_samples, worker_samples = scrape(router), scrape(worker)
         await asyncio.to_thread(self.stop_cleanly, "worker")
         telemetry = await asyncio.to_thread(reconcile_telemetry, self.kafka, f"{APP_ID}-windows-changelog")
-        return self.report(settled, router_samples, worker_samples, telemetry)
+        return report(self.run, self.args.seed, settled, router_samples, worker_samples, telemetry)
 
     def stop_cleanly(self, name: str) -> None:
         component = self.components.pop(name)
         os.killpg(component.process.pid, signal.SIGTERM)
         component.process.wait(60)
 
-    def report(self, settled: bool, router, worker, telemetry) -> dict:
-        delivery = {o: total(router, "headroom_router_telemetry_delivery_total", outcome=o)
-                    for o in ("delivered", "failed", "dropped")}
-        unusable = total(router, "headroom_router_telemetry_records_total", outcome="unusable")
-        requests = self.run.requests
-        injected = sum(self.run.injected.values())
-        return {
-            "settled": settled, "seconds": self.args.seconds, "seed": self.args.seed,
-            "faults": [dataclasses.asdict(e) for e in self.run.events],
-            "unplanned_exits": self.run.unplanned_exits,
-            "requests": {"sent": requests.sent, "answered": requests.answered, "cut_mid_stream": requests.cut,
-                         "refused": dict(requests.refused), "unexplained": requests.unexplained[:20],
-                         "unexplained_count": len(requests.unexplained)},
-            "router": {**delivery, "unusable": unusable,
-                       "retries": total(router, "headroom_router_upstream_retries_total"),
-                       "ejections": total(router, "headroom_router_upstream_ejections_total"),
-                       "heuristic_decisions": by_label(router, "headroom_router_heuristic_decisions_total", "reason")},
-            "telemetry": {"injected": self.run.injected, "on_topic": telemetry.on_topic,
-                          "router_delivered_plus_injected": delivery["delivered"] + injected,
-                          "answered_minus_records": requests.answered - sum(delivery.values()) - unusable,
-                          "in_windows": telemetry.in_windows, "dead_lettered": telemetry.dead_lettered,
-                          "dead_letter_duplicates": telemetry.dead_letter_duplicates,
-                          "unexplained": len(telemetry.unexplained), "unexplained_first": telemetry.unexplained[:20]},
-            "worker": {"implausible": total(worker, "headroom_telemetry_implausible_total"),
-                       "dead_letter_failures": total(worker, "headroom_telemetry_dead_letter_failures_total")},
-        }
-
     async def close(self) -> None:
         for gate in self.gates:
             await gate.stop()
         await asyncio.to_thread(self.supervisor.stop)
         await asyncio.to_thread(broker.down, self.broker)
-
-
-def signing_keys(folder: Path) -> dict[str, str]:
-    """A fresh key pair: the worker signs the models it publishes, the predictor and the router trust it."""
-    private, public = SigningKey.generate().write(folder, "worker")
-    return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
-
-
-def _answers(url: str):
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=1.0) as response:
-                return response.status == 200
-        except (OSError, ValueError):
-            return False
-    return ready
-
-
-def _quietly(condition) -> bool:
-    try:
-        return bool(condition())
-    except (OSError, ValueError, KeyError, TimeoutError):
-        return False
-
-
-def _processed(url: str) -> float:
-    samples = scrape(url, timeout_s=1.0)
-    return total(samples, "headroom_telemetry_ingested_total") + total(samples, "headroom_telemetry_dead_letters_total")
-
-
-def _delivered(url: str) -> float:
-    return total(scrape(url, timeout_s=1.0), "headroom_router_telemetry_delivery_total", outcome="delivered")
-
-
-def _serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-    return answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""The chaos run's ledger: every request answered or refused with a reason, every telemetry record in a
-window, in the dead-letter topic, or counted as dropped with a reason — and what is left unexplained.
+"""The chaos run's ledger: the faults injected (:class:`Event`) and every request answered or refused with a
+reason, every telemetry record in a window, in the dead-letter topic, or counted as dropped with a reason —
+and what is left unexplained; :func:`report` writes it all down.
 
 Requests are counted as the client saw them. Telemetry is reconciled from the topics themselves once the
 run has settled: every message of the telemetry topic is looked up in the worker's window table (its rows
@@ -10,6 +11,7 @@ topic.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from headroom.contract.topics import SOURCE_HEADER, KafkaSettings
+from headroom.demo.scrape import Samples, by_label, total
 from headroom.kafka_clients import group_consumer, read_to_end, wait_for_partitions, watermarks
 
 
@@ -40,6 +43,23 @@ class RequestLedger:
             self.refused[f"{status} {body['error'].get('type', '')}".strip()] += 1
         else:
             self.unexplained.append(f"HTTP {status} without a reason: {str(body)[:120]}")
+
+
+@dataclass
+class Event:
+    at_s: float
+    fault: str
+    detail: str = ""
+    recovered_s: float | None = None  # kills and restarts: until the component does its work again
+
+
+@dataclass
+class Run:
+    seconds: float
+    events: list[Event] = field(default_factory=list)
+    injected: dict[str, int] = field(default_factory=dict)
+    unplanned_exits: list[str] = field(default_factory=list)
+    requests: RequestLedger = field(default_factory=RequestLedger)
 
 
 @dataclass
@@ -91,3 +111,32 @@ def committed_lag(kafka: KafkaSettings, group_id: str) -> int:
         return sum(ends[tp.partition][1] - max(tp.offset, ends[tp.partition][0]) for tp in committed)
     finally:
         client.close()
+
+
+def report(run: Run, seed: int, settled: bool, router: Samples, worker: Samples, telemetry: TelemetryLedger) -> dict:
+    """The run's ledger as JSON: faults, requests, the router's and the worker's counts, telemetry reconciled."""
+    delivery = {o: total(router, "headroom_router_telemetry_delivery_total", outcome=o)
+                for o in ("delivered", "failed", "dropped")}
+    unusable = total(router, "headroom_router_telemetry_records_total", outcome="unusable")
+    requests = run.requests
+    injected = sum(run.injected.values())
+    return {
+        "settled": settled, "seconds": run.seconds, "seed": seed,
+        "faults": [dataclasses.asdict(e) for e in run.events],
+        "unplanned_exits": run.unplanned_exits,
+        "requests": {"sent": requests.sent, "answered": requests.answered, "cut_mid_stream": requests.cut,
+                     "refused": dict(requests.refused), "unexplained": requests.unexplained[:20],
+                     "unexplained_count": len(requests.unexplained)},
+        "router": {**delivery, "unusable": unusable,
+                   "retries": total(router, "headroom_router_upstream_retries_total"),
+                   "ejections": total(router, "headroom_router_upstream_ejections_total"),
+                   "heuristic_decisions": by_label(router, "headroom_router_heuristic_decisions_total", "reason")},
+        "telemetry": {"injected": run.injected, "on_topic": telemetry.on_topic,
+                      "router_delivered_plus_injected": delivery["delivered"] + injected,
+                      "answered_minus_records": requests.answered - sum(delivery.values()) - unusable,
+                      "in_windows": telemetry.in_windows, "dead_lettered": telemetry.dead_lettered,
+                      "dead_letter_duplicates": telemetry.dead_letter_duplicates,
+                      "unexplained": len(telemetry.unexplained), "unexplained_first": telemetry.unexplained[:20]},
+        "worker": {"implausible": total(worker, "headroom_telemetry_implausible_total"),
+                   "dead_letter_failures": total(worker, "headroom_telemetry_dead_letter_failures_total")},
+    }
