@@ -48,7 +48,7 @@ def test_replay_reads_every_valid_record_and_reports_the_rest(kafka, fresh_topic
     assert replay.read == 30_000
     assert replay.records.height == 29_998
     assert sorted(reason for _, _, reason in replay.rejected) == [
-        "field 'tpot_ms' is a latency and must not be negative, got -1.0",
+        "field 'tpot_ms' is a latency and must be within [0, 3600000] ms, got -1.0",
         "not valid JSON: Expecting value: line 1 column 1 (char 0)"]
     assert set(replay.records["request_id"]) == {f"r{i}" for i in range(30_000)} - {"r100", "r200"}
     assert replay.records.select(["partition", "offset"]).is_duplicated().sum() == 0
