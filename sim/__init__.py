@@ -21,10 +21,11 @@ A pool, offline
     (:class:`contract.telemetry.TelemetryRecord`, one per completed request, features as seen at
     dispatch), ``dropped`` and ``metrics`` (every scrape of every server).
     ``pool`` is a list of :class:`~sim.pool.SimServerSpec`; :func:`~sim.pool.uniform_pool` makes one.
-    ``pick(request, view) -> server_id | Pick`` sees a :class:`~sim.view.PoolView`: scraped
+    ``pick(request, view) -> server_id | Pick | Shed`` sees a :class:`~sim.view.PoolView`: scraped
     ``snapshots``, the router's fresh ``inflight_requests`` / ``inflight_prompt_tokens``,
-    ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick` attaches
-    predictions to the telemetry.
+    ``running_tpot_slos``, ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick`
+    attaches predictions to the telemetry, a :class:`~sim.view.Shed` rejects the request (it lands in
+    ``dropped``).
     ``controller(control)`` / ``actions=[(t, fn)]`` get a :class:`~sim.pool.PoolControl` to add servers
     (after their load delay), remove them (drained) and slow them down (:func:`~sim.pool.slow_down`).
 
@@ -34,15 +35,17 @@ Oracle
     each server, by forking the server and simulating forward, assuming no later arrivals.
 
 Load
+    :func:`~sim.traces.load_trace` (any file by format, a shared trace or a named synthetic load),
     :func:`~sim.traces.load_azure`, :func:`~sim.traces.load_mooncake` (time-scaled to a ``rate``),
     :class:`~sim.prefixes.SharedPrefixes` (the stated synthetic system-prompt model for Azure), and
     :mod:`sim.synthetic`: Poisson / bursty arrivals, heavy-tailed :class:`~sim.synthetic.Lengths`,
+    named loads such as the bursty code-completion one (:func:`~sim.synthetic.synthetic_load`),
     regime changes (rate steps, :func:`~sim.synthetic.shift_prompts`, :func:`~sim.synthetic.scale_rate`;
     a slowing server is :func:`~sim.pool.slow_down`).
 
 Baselines
     :mod:`sim.policies` — ``policy(name)`` for ``round-robin``, ``random``, ``least-queue``,
-    ``least-kv``, ``composite``.
+    ``prefix-least-queue``, ``least-kv``, ``composite``.
 
 Live
     :class:`~sim.live.LiveServer` and :func:`~sim.live.serve_pool` — ``/v1/completions``,
@@ -67,11 +70,11 @@ from headroom.sim.profile import PROFILES, ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult
-from headroom.sim.view import Pick, PoolView
+from headroom.sim.view import Pick, PoolView, Shed
 
 __all__ = [
     "Dropped", "MetricsSnapshot", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES",
-    "RunResult", "ServerEngine", "ServerProfile", "SharedPrefixes", "SimRequest", "SimServerSpec",
+    "RunResult", "ServerEngine", "ServerProfile", "SharedPrefixes", "Shed", "SimRequest", "SimServerSpec",
     "SimulationError", "oracle_pick", "oracle_ttfts", "policy", "profile", "run", "slow_down", "true_ttft_ms",
     "uniform_pool",
 ]

@@ -1,6 +1,7 @@
 """``headroom sim ...``: the simulator's commands.
 
-- ``run`` — one trace through one policy; prints a summary, optionally writes telemetry as JSON lines.
+- ``run`` — one trace (a file in a known format, a shared trace or a synthetic load) through one policy;
+  prints a summary, optionally writes telemetry as JSON lines.
 - ``serve`` — a pool of live simulated servers on consecutive loopback ports until interrupted.
 
 Simulation speed and the baseline-policy table are ``headroom bench sim``.
@@ -18,6 +19,7 @@ from headroom.cli.environment import reads
 from headroom.contract.telemetry import encode
 from headroom.errors import CommandError
 from headroom.sim.settings import SimSettings, settings_from
+from headroom.sim.traces import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     one = commands.add_parser("run", help="Run one trace through one policy.", **reads(SimSettings))
     pool_args(one)
-    one.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
+    one.add_argument("--trace", default="azure",
+                     help="A trace file, a shared trace (azure, mooncake) or a synthetic load (e.g. code:burst_factor=8).")
+    one.add_argument("--format", choices=FORMATS, help="The trace's format (default: from --trace).")
     one.add_argument("--policy", default="least-queue")
     one.add_argument("--telemetry", type=Path, help="Write one telemetry record per line here.")
     one.set_defaults(run=_run)
@@ -60,15 +64,14 @@ def _run(args: argparse.Namespace) -> int:
     from headroom.sim.policies import policy
     from headroom.sim.pool import run, uniform_pool
     from headroom.sim.report import print_policy_table, summarize
-    from headroom.sim.traces import load_azure, load_mooncake
+    from headroom.sim.traces import load_trace
 
     settings = settings_of(args)
-    load = {"azure": load_azure, "mooncake": load_mooncake}[args.trace]
     try:
         pick = policy(args.policy, settings.seed)
-        native = load(seed=settings.seed, limit=args.limit)
+        native = load_trace(args.trace, args.format, seed=settings.seed, limit=args.limit)
         rate = settings.utilization * settings.servers * capacity_rps(native, settings.server_type)
-        requests = load(rate=rate, seed=settings.seed, limit=args.limit)
+        requests = load_trace(args.trace, args.format, rate=rate, seed=settings.seed, limit=args.limit)
     except ValueError as err:
         raise CommandError(str(err)) from err
     cpu = time.process_time()

@@ -13,6 +13,10 @@ then divides all arrival times (a speedup of 4 replays the same requests four ti
 
 ``stream_fraction`` of the requests (drawn from the seed) stream. Zero-length prompts or outputs in a
 trace are raised to one token.
+
+:func:`load_trace` loads any source by format: a file in one of the formats above (``azure`` for ``.csv``,
+``mooncake`` for ``.jsonl`` when not stated), or a named synthetic load of :mod:`sim.synthetic`
+(format ``synthetic``, e.g. ``code:burst_factor=8``), rescaled the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import csv
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from headroom.sim import trace_files
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.profile import BLOCK_TOKENS
 from headroom.sim.request import SimRequest
+from headroom.sim.synthetic import LOADS, synthetic_load
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -139,4 +144,48 @@ def load_mooncake(path: Path | str | None = None, *, rate: float | None = None, 
         hashes = tuple(h * per_block + j for h in ids for j in range(per_block))[:full]
         requests.append(SimRequest(f"{id_prefix}-{i}", t, prompt, output, prefix_hashes=hashes,
                                 stream=rng.random() < stream_fraction))
+    return requests
+
+
+FORMATS = ("azure", "mooncake", "synthetic")
+SHARED_TRACES = tuple(trace_files.TRACES)  # short names of the shared trace files (azure, mooncake)
+
+
+def trace_format(source: str) -> str:
+    """The format of ``source`` when none is stated: by the file's extension, or ``synthetic`` for a load name."""
+    if source in SHARED_TRACES:
+        return source
+    suffix = Path(source).suffix.lower()
+    if suffix == ".csv":
+        return "azure"
+    if suffix in (".jsonl", ".json"):
+        return "mooncake"
+    if source.partition(":")[0] in LOADS:
+        return "synthetic"
+    raise TraceError(f"cannot tell the format of trace {source!r}: state one of {', '.join(FORMATS)}")
+
+
+def load_trace(source: str, format: str | None = None, *, rate: float | None = None, limit: int | None = None,
+               seed: int = 0, stream_fraction: float = 1.0) -> list[SimRequest]:
+    """The requests of ``source`` (a file path, a shared trace's short name, or a synthetic load spec) in
+    ``format`` (inferred when None), time-scaled to ``rate`` as the loaders do; ``limit`` caps the count
+    (a synthetic load needs it)."""
+    format = format or trace_format(source)
+    if format == "synthetic":
+        if limit is None:
+            raise TraceError(f"synthetic load {source!r} needs a request count (limit)")
+        try:
+            requests = synthetic_load(source, limit, seed)
+        except ValueError as err:
+            raise TraceError(str(err)) from err
+        times = _rescale([r.arrival_s for r in requests], rate)
+        rng = random.Random(seed)
+        return [replace(r, arrival_s=t, stream=rng.random() < stream_fraction) for r, t in zip(requests, times)]
+    if format not in SHARED_TRACES:
+        raise TraceError(f"unknown trace format {format!r}; known: {', '.join(FORMATS)}")
+    path = from_env(TraceSettings).path(source) if source in SHARED_TRACES else source
+    loader = load_azure if format == "azure" else load_mooncake
+    requests = loader(path, rate=rate, limit=limit, seed=seed, stream_fraction=stream_fraction)
+    if not requests:
+        raise TraceError(f"trace {path} has no requests")
     return requests

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from headroom.sim.prefixes import SharedPrefixes
-from headroom.sim.synthetic import Lengths, bursty_arrivals, generate, poisson_arrivals, scale_rate, shift_prompts
-from headroom.sim.traces import TraceError, load_azure, load_mooncake
+from headroom.sim.synthetic import (Lengths, bursty_arrivals, code_completion, generate, poisson_arrivals, scale_rate,
+                                    shift_prompts, synthetic_load)
+from headroom.sim.traces import AZURE_CONV, TraceError, load_azure, load_mooncake, load_trace, trace_format
 
 
 def test_azure_loads_every_row_and_rescales_to_the_target_rate() -> None:
@@ -95,3 +96,76 @@ def test_speedup_divides_arrival_times():
     assert [r.arrival_s / 4.0 for r in native] == pytest.approx([r.arrival_s for r in faster])
     with pytest.raises(TraceError, match="speedup must be positive"):
         load_azure(limit=5, speedup=0)
+
+
+def _counts_per_second(requests) -> list[int]:
+    counts = [0] * (int(requests[-1].arrival_s) + 1)
+    for r in requests:
+        counts[int(r.arrival_s)] += 1
+    return counts
+
+
+def test_code_completion_load_is_bursty_with_short_outputs_and_long_prompts() -> None:
+    requests = code_completion(6000, seed=0)
+    counts = _counts_per_second(requests)
+    assert sum(counts) / len(counts) == pytest.approx(3.0, rel=0.15)
+    assert 40 <= max(counts) <= 90  # bursts of tens of arrivals in one second against a mean of 3
+    prompts = sorted(r.prompt_tokens for r in requests)
+    outputs = sorted(r.output_tokens for r in requests)
+    assert 1500 <= prompts[len(prompts) // 2] <= 2200 and 9 <= outputs[len(outputs) // 2] <= 16
+    assert any(r.prefix_hashes for r in requests)
+    calm = code_completion(6000, seed=0, burst_factor=1.0)
+    assert max(_counts_per_second(calm)) < 20  # the same requests as a Poisson load
+
+
+def test_synthetic_loads_repeat_exactly_for_a_seed() -> None:
+    first, again = synthetic_load("code:burst_factor=8", 500, seed=3), synthetic_load("code:burst_factor=8", 500, seed=3)
+    assert first == again
+    other = synthetic_load("code:burst_factor=8", 500, seed=4)
+    assert [r.arrival_s for r in other] != [r.arrival_s for r in first]
+    assert synthetic_load("code:burst_factor=8,seed=4", 500, seed=3) == other  # a seed in the spec wins
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("chat", "unknown synthetic load 'chat'"),
+    ("code:burst_factor", "'burst_factor' is not key=number"),
+    ("code:burst=3", "unexpected keyword argument 'burst'"),
+])
+def test_bad_synthetic_spec_is_a_clear_error(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        synthetic_load(spec, 10)
+
+
+def test_any_trace_file_loads_by_format_rescaled(tmp_path) -> None:
+    trace = tmp_path / "mine.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {250 * i}, "input_length": 900, "output_length": 30, "hash_ids": [7, {i}]}}\n'
+                             for i in range(21)))
+    requests = load_trace(str(trace), rate=20.0)
+    assert len(requests) == 21 and requests[-1].arrival_s == pytest.approx(1.0)
+    assert requests[0].prefix_hashes[:32] == requests[1].prefix_hashes[:32]  # the shared leading block
+    assert load_trace("azure", limit=30) == load_azure(limit=30)
+    assert load_trace(str(AZURE_CONV), limit=30) == load_azure(limit=30)
+    code = load_trace("code:burst_factor=4", rate=100.0, limit=200)
+    assert len(code) == 200 and (len(code) - 1) / code[-1].arrival_s == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("source, fmt, message", [
+    ("trace.txt", None, "cannot tell the format of trace 'trace.txt'"),
+    ("trace.jsonl", "parquet", "unknown trace format 'parquet'"),
+    ("code", None, "needs a request count"),
+    ("missing.csv", None, "cannot read Azure trace missing.csv"),
+    ("empty.csv", None, "has no requests"),
+    ("bad.csv", None, "bad.csv:3: bad Azure row"),
+])
+def test_trace_format_errors_name_the_trace(tmp_path, monkeypatch, source: str, fmt, message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    (tmp_path / "bad.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                      "2023-11-16 18:15:46.6805900,100,20\n2023-11-16 18:15:47.1,many,20\n")
+    with pytest.raises(TraceError, match=message):
+        load_trace(source, fmt)
+
+
+def test_trace_format_is_inferred() -> None:
+    assert [trace_format(s) for s in ("a/b.CSV", "x.jsonl", "mooncake", "code:burst_factor=2")] == [
+        "azure", "mooncake", "mooncake", "synthetic"]
