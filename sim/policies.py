@@ -7,6 +7,8 @@ scrapes. Factories take a seed where the policy is random, so runs repeat.
 - ``round-robin`` — servers in turn.
 - ``random`` — uniformly at random.
 - ``least-queue`` — fewest waiting requests (scraped), then fewest in flight.
+- ``prefix-least-queue`` — least-queue made prefix-aware: among the servers within ``queue_slack`` waiting
+  requests of the shortest queue, the one holding most of the prompt's prefix, then fewest in flight.
 - ``least-kv`` — lowest KV-cache usage (scraped), then fewest in flight.
 - ``composite`` — the reference's fallback scorer: (1 − KV usage) + (1 − relative queue) + prefix match,
   weights 1/1/1, where relative queue is the waiting count scaled to 0-1 across the candidates; highest
@@ -45,6 +47,22 @@ def random_choice(seed: int = 0) -> PickFunction:
 def least_queue(seed: int = 0) -> PickFunction:
     def pick(request: SimRequest, view: PoolView) -> str:
         return _argmin(view, [s.num_waiting for s in view.snapshots])
+
+    return pick
+
+
+def prefix_least_queue(seed: int = 0, queue_slack: int = 1) -> PickFunction:
+    def pick(request: Request, view: PoolView) -> str:
+        snaps, inflight = view.snapshots, view.inflight_requests
+        shortest = min(s.num_waiting for s in snaps)
+        best, best_key = 0, None
+        for i, s in enumerate(snaps):
+            if s.num_waiting > shortest + queue_slack:
+                continue
+            key = (-view.prefix_match(i) if request.prefix_hashes else 0.0, inflight[i], s.num_waiting)
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        return snaps[best].server_id
 
     return pick
 
@@ -91,6 +109,7 @@ POLICIES: dict[str, Callable[..., PickFunction]] = {
     "round-robin": round_robin,
     "random": random_choice,
     "least-queue": least_queue,
+    "prefix-least-queue": prefix_least_queue,
     "least-kv": least_kv,
     "composite": composite,
 }

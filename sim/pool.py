@@ -28,7 +28,7 @@ from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.results import Dispatched, RunResult, telemetry_record
-from headroom.sim.view import PickFunction, PoolView
+from headroom.sim.view import Pick, PickFunction, PoolView, Shed
 
 
 class SimulationError(HeadroomError, RuntimeError):
@@ -56,13 +56,14 @@ def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str 
 
 class _Server:
     __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
-                 "decode_tokens", "wake", "version", "snapshot")
+                 "decode_tokens", "tpot_slos", "wake", "version", "snapshot")
 
     def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
         self.inflight = self.inflight_tokens = self.prefill_tokens = self.decode_tokens = 0
         self.prefilling: dict[str, int] = {}  # streaming request id -> prompt tokens, until its first token
+        self.tpot_slos: dict[str, float] = {}  # streaming request id -> the TPOT SLO the router holds it to
         self.wake: float | None = None
         self.version = 0
         self.snapshot: MetricsSnapshot | None = None
@@ -221,6 +222,7 @@ class _Run:
         view.inflight_prompt_tokens = [s.inflight_tokens for s in self.routable]
         view.inflight_prefill_tokens = [s.prefill_tokens for s in self.routable]
         view.inflight_decode_tokens = [s.decode_tokens for s in self.routable]
+        view.running_tpot_slos = [tuple(s.tpot_slos.values()) for s in self.routable]
         view._engines = [s.engine for s in self.routable]
 
     # -- events ---------------------------------------------------------------------------------------
@@ -271,11 +273,14 @@ class _Run:
         srv.inflight_tokens -= request.prompt_tokens
         srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
         srv.decode_tokens -= request.max_tokens
+        had_slo = srv.tpot_slos.pop(request.request_id, None) is not None
         if srv.state == "ready":
             self.view.inflight_requests[srv.index] = srv.inflight
             self.view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens
             self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
             self.view.inflight_decode_tokens[srv.index] = srv.decode_tokens
+            if had_slo:
+                self.view.running_tpot_slos[srv.index] = tuple(srv.tpot_slos.values())
         elif srv.state == "draining" and not srv.inflight:
             srv.state = "removed"
 
@@ -308,6 +313,9 @@ class _Run:
             return
         view._start(request, self.now)
         decision = self.pick(request, view)
+        if type(decision) is Shed:
+            self.dropped.append(Dropped(request, "", self.now, decision.reason))
+            return
         server_id = decision if type(decision) is str else decision.server_id
         srv = self.servers.get(server_id)
         if srv is None or srv.state != "ready":
@@ -321,6 +329,10 @@ class _Run:
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never
             srv.prefill_tokens += request.prompt_tokens
             srv.prefilling[request.request_id] = request.prompt_tokens
+            slo = decision.tpot_slo_ms if type(decision) is Pick and decision.tpot_slo_ms else request.slo_tpot_ms
+            if slo is not None:
+                srv.tpot_slos[request.request_id] = slo
+                view.running_tpot_slos[i] = tuple(srv.tpot_slos.values())
         view.inflight_requests[i] = srv.inflight
         view.inflight_prompt_tokens[i] = srv.inflight_tokens
         view.inflight_prefill_tokens[i] = srv.prefill_tokens

@@ -1,14 +1,16 @@
 """What a pick function sees: the router's view of the pool when one request arrives.
 
-``pick(request, view)`` returns the chosen server's id, or a :class:`Pick` that also carries the
-predictions it used (they go into the telemetry record). The view holds, for each routable server ``i``
-(ready, not draining), in the same order:
+``pick(request, view)`` returns the chosen server's id, a :class:`Pick` that also carries the
+predictions it used (they go into the telemetry record) and the TPOT SLO it holds the request to, or a
+:class:`Shed` to reject the request (the run records it as dropped with the reason). The view holds, for
+each routable server ``i`` (ready, not draining), in the same order:
 
 - ``snapshots[i]`` — the server's metrics as of the last scrape (stale by up to the scrape interval);
 - ``inflight_requests[i]`` / ``inflight_prompt_tokens[i]`` — dispatched by this router and not yet
   finished (fresh: the router's own accounting); ``inflight_prefill_tokens[i]`` — the prompt tokens of
   the streaming ones among them whose first token has not arrived (prefill queued ahead);
   ``inflight_decode_tokens[i]`` — their output caps (``max_tokens``);
+  ``running_tpot_slos[i]`` — the TPOT SLOs (ms) the router holds its streaming ones to;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate;
@@ -40,13 +42,21 @@ class Pick:
     predicted_tpot_ms: float | None = None
     predicted_e2e_ms: float | None = None
     model_versions: dict[str, int] | None = None
+    tpot_slo_ms: float | None = None  # the TPOT SLO the router holds a streaming request to (None: its own)
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """A routing decision to reject the request, and why."""
+
+    reason: str
 
 
 class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
-                 "inflight_prefill_tokens", "inflight_decode_tokens", "_engines", "_matches")
+                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "_engines", "_matches")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -56,6 +66,7 @@ class PoolView:
         self.inflight_prompt_tokens: list[int] = []
         self.inflight_prefill_tokens: list[int] = []
         self.inflight_decode_tokens: list[int] = []
+        self.running_tpot_slos: list[tuple[float, ...]] = []
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
 
@@ -94,5 +105,5 @@ class PoolView:
         self._matches = [None] * len(self.snapshots)
 
 
-PickResult = str | Pick
+PickResult = str | Pick | Shed
 PickFunction = Callable[[SimRequest, PoolView], PickResult]

@@ -39,8 +39,12 @@ def _view(waiting: list[int], kv: list[float], inflight: list[int],
     ("composite", [0, 0, 0], [0.5, 0.5, 0.5], [0, 0, 0], [0, 40, 10], "s1"),
     ("composite", [5, 0, 0], [0.9, 0.1, 0.1], [0, 0, 0], [40, 0, 0], "s1"),
     ("composite", [0, 0, 0], [0.2, 0.6, 0.6], [0, 0, 0], [0, 0, 0], "s0"),
+    ("prefix-least-queue", [1, 2, 0], [0.5, 0.5, 0.5], [0, 0, 0], [10, 40, 0], "s0"),
+    ("prefix-least-queue", [0, 0, 0], [0.5, 0.5, 0.5], [3, 1, 0], [20, 20, 0], "s1"),
+    ("prefix-least-queue", [3, 0, 0], [0.5, 0.5, 0.5], [0, 2, 1], [40, 0, 0], "s2"),
 ], ids=["lq-fewest-waiting", "lq-tie-fewest-inflight", "kv-lowest", "composite-prefix",
-        "composite-load-beats-prefix", "composite-kv"])
+        "composite-load-beats-prefix", "composite-kv", "plq-prefix-within-slack", "plq-tie-fewest-inflight",
+        "plq-queue-beyond-slack"])
 def test_pick_table(name, waiting, kv, inflight, cached, expected) -> None:
     view, request = _view(waiting, kv, inflight, cached)
     assert policy(name)(request, view) == expected

@@ -10,7 +10,7 @@ from headroom.sim.profile import H100
 from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import Lengths, generate, poisson_arrivals
 from headroom.sim.traces import load_mooncake
-from headroom.sim.view import Pick, PoolView
+from headroom.sim.view import Pick, PoolView, Shed
 
 
 def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[SimRequest]:
@@ -174,3 +174,32 @@ def test_runs_without_telemetry_keep_outcomes_only_and_on_record_streams_records
     streamed = []
     loud = run(requests, uniform_pool(1), policy("round-robin"), on_record=streamed.append)
     assert streamed == loud.records and len(streamed) == len(requests)
+
+
+def test_a_shed_request_is_dropped_with_its_reason_and_never_reaches_a_server() -> None:
+    requests = _load(20.0, 2.0)
+
+    def pick(request: Request, view: PoolView):
+        return Shed("over budget") if int(request.request_id.split("-")[1]) % 2 else view.snapshots[0].server_id
+
+    result = run(requests, uniform_pool(2), pick)
+    shed = {d.request.request_id for d in result.dropped}
+    assert shed == {r.request_id for r in requests[1::2]} and {d.reason for d in result.dropped} == {"over budget"}
+    served = {o.request.request_id for o in result.outcomes}
+    assert served.isdisjoint(shed) and len(served) + len(shed) == len(requests)
+
+
+def test_the_view_holds_the_tpot_slos_of_the_streams_in_flight() -> None:
+    requests = [Request(f"r{i}", 0.01 * i, 400, 40, stream=i != 2, slo_tpot_ms=30.0 if i == 1 else None)
+                for i in range(5)]
+    seen = []
+
+    def pick(request: Request, view: PoolView):
+        seen.append(view.running_tpot_slos[0])
+        slo = 45.0 if request.request_id == "r3" else None  # the router's own SLO for r3, none for the others
+        return Pick(view.snapshots[0].server_id, tpot_slo_ms=slo)
+
+    result = run(requests + [Request("late", 30.0, 100, 2)], uniform_pool(1), pick)
+    # r1 keeps its own SLO; r2 does not stream (no TPOT); r3 is held to the router's; all finished before "late"
+    assert seen == [(), (), (30.0,), (30.0,), (30.0, 45.0), ()]
+    assert len(result.outcomes) == 6
