@@ -1,6 +1,8 @@
 """The scheduling engine: runs a profile's producer → filters → scorers → admitter → picker.
 
-Which profile: every request takes the predicted profile, whose producer predicts per candidate, unless
+A request without SLO headers is first held to the pool's default SLO, when the pipeline has one (the
+decision's ``request`` carries the SLOs it was scheduled for). Which profile: every request takes the
+predicted profile, whose producer predicts per candidate, unless
 it opted out (or, on a router configured to predict only requests that opt in, did not opt in). When no
 candidate could be predicted (warm-up, predictor unavailable, no model for the pool, stale metrics, ...),
 the whole request falls back to the heuristic profile; when only some could, those few are scored by the
@@ -69,6 +71,7 @@ class Engine:
         """Schedule ``request`` over ``servers`` (snapshots, or a :class:`~router.server_table.ServerTable`)."""
         if not len(servers):
             raise NoCandidates("no servers are available")
+        request = self.pipeline.with_default_slo(request)
         candidates = CandidateSet.unpredicted(servers)
         heuristic, predicted = self.pipeline.heuristic, self.pipeline.predicted
         if not request.predict:

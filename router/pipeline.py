@@ -5,24 +5,27 @@ Config shape (YAML or a dict)::
     predictAll: true               # predict every request unless it opts out; false: only those that opt in
     predictedProfile: predicted    # the predicted-latency profile
     heuristicProfile: heuristic    # the fallback and default profile
+    defaultSLO: {ttftMs: 1000, tpotMs: 50}   # the pool's SLO for requests without SLO headers (default: none)
     plugins:  [{type: latency-scorer, name: latency, params: {headroomSelectionStrategy: least}}, ...]
     profiles: [{name: predicted, plugins: [{ref: latency, weight: 1}, ...]}, ...]
 
 A plugin's role comes from its type. A profile has at most one producer and one admitter, any number of
 filters and scorers (only scorers take a ``weight``, default 1), and exactly one picker. The predicted
-profile must have a producer. Loading is strict: unknown keys, unknown types, duplicate names,
+profile must have a producer. A request that sends no SLO header is held to ``defaultSLO`` when it is set
+(``tpotMs`` applies to streaming requests only), and is scheduled exactly as if it had sent those headers.
+Loading is strict: unknown keys, unknown types, duplicate names,
 dangling refs and bad params raise :class:`~router.errors.ConfigError` naming what is wrong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from headroom.router.errors import ConfigError
 from headroom.router.registry import REGISTRY
-from headroom.router.roles import Admitter, Filter, Picker, Producer, Scorer, role_of
+from headroom.router.roles import Admitter, Filter, Picker, Producer, Request, Scorer, role_of
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,14 @@ class Pipeline:
     predicted: Profile
     heuristic: Profile
     predict_all: bool = True
+    default_slo_ttft_ms: float | None = None
+    default_slo_tpot_ms: float | None = None
+
+    def with_default_slo(self, request: Request) -> Request:
+        """``request`` held to the pool's default SLO when it states none of its own."""
+        if request.has_slo or (self.default_slo_ttft_ms is None and self.default_slo_tpot_ms is None):
+            return request
+        return replace(request, slo_ttft_ms=self.default_slo_ttft_ms, slo_tpot_ms=self.default_slo_tpot_ms)
 
 
 # The predicted profile picks with probability ∝ score² rather than the reference's ∝ score: with the
@@ -72,7 +83,7 @@ DEFAULT_PIPELINE: dict[str, Any] = {
     ],
 }
 
-_TOP_KEYS = {"predictAll", "predictedProfile", "heuristicProfile", "plugins", "profiles"}
+_TOP_KEYS = {"predictAll", "predictedProfile", "heuristicProfile", "defaultSLO", "plugins", "profiles"}
 
 
 def load_pipeline(raw: Mapping[str, Any] | None) -> Pipeline:
@@ -94,7 +105,24 @@ def load_pipeline(raw: Mapping[str, Any] | None) -> Pipeline:
     predict_all = raw.get("predictAll", DEFAULT_PIPELINE["predictAll"])
     if not isinstance(predict_all, bool):
         raise ConfigError(f"scheduling.predictAll must be true or false, got {predict_all!r}")
-    return Pipeline(predicted=predicted, heuristic=heuristic, predict_all=predict_all)
+    ttft, tpot = _default_slo(raw.get("defaultSLO", DEFAULT_PIPELINE.get("defaultSLO")))
+    return Pipeline(predicted=predicted, heuristic=heuristic, predict_all=predict_all, default_slo_ttft_ms=ttft,
+                    default_slo_tpot_ms=tpot)
+
+
+def _default_slo(raw: Any) -> tuple[float | None, float | None]:
+    """``(ttft_ms, tpot_ms)`` of a ``defaultSLO`` entry (None: not set)."""
+    if raw is None:
+        return None, None
+    _mapping(raw, "scheduling.defaultSLO")
+    _no_unknown(raw, {"ttftMs", "tpotMs"}, "scheduling.defaultSLO")
+    values = []
+    for key in ("ttftMs", "tpotMs"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ConfigError(f"scheduling.defaultSLO.{key} must be a positive number of ms, got {value!r}")
+        values.append(None if value is None else float(value))
+    return values[0], values[1]
 
 
 def _build_plugins(entries: Any) -> dict[str, Any]:

@@ -105,6 +105,7 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 self.metrics.model_version.labels(target).set(version)
+        request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
         return Dispatch(request, decision, arrival, self.wall(), now, key, tried,

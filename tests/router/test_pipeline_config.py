@@ -5,6 +5,7 @@ import yaml
 
 from headroom.router.errors import ConfigError
 from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from tests.router.routercases import req
 
 
 def test_default_pipeline():
@@ -35,6 +36,18 @@ profiles:
     assert pipeline.predict_all is False
     ((scorer, weight),) = pipeline.predicted.scorers
     assert scorer.params.headroom_selection_strategy == "most" and weight == 2.0
+
+
+def test_default_slo_holds_requests_without_slo_headers():
+    pipeline = load_pipeline({**DEFAULT_PIPELINE, "defaultSLO": {"ttftMs": 800, "tpotMs": 40}})
+    assert (pipeline.default_slo_ttft_ms, pipeline.default_slo_tpot_ms) == (800.0, 40.0)
+    held = pipeline.with_default_slo(req())
+    assert (held.slo_ttft_ms, held.slo_tpot_ms) == (800.0, 40.0)
+    own = req(slo_ttft_ms=300.0)
+    assert pipeline.with_default_slo(own) is own  # a request with its own SLO keeps it (and only it)
+    assert load_pipeline(None).with_default_slo(own) is own and load_pipeline(None).default_slo_ttft_ms is None
+    only_ttft = load_pipeline({**DEFAULT_PIPELINE, "defaultSLO": {"ttftMs": 500}})
+    assert only_ttft.with_default_slo(req()).slo_tpot_ms is None
 
 
 def with_change(path, value):
@@ -72,6 +85,13 @@ ERRORS = [
     pytest.param(with_change(["extra"], 1), "scheduling: unknown key 'extra'", id="unknown-top-key"),
     pytest.param(with_change(["predictAll"], "yes"), "predictAll must be true or false, got 'yes'", id="bad-bool"),
     pytest.param(with_change(["plugins"], {"a": 1}), "scheduling.plugins must be a list", id="plugins-not-list"),
+    pytest.param(with_change(["defaultSLO"], {"ttftMs": 0}), "defaultSLO.ttftMs must be a positive number of ms, got 0",
+                 id="default-slo-zero"),
+    pytest.param(with_change(["defaultSLO"], {"tpotMs": "fast"}), "defaultSLO.tpotMs must be a positive number",
+                 id="default-slo-type"),
+    pytest.param(with_change(["defaultSLO"], {"ttftMS": 100}), "scheduling.defaultSLO: unknown key 'ttftMS'",
+                 id="default-slo-key"),
+    pytest.param(with_change(["defaultSLO"], [100, 50]), "scheduling.defaultSLO must be a mapping", id="default-slo-list"),
 ]
 
 

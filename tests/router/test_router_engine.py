@@ -91,6 +91,19 @@ def test_slo_request_goes_to_positive_tier(engine):
     assert picks <= {"a", "c"} and "a" in picks  # "most" spreads: a has the most headroom (200 ms of 300)
 
 
+def test_pool_default_slo_schedules_as_if_the_headers_were_sent():
+    servers = [server("a", num_waiting=0), server("b", num_waiting=10), server("c", num_waiting=2)]
+    defaulted = Engine(load_pipeline({**NO_EXPLORATION, "defaultSLO": {"ttftMs": 300.0}}))
+    headers = Engine(load_pipeline(NO_EXPLORATION))
+    for seed in range(20):
+        plain = defaulted.decide(req(), servers, ctx(seed, TablePredictor()))
+        sent = headers.decide(req(slo_ttft_ms=300.0), servers, ctx(seed, TablePredictor()))
+        assert plain.chosen.server.server_id == sent.chosen.server.server_id
+        assert plain.request.slo_ttft_ms == 300.0 and plain.chosen.ttft_headroom_ms == sent.chosen.ttft_headroom_ms
+    shed = defaulted.decide(req(priority=-1), [server("b", num_waiting=10, kv_cache_usage=0.5)], ctx(0, TablePredictor()))
+    assert shed.chosen is None  # the default SLO makes a sheddable request sheddable
+
+
 def test_no_servers(engine):
     with pytest.raises(NoCandidates):
         engine.decide(req(), [], ctx())
