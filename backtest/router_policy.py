@@ -1,9 +1,10 @@
 """The router's scheduling engine as a pick function of the offline simulator (:mod:`sim.pool`).
 
 Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
-and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts and
-prefix matches). The simulator cannot shed requests, so requests are scheduled as non-sheddable (priority
-0) and the admitter never rejects; ``slo`` overrides every request's own SLOs when given.
+and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts,
+the TPOT SLOs it holds its running requests to, and prefix matches). A request keeps its priority, so the
+admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`); ``slo`` overrides every
+request's own SLOs when given; ``predict=False`` schedules every request with the heuristic profile.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from headroom.router.engine import Engine
 from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.sim.request import SimRequest
-from headroom.sim.view import Pick, PickFunction, PoolView
+from headroom.sim.view import Pick, PickFunction, PickResult, PoolView, Shed
 
 
 def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None = None, seed: int = 0,
                 scorer_params: dict[str, Any] | None = None, picker_params: dict[str, Any] | None = None,
                 pipeline: dict[str, Any] | None = None,
-                plugin_params: Mapping[str, Mapping[str, Any]] | None = None) -> PickFunction:
+                plugin_params: Mapping[str, Mapping[str, Any]] | None = None, predict: bool = True) -> PickFunction:
     """A pick function running the scheduling pipeline (default: the router's) over the simulator's view.
 
     ``plugin_params`` maps a plugin type to parameters laid over those of every plugin of that type;
@@ -41,17 +42,21 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
     engine = Engine(load_pipeline(config))
     context = Context(rng=random.Random(seed), predictor=predictor)
 
-    def pick(request: SimRequest, view: PoolView) -> Pick:
+    def pick(request: SimRequest, view: PoolView) -> PickResult:
         servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
+                                  running_tpot_slos_ms=view.running_tpot_slos[i],
                                   metrics_age_s=max(0.0, view.now - s.time_s), **state_values(view.server_state(i)))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
         decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,
                                          max_tokens=request.max_tokens, stream=request.stream, slo_ttft_ms=ttft_slo,
-                                         slo_tpot_ms=tpot_slo), servers, context)
+                                         slo_tpot_ms=tpot_slo, priority=request.priority, predict=predict),
+                                 servers, context)
         chosen = decision.chosen
+        if chosen is None:
+            return Shed(decision.rejection or "rejected")
         prediction = chosen.prediction
         return Pick(chosen.server.server_id, prediction.ttft_ms if prediction else None,
-                    prediction.tpot_ms if prediction else None)
+                    prediction.tpot_ms if prediction else None, tpot_slo_ms=decision.request.slo_tpot_ms)
 
     return pick

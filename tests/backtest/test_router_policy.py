@@ -3,6 +3,7 @@ import pytest
 from headroom.backtest.router_policy import engine_pick
 from headroom.router.errors import ConfigError
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.request import Request
 from headroom.sim.synthetic import generate, poisson_arrivals
 from tests.router.routercases import TablePredictor
 
@@ -24,3 +25,19 @@ def test_routes_a_simulated_pool_with_the_predictions_it_used():
 def test_parameter_overlays_reach_their_plugins(overlay, message):
     with pytest.raises(ConfigError, match=message):
         engine_pick(TablePredictor(), **overlay)
+
+
+def test_sheddable_requests_are_shed_and_running_tpot_slos_reach_the_pipeline():
+    seen = []
+    busy = [Request(f"b{i}", 0.001 * i, 8000, 400, slo_ttft_ms=5000.0, slo_tpot_ms=40.0) for i in range(3)]
+    late = [Request("shed-me", 0.5, 500, 10, slo_ttft_ms=50.0, priority=-1), Request("keep-me", 0.6, 500, 10)]
+    pick = engine_pick(TablePredictor(base=100.0))
+
+    def watching(request, view):
+        seen.append((request.request_id, view.running_tpot_slos[0]))
+        return pick(request, view)
+
+    result = run(busy + late, uniform_pool(1), watching, seed=0)
+    assert [(d.request.request_id, "priority -1" in d.reason) for d in result.dropped] == [("shed-me", True)]
+    assert {o.request.request_id for o in result.outcomes} == {"b0", "b1", "b2", "keep-me"}
+    assert seen[-1] == ("keep-me", (40.0, 40.0, 40.0))  # the SLOs the router holds its running streams to
