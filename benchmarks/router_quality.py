@@ -1,30 +1,38 @@
-"""Routing quality on the offline simulator: predicted-latency routing vs baselines and the oracle.
+"""Routing quality on the offline simulator: headroom's router against every baseline and the oracle.
 
-    .venv/bin/python benchmarks/router_quality.py [--trace azure|mooncake] [--requests 3000]
+    .venv/bin/python benchmarks/router_quality.py --trace PATH|azure|mooncake|code[:k=v,...] [--format F]
+        [--requests 3000] [--loads 0.5,1,1.5,2] [--train-loads ...] [--seeds 3]
 
-A pool of 16 simulated H100 servers (Llama-3-8B profile) replays a public trace, time-scaled to several
-utilizations of the pool's capacity (see :mod:`sim.capacity`). The latency models are trained first, on a
-separate slice of the same trace routed at random at every load (so the models see varied states), with
-the reference hyperparameters; the router then schedules the evaluation slice through its real engine
-(:class:`router.engine.Engine`, default pipeline, predictions from the in-process model runtime). The
-router's view is the simulator's: scraped metrics every 50 ms, its own in-flight accounting, and the
-prefix match of each server's actual cache (the upper bound of the router's own estimate).
+A pool of 16 simulated H100 servers (Llama-3-8B profile) replays a trace — a file in the Azure (CSV) or
+Mooncake (JSON lines) format, or a named synthetic load such as the bursty code-completion one
+(:func:`sim.traces.load_trace`) — time-scaled to multiples of the pool's capacity (:func:`sim.capacity.capacity_rps`:
+one server's completion rate when flooded, without prefix caching). The first N requests train, the next N
+are evaluated. Training, as the online pipeline would see it: round 1 fits TTFT and TPOT models on random
+routing at every training load, round 2 adds the records of the router's own decisions and refits
+(reference hyperparameters); the training loads may differ from the evaluation loads, to test the models
+past their range. Every request streams.
 
-Policies: round-robin, least-queue, the composite heuristic (the reference's fallback), predicted-latency
-routing without SLO headers, with SLO headers under each ``headroomSelectionStrategy`` (``least`` packs,
-``most`` spreads), optionally again with other picker sharpness or affinity thresholds than the
-router's defaults (``--sharpness``, ``--affinity``; the models are trained with the defaults either
-way), and the oracle (each request to the server with its lowest true TTFT, found by simulating
-forward). SLO attainment counts requests with TTFT ≤ the TTFT SLO and TPOT ≤ the TPOT SLO; goodput is
-such requests per second. With ``--seeds N`` every run is repeated with seeds 0…N−1 and the table gives means.
+Policies: every baseline of :mod:`benchmarks.routing_policies` (deterministic ones run once, the others
+once per seed), ``headroom`` (the router's default pipeline, SLO headers on every request),
+``headroom no-SLO`` (no SLO headers), any ``--variant NAME=JSON`` (a pipeline file or plugin overlays,
+see :func:`variant`), and the greedy oracle. A ``--sheddable`` share of the requests is sheddable
+(priority −1): a policy may reject them, and a rejected request counts as a miss.
+
+Columns: TTFT p50 / mean / p99 and TPOT p99 (ms) of the served requests; SLO attainment (TTFT ≤ its SLO and
+TPOT ≤ its SLO, over all requests; the range over seeds), TTFT-only and TPOT-only attainment; goodput
+(requests within SLO per second); the share served. A summary per load compares headroom with the best
+baseline there (highest attainment, then lowest p99 TTFT) and with the oracle.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import random
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,8 +43,9 @@ configure()
 
 import numpy as np  # noqa: E402
 import xgboost  # noqa: E402
+import yaml  # noqa: E402
 
-from headroom.backtest.router_policy import engine_pick  # noqa: E402
+from headroom.benchmarks.routing_policies import BASELINES, headroom, oracle  # noqa: E402
 from headroom.contract.features import FEATURE_SCHEMA, records_matrix  # noqa: E402
 from headroom.contract.model_update import make_update  # noqa: E402
 from headroom.contract.signing import TrustedKeys  # noqa: E402
@@ -44,45 +53,54 @@ from headroom.contract.targets import target_value  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.oracle import oracle_pick  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
 from headroom.sim.results import quantile  # noqa: E402
-from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402
+from headroom.sim.traces import load_trace  # noqa: E402
 from headroom.trainer.params import TrainParams  # noqa: E402
 
 SERVERS = 16
-LOADS = (1.0, 2.0, 3.0, 4.0)
 
 
-def trace_slices(trace: str, n: int, rate: float | None):
-    loader = load_azure if trace == "azure" else load_mooncake
-    requests = loader(rate=rate, limit=2 * n)
-    train, evaluate = requests[:n], requests[n:]
-    start = evaluate[0].arrival_s
-    return train, [replace(r, arrival_s=r.arrival_s - start) for r in evaluate]
+@dataclass(frozen=True)
+class Workload:
+    source: str
+    format: str | None
+    requests: int
+    seed: int = 0
+    sheddable: float = 0.0
+
+    def slices(self, rate: float | None):
+        """The training and evaluation slices at ``rate`` (the evaluation slice starts at 0)."""
+        loaded = load_trace(self.source, self.format, rate=rate, limit=2 * self.requests, seed=self.seed)
+        if len(loaded) < 2 * self.requests:
+            raise SystemExit(f"{self.source}: {len(loaded)} requests, {2 * self.requests} needed")
+        rng = random.Random(self.seed)
+        loaded = [replace(r, priority=-1) if rng.random() < self.sheddable else r for r in loaded]
+        train, evaluate = loaded[:self.requests], loaded[self.requests:]
+        start = evaluate[0].arrival_s
+        return train, [replace(r, arrival_s=r.arrival_s - start) for r in evaluate]
 
 
-def train_runtime(trace: str, n: int, capacity: float, loads, slo) -> tuple[ModelRuntime, int]:
-    """Round 1 trains on random routing; round 2 adds what the router's own decisions produce (as the
-    online pipeline would) and retrains on both."""
+def train_runtime(work: Workload, capacity: float, loads, slo) -> tuple[ModelRuntime, int]:
     records = []
     for load in loads:
-        train, _ = trace_slices(trace, n, load * SERVERS * capacity)
+        train, _ = work.slices(load * SERVERS * capacity)
         records += run(train, uniform_pool(SERVERS), policy("random", seed=1), seed=1).records
     runtime = ModelRuntime(trust=TrustedKeys())  # models made here are applied directly, not read from Kafka
     _fit(runtime, records, version=1)
+    predictor = EmbeddedPredictor(runtime)
     for load in loads:
-        train, _ = trace_slices(trace, n, load * SERVERS * capacity)
-        for pick in (router_pick(runtime, None, seed=2), router_pick(runtime, slo, seed=3)):
+        train, _ = work.slices(load * SERVERS * capacity)
+        for pick in (headroom(predictor, None, seed=2), headroom(predictor, slo, seed=3)):
             records += run(train, uniform_pool(SERVERS), pick, seed=1).records
     _fit(runtime, records, version=2)
     return runtime, len(records)
 
 
 def _fit(runtime: ModelRuntime, records, version: int) -> None:
-    """Fit and apply TTFT and TPOT models; a model the runtime's probe rejects (a negative prediction on
-    an extreme probe row) is refitted with another seed, and if none passes the previous version serves."""
+    """Fit and apply TTFT and TPOT models; a model the runtime's probe rejects is refitted with another seed,
+    and if none passes the previous version serves."""
     for target in ("ttft", "tpot"):
         rows = [r for r in records if target_value(r, target) is not None]
         y = np.array([target_value(r, target) for r in rows])
@@ -101,79 +119,98 @@ def _fit(runtime: ModelRuntime, records, version: int) -> None:
             raise RuntimeError(f"no {target} model passed the runtime's checks")
 
 
-def router_pick(runtime: ModelRuntime, slo: tuple[float, float] | None, seed: int = 0, strategy: str = "most",
-                sharpness: float | None = None, affinity: float | None = None):
-    """The router's default pipeline with the given strategy and, when given, picker sharpness and affinity
-    threshold."""
-    overlays = {"prefix-cache-affinity-filter": {"affinityThreshold": affinity}} if affinity is not None else None
-    return engine_pick(EmbeddedPredictor(runtime), slo=slo, seed=seed, plugin_params=overlays,
-                       scorer_params={"headroomSelectionStrategy": strategy},
-                       picker_params=None if sharpness is None else {"sharpness": sharpness})
+def variant(spec: str) -> tuple[str, dict, dict]:
+    """``NAME=JSON`` → (name, pipeline or {}, overlays): JSON ``{"pipeline": PATH, "overlays": {...}}`` or
+    just the overlays (plugin name or type → parameters)."""
+    name, _, text = spec.partition("=")
+    data = json.loads(text or "{}")
+    if "pipeline" in data or "overlays" in data:
+        pipeline = yaml.safe_load(Path(data["pipeline"]).read_text()) if "pipeline" in data else {}
+        return name, pipeline.get("scheduling", pipeline), data.get("overlays", {})
+    return name, {}, data
 
 
-def row(name, load, requests, result, slo):
-    out = result.outcomes
-    span = max(o.completion_s for o in out) - min(r.arrival_s for r in requests)
-    ttfts = [o.ttft_ms for o in out]
-    tpots = [t for o in out if (t := o.tpot_ms) is not None]
-    met = sum(1 for o in out if o.ttft_ms <= slo[0] and (o.tpot_ms is None or o.tpot_ms <= slo[1]))
-    return (name, load, quantile(ttfts, 0.5), quantile(ttfts, 0.99), quantile(tpots, 0.99),
-            met / len(requests), met / span, len(out) / len(requests))
+def measure(requests, result, slo) -> tuple[float, ...]:
+    served = result.outcomes
+    span = max(o.completion_s for o in served) - min(r.arrival_s for r in requests)
+    ttfts = [o.ttft_ms for o in served]
+    tpots = [t for o in served if (t := o.tpot_ms) is not None]
+    ttft_ok = [o.ttft_ms <= slo[0] for o in served]
+    tpot_ok = [o.tpot_ms is None or o.tpot_ms <= slo[1] for o in served]
+    met = sum(a and b for a, b in zip(ttft_ok, tpot_ok))
+    n = len(requests)
+    return (quantile(ttfts, 0.5), float(np.mean(ttfts)), quantile(ttfts, 0.99), quantile(tpots, 0.99),
+            met / n, sum(ttft_ok) / n, sum(tpot_ok) / n, met / span, len(served) / n)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", choices=("azure", "mooncake"), default="azure")
-    parser.add_argument("--requests", type=int, default=3000, help="Requests in the evaluation slice (and in training).")
+    parser.add_argument("--trace", default="azure", help="A trace file, a shared trace (azure, mooncake) or a "
+                                                         "synthetic load spec (e.g. code:burst_factor=8).")
+    parser.add_argument("--format", choices=("azure", "mooncake", "synthetic"), help="Default: from --trace.")
+    parser.add_argument("--requests", type=int, default=3000, help="Requests evaluated (and trained on).")
+    parser.add_argument("--load-seed", type=int, default=0, help="Seed of the load (synthetic draws, prefixes).")
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=50.0)
-    parser.add_argument("--loads", default=",".join(map(str, LOADS)), help="Utilizations of the pool's capacity.")
-    parser.add_argument("--sharpness", default="",
-                        help="Comma-separated picker sharpness values to compare with the router's default "
-                             "(e.g. 1, the reference's).")
-    parser.add_argument("--affinity", default="",
-                        help="Comma-separated affinityThreshold values to compare with the router's default "
-                             "(e.g. 0.8, the reference's).")
+    parser.add_argument("--loads", default="0.5,1,1.5,2", help="Evaluation loads, multiples of pool capacity.")
+    parser.add_argument("--train-loads", help="Training loads (default: the evaluation loads).")
+    parser.add_argument("--seeds", type=int, default=1, help="Seeds 0..N-1 of pickers and simulator.")
+    parser.add_argument("--sheddable", type=float, default=0.0, help="Share of sheddable requests.")
+    parser.add_argument("--baselines", default=",".join(BASELINES))
+    parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
     parser.add_argument("--no-oracle", action="store_true")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="Repeat each run with this many seeds (simulator and pickers) and report the means; "
-                             "SLO attainment also gives the range.")
     args = parser.parse_args()
     slo = (args.slo_ttft_ms, args.slo_tpot_ms)
-    capacity = capacity_rps(trace_slices(args.trace, args.requests, None)[0])
-    started = time.time()
+    work = Workload(args.trace, args.format, args.requests, args.load_seed, args.sheddable)
+    capacity = capacity_rps(work.slices(None)[0])
     loads = [float(x) for x in args.loads.split(",")]
-    runtime, rows = train_runtime(args.trace, args.requests, capacity, loads, slo)
-    print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained on {rows} records "
-          f"in {time.time() - started:.0f} s")
-    print("| policy | load | TTFT p50 ms | TTFT p99 ms | TPOT p99 ms | SLO attainment | goodput req/s | completed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    train_loads = [float(x) for x in args.train_loads.split(",")] if args.train_loads else loads
+    started = time.time()
+    runtime, rows = train_runtime(work, capacity, train_loads, slo)
+    predictor = EmbeddedPredictor(runtime)
+    print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained at loads {train_loads} on {rows} "
+          f"records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
+    policies = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
+    policies += [("headroom", lambda seed: headroom(predictor, slo, seed), False),
+                 ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
+    for name, pipeline, overlays in map(variant, args.variant):
+        policies.append((name, lambda seed, p=pipeline, o=overlays: headroom(predictor, slo, seed, p or None, o),
+                         False))
+    if not args.no_oracle:
+        policies.append(("oracle", oracle, True))
+    print("| policy | load | TTFT p50 | TTFT mean | TTFT p99 | TPOT p99 | SLO attainment | TTFT-only | TPOT-only "
+          "| goodput/s | served |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    summary = []
     for load in loads:
-        _, requests = trace_slices(args.trace, args.requests, load * SERVERS * capacity)
-        policies = [("round-robin", lambda seed: policy("round-robin", seed)),
-                    ("least-queue", lambda seed: policy("least-queue", seed)),
-                    ("composite", lambda seed: policy("composite", seed))]
-        for k in [None] + [float(x) for x in args.sharpness.split(",") if x]:
-            for affinity in [None] + [float(x) for x in args.affinity.split(",") if x]:
-                suffix = ("" if k is None else f" k={k:g}") + ("" if affinity is None else f" aff={affinity:g}")
-                options = {"sharpness": k, "affinity": affinity}
-                policies += [
-                    (f"predicted{suffix}", lambda seed, o=options: router_pick(runtime, None, seed, **o)),
-                    (f"predicted+SLO least{suffix}",
-                     lambda seed, o=options: router_pick(runtime, slo, seed, strategy="least", **o)),
-                    (f"predicted+SLO most{suffix}",
-                     lambda seed, o=options: router_pick(runtime, slo, seed, strategy="most", **o))]
-        if not args.no_oracle:
-            policies.append(("oracle", lambda seed: oracle_pick))
-        for name, make in policies:
-            runs = [row(name, load, requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed), slo)
-                    for seed in range(args.seeds)]
-            r = [name, load, *np.mean([r[2:] for r in runs], axis=0)]
-            attained = [r[5] for r in runs]
-            spread = f" ({min(attained):.3f}–{max(attained):.3f})" if args.seeds > 1 else ""
-            print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.0f} | {r[3]:.0f} | {r[4]:.1f} | {r[5]:.3f}{spread} | {r[6]:.2f} | "
-                  f"{r[7]:.3f} |", flush=True)
+        _, requests = work.slices(load * SERVERS * capacity)
+        results = {}
+        for name, make, deterministic in policies:
+            runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed), slo)
+                    for seed in range(1 if deterministic else args.seeds)]
+            mean = results[name] = np.mean(runs, axis=0)
+            low, high = min(r[4] for r in runs), max(r[4] for r in runs)
+            spread = f" ({low:.3f}–{high:.3f})" if len(runs) > 1 else ""
+            print(f"| {name} | {load:g} | {mean[0]:.0f} | {mean[1]:.0f} | {mean[2]:.0f} | {mean[3]:.1f} | "
+                  f"{mean[4]:.3f}{spread} | {mean[5]:.3f} | {mean[6]:.3f} | {mean[7]:.1f} | {mean[8]:.3f} |",
+                  flush=True)
+        summary.append((load, results))
+    print_summary(summary, [p[0] for p in policies if p[0] in BASELINES])
     return 0
+
+
+def print_summary(summary, baselines) -> None:
+    print("\n| load | best baseline | its attainment / p99 TTFT | headroom | Δ attainment | p99 TTFT vs best "
+          "| oracle |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for load, results in summary:
+        if not baselines or "headroom" not in results:
+            continue
+        best = max(baselines, key=lambda b: (round(results[b][4], 3), -results[b][2]))
+        ours, theirs = results["headroom"], results[best]
+        oracle_cell = f"{results['oracle'][4]:.3f}" if "oracle" in results else "–"
+        print(f"| {load:g} | {best} | {theirs[4]:.3f} / {theirs[2]:.0f} | {ours[4]:.3f} / {ours[2]:.0f} | "
+              f"{100 * (ours[4] - theirs[4]):+.1f} pt | {100 * (ours[2] / theirs[2] - 1):+.0f}% | {oracle_cell} |")
 
 
 if __name__ == "__main__":

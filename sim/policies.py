@@ -52,7 +52,7 @@ def least_queue(seed: int = 0) -> PickFunction:
 
 
 def prefix_least_queue(seed: int = 0, queue_slack: int = 1) -> PickFunction:
-    def pick(request: Request, view: PoolView) -> str:
+    def pick(request: SimRequest, view: PoolView) -> str:
         snaps, inflight = view.snapshots, view.inflight_requests
         shortest = min(s.num_waiting for s in snaps)
         best, best_key = 0, None
