@@ -151,6 +151,21 @@ class ServerEngine:
             ends += [self.clock + self._span(i) for i in range(max(1, done - 1), done + 1)]
         return tuple(ends[-2:])
 
+    def stream_progress(self, now: float) -> list[tuple[str, float, int, float]]:
+        """``(request id, first token time, tokens so far, last token time)`` of every streaming request
+        decoding at ``now``: what a router relaying their streams has seen of them."""
+        done, last = 0, self.clock
+        horizon = now - self.clock
+        if self._kind == _SEGMENT and not self._dirty and horizon > 0:
+            done = self._steps_before(horizon)
+            if self._span(done) > horizon:
+                done -= 1
+            last = self.clock + self._span(done)
+        g = self._g + done
+        return [(seq.request.request_id, seq.first_token_s, tokens, last if tokens > 1 else seq.first_token_s)
+                for seq in self._running.values() if seq.decoding and seq.request.stream
+                for tokens in (seq.gen_join + g - seq.g_join,)]
+
     def set_slowdown(self, factor: float, now: float) -> None:
         """Make every later step ``factor`` times slower (1: back to normal)."""
         if factor <= 0:

@@ -223,6 +223,7 @@ class _Run:
         view.inflight_prefill_tokens = [s.prefill_tokens for s in self.routable]
         view.inflight_decode_tokens = [s.decode_tokens for s in self.routable]
         view.running_tpot_slos = [tuple(s.tpot_slos.values()) for s in self.routable]
+        view._tpot_slos = [s.tpot_slos for s in self.routable]
         view._engines = [s.engine for s in self.routable]
 
     # -- events ---------------------------------------------------------------------------------------

@@ -203,3 +203,16 @@ def test_the_view_holds_the_tpot_slos_of_the_streams_in_flight() -> None:
     # r1 keeps its own SLO; r2 does not stream (no TPOT); r3 is held to the router's; all finished before "late"
     assert seen == [(), (), (30.0,), (30.0,), (30.0, 45.0), ()]
     assert len(result.outcomes) == 6
+
+
+def test_the_view_counts_the_router_streams_over_their_tpot_slo() -> None:
+    requests = [Request("tight", 0.0, 400, 300), Request("loose", 0.0, 400, 300), Request("probe", 0.5, 100, 2)]
+    seen = {}
+
+    def pick(request: Request, view: PoolView):
+        seen[request.request_id] = view.tpot_at_risk(0)
+        slo = {"tight": 5.0, "loose": 500.0}.get(request.request_id)  # the router holds these two to a TPOT SLO
+        return Pick(view.snapshots[0].server_id, tpot_slo_ms=slo)
+
+    run(requests, uniform_pool(1), pick)
+    assert seen == {"tight": 0, "loose": 0, "probe": 1}  # at 0.5 s only "tight" is decoding over its SLO
