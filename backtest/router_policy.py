@@ -2,7 +2,7 @@
 
 Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
 and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts,
-the TPOT SLOs it holds its running requests to, and prefix matches). A request keeps its priority, so the
+the TPOT SLOs it holds its running streams to and how many of them are over it, and prefix matches). A request keeps its priority, so the
 admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`); ``slo`` overrides every
 request's own SLOs when given; ``predict=False`` schedules every request with the heuristic profile.
 """
@@ -44,7 +44,7 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
 
     def pick(request: SimRequest, view: PoolView) -> PickResult:
         servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
-                                  running_tpot_slos_ms=view.running_tpot_slos[i],
+                                  running_tpot_slos_ms=view.running_tpot_slos[i], tpot_at_risk=view.tpot_at_risk(i),
                                   metrics_age_s=max(0.0, view.now - s.time_s), **state_values(view.server_state(i)))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)

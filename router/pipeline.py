@@ -53,6 +53,9 @@ class Pipeline:
         return replace(request, slo_ttft_ms=self.default_slo_ttft_ms, slo_tpot_ms=self.default_slo_tpot_ms)
 
 
+# After the SLO tiers, the predicted profile keeps the servers where the fewest running streams are over their
+# TPOT SLO (tpot-protection-filter): on bursty loads of short outputs, a prefill landing among streams that need
+# clean decode steps spreads TPOT misses over the pool (docs/benchmarks.md, "Attainment-aware scheduling").
 # The predicted profile picks with probability ∝ score² rather than the reference's ∝ score: with the
 # default `most` headroom strategy the sharper pick measured higher SLO attainment and lower p99 TTFT on the
 # simulated pool (benchmarks/router_quality.py); with `least` it packs harder and misses more. The
@@ -67,6 +70,7 @@ DEFAULT_PIPELINE: dict[str, Any] = {
         {"type": "predicted-latency-producer", "name": "producer"},
         {"type": "prefix-cache-affinity-filter", "name": "affinity"},
         {"type": "slo-headroom-tier-filter", "name": "tiers"},
+        {"type": "tpot-protection-filter", "name": "protect"},
         {"type": "latency-scorer", "name": "latency"},
         {"type": "latency-slo-admitter", "name": "admitter"},
         {"type": "kv-cache-free-scorer", "name": "kv-free"},
@@ -76,7 +80,7 @@ DEFAULT_PIPELINE: dict[str, Any] = {
         {"type": "weighted-random-picker", "name": "predicted-picker", "params": {"sharpness": PREDICTED_SHARPNESS}},
     ],
     "profiles": [
-        {"name": "predicted", "plugins": [{"ref": "producer"}, {"ref": "affinity"}, {"ref": "tiers"},
+        {"name": "predicted", "plugins": [{"ref": "producer"}, {"ref": "affinity"}, {"ref": "tiers"}, {"ref": "protect"},
                                           {"ref": "latency"}, {"ref": "admitter"}, {"ref": "predicted-picker"}]},
         {"name": "heuristic", "plugins": [{"ref": "kv-free", "weight": 1}, {"ref": "queue", "weight": 1},
                                           {"ref": "prefix", "weight": 1}, {"ref": "picker"}]},

@@ -15,6 +15,7 @@ from headroom.router.plugins import (
                             prefix_match_scorer,
                             queue_scorer,
                             slo_headroom_tier_filter,
+                            tpot_protection_filter,
                             weighted_random_picker,
 )
 
@@ -24,6 +25,7 @@ REGISTRY: dict[str, Factory] = {
     predicted_latency_producer.TYPE: predicted_latency_producer.build,
     prefix_cache_affinity_filter.TYPE: prefix_cache_affinity_filter.build,
     slo_headroom_tier_filter.TYPE: slo_headroom_tier_filter.build,
+    tpot_protection_filter.TYPE: tpot_protection_filter.build,
     latency_scorer.TYPE: latency_scorer.build,
     latency_slo_admitter.TYPE: latency_slo_admitter.build,
     weighted_random_picker.TYPE: weighted_random_picker.build,

@@ -4,8 +4,9 @@ A :class:`ServerTable` is a sequence of :class:`~router.roles.ServerSnapshot` (i
 snapshot on demand, or returns the original object when the table was made from snapshots). ``state``
 holds one float64 column (counts too) per field of the contract's
 :class:`~contract.server_state.ServerState`, by name; names are tuples, and the router's own numbers are
-columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running. A table
-is a value: its columns are copies, never views of state that changes later.
+columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running;
+``tpot_at_risk`` counts the running streams over their TPOT SLO. A table is a value: its columns are
+copies, never views of state that changes later.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ServerTable(Sequence[ServerSnapshot]):
     running_tpot_slos_ms: tuple[tuple[float, ...], ...]
     tightest_tpot_slo_ms: np.ndarray
     metrics_age_s: np.ndarray
+    tpot_at_risk: np.ndarray
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -50,7 +52,7 @@ class ServerTable(Sequence[ServerSnapshot]):
             running_tpot_slos_ms=tuple(s.running_tpot_slos_ms for s in snaps),
             tightest_tpot_slo_ms=np.array([min(s.running_tpot_slos_ms, default=math.nan) for s in snaps],
                                           dtype=np.float64).reshape(len(snaps)),
-            metrics_age_s=column("metrics_age_s"), originals=snaps)
+            metrics_age_s=column("metrics_age_s"), tpot_at_risk=column("tpot_at_risk"), originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
         """The servers at ``rows`` (row numbers), in that order."""
@@ -61,6 +63,7 @@ class ServerTable(Sequence[ServerSnapshot]):
             state={name: column[rows] for name, column in self.state.items()},
             running_tpot_slos_ms=tuple(self.running_tpot_slos_ms[i] for i in picked),
             tightest_tpot_slo_ms=self.tightest_tpot_slo_ms[rows], metrics_age_s=self.metrics_age_s[rows],
+            tpot_at_risk=self.tpot_at_risk[rows],
             originals=None if self.originals is None else tuple(self.originals[i] for i in picked))
 
     @property
@@ -92,4 +95,5 @@ class ServerTable(Sequence[ServerSnapshot]):
         state: dict[str, Any] = {name: _PYTHON_TYPE[name](column[i]) for name, column in self.state.items()}
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
-            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]), **state)
+            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
+            tpot_at_risk=int(self.tpot_at_risk[i]), **state)

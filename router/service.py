@@ -142,9 +142,9 @@ class RouterService:
         return record
 
     def streamed(self, dispatch: Dispatch, now: float) -> None:
-        """Tokens of the request went by at ``now`` (monotonic): the server's step rhythm, and the request's
-        prompt no longer counts as prefill queued there (from its first tokens on; later ones change nothing)."""
-        self.pool.first_token(dispatch.key)
+        """Tokens of the request went by at ``now`` (monotonic): the server's step rhythm, the stream's progress
+        against its TPOT SLO, and its prompt no longer counts as prefill queued there (from its first tokens on)."""
+        self.pool.token(dispatch.key, now)
         self.pool.token_seen(dispatch.server.server_id, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:

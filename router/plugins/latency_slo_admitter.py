@@ -1,11 +1,15 @@
-"""latency-slo-admitter: sheds a sheddable request that no server is predicted to serve within its SLO.
+"""latency-slo-admitter: sheds a sheddable request that no server can serve within its SLO without harm.
 
-Reads the request's priority and SLOs and every candidate after prediction (before filtering). Rejects
-only when the request has SLO headers, is sheddable (priority < 0), every candidate has a prediction
-and none is predicted to meet the SLO, and no candidate is idle or cold (KV-cache usage below 2%).
-It fails open: a candidate without a prediction might meet the SLO, so it admits.
+Reads the request's priority and SLOs and every candidate after prediction (before filtering). Only a
+request with SLO headers (or the pool's default SLO) that is sheddable (priority < 0) can be rejected, and
+only when every candidate has a prediction. It is rejected when no candidate is predicted to meet its SLO
+and none is idle or cold (KV-cache usage below 2%) — it would miss anyway and take capacity from others —
+or, with ``protectRunning``, when every candidate predicted to meet it has streams running over their
+TPOT SLO (``tpot_at_risk``): serving it there would spread those misses, so in a burst the sheddable
+requests yield to the others. It fails open: a candidate without a prediction might meet the SLO.
 
-Parameters: none.
+Parameters:
+    protectRunning (true): also shed a request whose only servers within its SLO have streams over theirs.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ TYPE = "latency-slo-admitter"
 
 @dataclass(frozen=True)
 class Params:
-    pass
+    protect_running: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,9 +40,15 @@ class LatencySloAdmitter:
             return None
         cands = CandidateSet.of(candidates)
         known, meets = cands.slo_verdicts()
-        hopeless = known & ~meets & ~cands.column(cands.servers.is_idle) & ~cands.column(cands.servers.is_cold)
-        if not hopeless.all():
+        if not known.all():
             return None
+        servers = cands.servers
+        safe = meets & (cands.server_column("tpot_at_risk") == 0) if self.params.protect_running else meets
+        if (safe | cands.column(servers.is_idle) | cands.column(servers.is_cold)).any():
+            return None
+        if meets.any():
+            return (f"sheddable request (priority {request.priority}) rejected: every server predicted to meet its "
+                    f"SLO has streams running over their TPOT SLO")
         return (f"sheddable request (priority {request.priority}) rejected: none of {len(candidates)} "
                 f"servers is predicted to meet its SLO")
 

@@ -7,11 +7,17 @@ non-streaming request's first token is never seen, so it never counts there); it
 token, or an unknown id changes nothing, so the counts can never go negative. A request that never finishes (a
 lost connection) expires ``ttl_s`` after it started. Per-server totals are kept up to date on every change, so
 reading them costs nothing. Time is passed in, never read here.
+
+The tokens of a streaming request with a TPOT SLO are followed as they are relayed (:meth:`Inflight.token`;
+one relayed chunk counts as one token), so :meth:`Inflight.tpot_at_risk` can say, per server, how many of
+its streams are over their TPOT SLO right now (:func:`contract.slo.tpot_over_slo`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+from headroom.contract.slo import tpot_over_slo
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +43,26 @@ class ServerLoad:
 IDLE = ServerLoad()
 
 
+class StreamProgress:
+    """What relaying a stream has shown of it: its first and last token times and its tokens so far."""
+
+    __slots__ = ("first_s", "last_s", "tokens", "slo_ms")
+
+    def __init__(self, now: float, slo_ms: float):
+        self.first_s = self.last_s = now
+        self.tokens = 1
+        self.slo_ms = slo_ms
+
+    def over_slo(self, now: float) -> bool:
+        return tpot_over_slo(self.first_s, self.tokens, self.last_s, now, self.slo_ms)
+
+
 class Inflight:
     def __init__(self, ttl_s: float = 600.0):
         self.ttl_s = ttl_s
         self._requests: dict[str, InflightRequest] = {}  # in start order
         self._load: dict[str, ServerLoad] = {}
+        self._streams: dict[str, dict[str, StreamProgress]] = {}  # server -> request id -> its stream
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
               now: float, stream: bool = False, max_tokens: int = 0) -> None:
@@ -65,10 +86,36 @@ class Inflight:
         self._load[entry.server_id] = replace(load, prefill_tokens=load.prefill_tokens - entry.prompt_tokens)
         return entry
 
+    def token(self, request_id: str, now: float) -> InflightRequest | None:
+        """A token of a streaming request was relayed at ``now``; returns the entry when it was the first."""
+        entry = self._requests.get(request_id)
+        if entry is None or entry.tpot_slo_ms is None:
+            return self.first_token(request_id)
+        streams = self._streams.setdefault(entry.server_id, {})
+        progress = streams.get(request_id)
+        if progress is None:
+            streams[request_id] = StreamProgress(now, entry.tpot_slo_ms)
+        else:
+            progress.tokens += 1
+            progress.last_s = now
+        return self.first_token(request_id)
+
+    def tpot_at_risk(self, now: float) -> dict[str, int]:
+        """Per server with any: how many of its streams are over their TPOT SLO at ``now``."""
+        counts = {}
+        for server_id, streams in self._streams.items():
+            n = sum(1 for progress in streams.values() if progress.over_slo(now))
+            if n:
+                counts[server_id] = n
+        return counts
+
     def finish(self, request_id: str) -> InflightRequest | None:
         entry = self._requests.pop(request_id, None)
         if entry is None:
             return None
+        streams = self._streams.get(entry.server_id)
+        if streams is not None and streams.pop(request_id, None) is not None and not streams:
+            del self._streams[entry.server_id]
         load = self._load[entry.server_id]
         if load.requests <= 1:
             del self._load[entry.server_id]

@@ -8,8 +8,9 @@ most ``unhealthy_after_s`` old, unless passive outlier detection (:mod:`router.s
 heuristic still spreads load and the proxy reports connection errors). A retry names the servers it
 already tried, which are never candidates again for it. Per-server state is kept as columns, updated in
 place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
-an object per server; ``metrics_age_s`` is computed at the decision's time, and so is the age of the last
-token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`). Expired
+an object per server; ``metrics_age_s`` is computed at the decision's time, and so are the age of the last
+token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`) and how
+many of its streams are over their TPOT SLO (from :meth:`PoolState.token`). Expired
 in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
@@ -133,7 +134,8 @@ class PoolState:
         return ServerTable(
             server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
-            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)))  # never scraped: inf
+            metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
+            tpot_at_risk=column(self._at_risk(now)))
 
     def dispatched(self, request: Request, server_id: str, now: float, key: str | None = None) -> None:
         """Account a request sent to ``server_id``: in flight (under ``key``, the request id by default), and
@@ -157,10 +159,20 @@ class PoolState:
             self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
         self._last_token[i] = now
 
-    def first_token(self, key: str) -> None:
-        entry = self.inflight.first_token(key)
+    def token(self, key: str, now: float) -> None:
+        """A token of the request dispatched under ``key`` was relayed at ``now`` (the first one ends its prefill)."""
+        entry = self.inflight.token(key, now)
         if entry is not None:
             self._store_load(entry.server_id)
+
+    def _at_risk(self, now: float) -> np.ndarray:
+        """Per server, the streams over their TPOT SLO at ``now``."""
+        counts = np.zeros(len(self._ids))
+        for server_id, n in self.inflight.tpot_at_risk(now).items():
+            i = self._position.get(server_id)
+            if i is not None:
+                counts[i] = n
+        return counts
 
     def completed(self, key: str) -> None:
         entry = self.inflight.finish(key)

@@ -22,6 +22,15 @@ CASES = [
     pytest.param(req(**SHED), [cand("a", 900, **SLO, **BUSY), cand("b", None, **BUSY)], False,
                  id="fail-open-without-prediction"),
     pytest.param(req(**SHED), [cand("a", None, **BUSY)], False, id="fail-open-no-predictions-at-all"),
+    pytest.param(req(**SHED), [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2), cand("b", 900, **SLO, **BUSY)], True,
+                 id="sheddable-only-meets-where-streams-are-over-slo"),
+    pytest.param(req(**SHED), [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2), cand("b", 450, **SLO, **BUSY)], False,
+                 id="sheddable-meets-where-no-stream-is-at-risk"),
+    pytest.param(req(**SHED), [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2),
+                               cand("b", 900, **SLO, num_running=0, kv_cache_usage=0.3)], False,
+                 id="protecting-idle-server-admits"),
+    pytest.param(req(slo_ttft_ms=500.0), [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2)], False,
+                 id="not-sheddable-admitted-despite-risk"),
 ]
 
 
@@ -31,3 +40,9 @@ def test_admitter(request_, candidates, rejected):
     assert (reason is not None) == rejected
     if rejected:
         assert "priority -1" in reason and "SLO" in reason
+
+
+def test_protecting_running_streams_can_be_switched_off():
+    candidates = [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2)]
+    assert build("admitter", {"protectRunning": False}).admit(req(**SHED), candidates) is None
+    assert "streams running over their TPOT SLO" in build("admitter").admit(req(**SHED), candidates)

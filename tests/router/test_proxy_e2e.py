@@ -7,6 +7,7 @@ import aiohttp
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.pipeline import DEFAULT_PIPELINE
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, in_flight, req, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
@@ -75,6 +76,30 @@ def test_streaming_measures_tpot_in_tokens_and_records_the_prediction():
     assert (record.predicted_ttft_ms, record.predicted_tpot_ms) == (40.0, 7.0)
     assert record.model_versions == {"ttft": 3, "tpot": 3}
     assert 'headroom_router_decisions_total{profile="predicted"} 1.0' in router.metrics.exposition().decode()
+
+
+def test_streams_over_the_pool_default_tpot_slo_are_seen_while_relayed():
+    async def scenario():
+        async with upstreams(Upstream("a", token_delay_s=0.03)) as servers:
+            router = await started(servers, predictor=TablePredictor(),
+                                   scheduling={**DEFAULT_PIPELINE, "defaultSLO": {"tpotMs": 5.0}})
+            at_risk = []
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions", headers=PREDICT,
+                                     json={"prompt": "hi", "max_tokens": 8, "stream": True}) as response:
+                    async for line in response.content:
+                        if b'"text": "tok' in line:
+                            now = router.service.monotonic()
+                            at_risk.append(router.pool.snapshots(req(), now + 0.01)[0].tpot_at_risk)
+            after = router.pool.snapshots(req(), router.service.monotonic())[0].tpot_at_risk
+            await router.stop()
+            return at_risk, after, router
+    at_risk, after, router = run(scenario)
+    # no header: held to the pool's 5 ms; 30 ms between tokens puts the stream over it while it is relayed (the
+    # last token may reach the client after the router has seen the end of the stream), and not after
+    assert len(at_risk) == 8 and at_risk[1:7] == [1] * 6 and after == 0, at_risk
+    (record,) = router.telemetry.records
+    assert record.slo_tpot_ms == 5.0 and record.tpot_ms > 5.0
 
 
 def test_header_errors_and_admission_rejection():

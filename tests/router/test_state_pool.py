@@ -29,10 +29,31 @@ def test_snapshot_combines_metrics_inflight_and_prefix():
     assert a.metrics_age_s == 0.5 and b.pool_key == "h100"
     assert (a.inflight_prefill_tokens, b.inflight_prefill_tokens) == (64, 0)
     assert list(pool.snapshots(req(), now=10.5).state) == list(SERVER_FIELDS)  # the router measures every field
-    pool.first_token("r1")
+    pool.token("r1", now=10.55)
     assert pool.snapshots(req(), now=10.6)[0].inflight_prefill_tokens == 0
     pool.completed("r1")
     assert pool.snapshots(req(), now=11)[0].inflight_requests == 0
+
+
+def test_streams_over_their_tpot_slo_from_the_tokens_the_router_relays():
+    pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2")))
+    for server_id in "ab":
+        pool.scraped(server_id, ServerMetrics(0, 0, 0), now=0.0)
+    for rid, slo in (("fast", 50.0), ("slow", 50.0), ("free", None)):
+        pool.dispatched(req(request_id=rid, stream=True, slo_tpot_ms=slo), "a", now=0.0)
+    pool.dispatched(req(request_id="plain", slo_tpot_ms=50.0), "b", now=0.0)  # not streaming: no TPOT
+
+    def at_risk(now):
+        return [s.tpot_at_risk for s in pool.snapshots(req(), now)]
+
+    for rid, times in (("fast", (0.10, 0.14, 0.18)), ("slow", (0.10, 0.16, 0.22)), ("free", (0.10, 0.3))):
+        for t in times:
+            pool.token(rid, t)
+    assert at_risk(0.23) == [1, 0]  # "slow": 60 ms per token so far; "fast": 40 ms; "free" has no TPOT SLO
+    assert at_risk(0.30) == [2, 0]  # "fast" would be over if its next token came only now (200 ms for 4)
+    pool.completed("slow")
+    pool.completed("fast")
+    assert at_risk(0.30) == [0, 0]
 
 
 def test_step_rhythm_from_the_tokens_the_router_relays():
