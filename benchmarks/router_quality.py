@@ -13,9 +13,9 @@ routing at every training load, round 2 adds the records of the router's own dec
 past their range. Every request streams.
 
 Policies: every baseline of :mod:`benchmarks.routing_policies` (deterministic ones run once, the others
-once per seed), ``headroom`` (the router's default pipeline, SLO headers on every request),
-``headroom no-SLO`` (no SLO headers), any ``--variant NAME=JSON`` (a pipeline file or plugin overlays,
-see :func:`variant`), and the greedy oracle. A ``--sheddable`` share of the requests is sheddable
+once per seed), ``headroom`` (the router's default pipeline, SLO headers on every request; with
+``--pool-slo`` no headers but the pipeline's pool-level ``defaultSLO``), ``headroom no-SLO`` (neither),
+any ``--variant NAME=JSON`` (a pipeline file or plugin overlays, see :func:`variant`), and the greedy oracle. A ``--sheddable`` share of the requests is sheddable
 (priority −1): a policy may reject them, and a rejected request counts as a miss.
 
 Columns: TTFT p50 / mean / p99 and TPOT p99 (ms) of the served requests; SLO attainment (TTFT ≤ its SLO and
@@ -51,6 +51,7 @@ from headroom.contract.model_update import make_update  # noqa: E402
 from headroom.contract.signing import TrustedKeys  # noqa: E402
 from headroom.contract.targets import target_value  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
+from headroom.router.pipeline import DEFAULT_PIPELINE  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
@@ -158,6 +159,8 @@ def main() -> int:
     parser.add_argument("--sheddable", type=float, default=0.0, help="Share of sheddable requests.")
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
+    parser.add_argument("--pool-slo", action="store_true",
+                        help="Hold headroom's requests to the pipeline's defaultSLO instead of sending SLO headers.")
     parser.add_argument("--no-oracle", action="store_true")
     args = parser.parse_args()
     slo = (args.slo_ttft_ms, args.slo_tpot_ms)
@@ -171,11 +174,15 @@ def main() -> int:
     print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained at loads {train_loads} on {rows} "
           f"records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
     policies = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
-    policies += [("headroom", lambda seed: headroom(predictor, slo, seed), False),
-                 ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
+    headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
+
+    def ours(seed, pipeline=None, overlays=None):
+        config = {**(pipeline or DEFAULT_PIPELINE), **({"defaultSLO": pool_slo} if pool_slo else {})}
+        return headroom(predictor, headers, seed, config, overlays)
+
+    policies += [("headroom", ours, False), ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
     for name, pipeline, overlays in map(variant, args.variant):
-        policies.append((name, lambda seed, p=pipeline, o=overlays: headroom(predictor, slo, seed, p or None, o),
-                         False))
+        policies.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))
     if not args.no_oracle:
         policies.append(("oracle", oracle, True))
     print("| policy | load | TTFT p50 | TTFT mean | TTFT p99 | TPOT p99 | SLO attainment | TTFT-only | TPOT-only "
