@@ -13,11 +13,12 @@ hurts least.
 
 Parameters:
     tolerance (0): streams over their SLO a candidate may have beyond the fewest and still be kept.
-    ttftPenalty (0.5): how much slower (predicted TTFT) than the fastest a server may be, as a share of the
-        request's TTFT SLO, and still be chosen to spare the others' streams. Without this gate the filter also
-        moves requests onto much slower servers whose predicted TTFT is only just within the SLO, and on a
-        trace of long outputs (whose streams recover by themselves) that costs TTFT misses
-        (docs/benchmarks.md, "Attainment-aware scheduling").
+    ttftPenalty (1.0): how much slower (predicted TTFT) than the fastest a server may be, as a share of the
+        request's TTFT SLO, and still be chosen to spare the others' streams. 1 leaves the choice to the SLO
+        tier filter before it; lower values keep requests nearer the fastest server, which costs the bursty
+        short-output loads much of their gain (0.25: up to 13 points of attainment under the best baseline at
+        twice capacity) and spares long-output loads a few TTFT misses at their highest loads (Azure, 7×
+        capacity: 3 points) — docs/benchmarks.md, "Attainment-aware scheduling".
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ TYPE = "tpot-protection-filter"
 @dataclass(frozen=True)
 class Params:
     tolerance: int = 0
-    ttft_penalty: float = 0.5
+    ttft_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         check_range("tolerance", self.tolerance, 0, 1_000_000)

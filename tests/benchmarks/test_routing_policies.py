@@ -39,7 +39,7 @@ def test_every_baseline_routes_every_request_and_deterministic_ones_repeat(name)
 def test_headroom_overlays_reach_plugins_by_name_or_type():
     requests = LOAD[:40]
     first = run(requests, uniform_pool(4), headroom(TablePredictor(), (500.0, 50.0), seed=1,
-                                                      overlays={"predicted-picker": {"sharpness": 64.0}}))
+                                                      overlays={"predicted-picker": {"tieTolerance": 0.1}}))
     assert len(first.outcomes) == len(requests)
     with pytest.raises(Exception, match="plugin 'affinity': parameter 'affinityThreshold'"):
         headroom(TablePredictor(), None, overlays={"prefix-cache-affinity-filter": {"affinityThreshold": 2.0}})

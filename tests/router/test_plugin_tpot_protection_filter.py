@@ -32,10 +32,12 @@ def test_tpot_protection_filter(params, candidates, kept):
 
 
 GATED = [
-    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1), cand("c", 900)], ["b"],
-                 id="spares-streams-within-half-the-slo"),
-    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 900)],
-                 ["a", "b", "c"], id="too-slow-to-spare-keeps-all"),
+    pytest.param({"ttftPenalty": 0.5}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1),
+                                         cand("c", 900)], ["b"], id="spares-streams-within-half-the-slo"),
+    pytest.param({"ttftPenalty": 0.5}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2),
+                                         cand("c", 900)], ["a", "b", "c"], id="too-slow-to-spare-keeps-all"),
+    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 650)], ["c"],
+                 id="default-gate-is-the-slo"),
     pytest.param({"ttftPenalty": 2.0}, [cand("a", 100, tpot_at_risk=2), cand("c", 900)], ["c"], id="wider-gate"),
     pytest.param({"ttftPenalty": 0.0}, [cand("a", 100, tpot_at_risk=2), cand("b", None, tpot_at_risk=1)], ["b"],
                  id="unpredicted-are-not-gated"),
