@@ -203,6 +203,8 @@ def main() -> int:
                   flush=True)
         summary.append((load, results))
     print_summary(summary, [p[0] for p in policies if p[0] in BASELINES])
+    print(f"\n# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: done in {time.time() - started:.0f} s; "
+          f"load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -3,22 +3,25 @@
 Reads each candidate's ``tpot_at_risk``: how many of the streams the router has running there are over the
 TPOT SLO they are held to (:func:`contract.slo.tpot_over_slo`, from the tokens the router relays). A
 stream over its SLO needs decode steps without a prefill beside them before it ends; a new request's
-prefill on that server takes those steps away and spreads the miss. Among the candidates whose predicted
-TTFT is within ``ttftPenalty`` × the request's TTFT SLO of the best (all of them when the request has no
-TTFT SLO or there are no predictions), it keeps those
-with at most ``tolerance`` more such streams than the fewest; when that would drop none of them (equally
-many everywhere: none, typically, at low load), it keeps everyone. Put after the SLO tier filter, it sends a request within its own
-SLO to a server whose running streams it does not hurt, and a burst that fills every server goes where it
-hurts least.
+prefill on that server takes those steps away and spreads the miss. Of the candidates it may choose, it
+keeps those with at most ``tolerance`` more such streams than the fewest; when that would drop none of them
+(equally many everywhere: none, typically, at low load), it keeps everyone. Put after the SLO tier filter, it
+sends a request within its own SLO to a server whose running streams it does not hurt, and a burst that
+fills every server goes where it hurts least.
+
+Which candidates it may choose, when the request has a TTFT SLO and predictions: those predicted to leave it
+``ttftMargin`` of its TTFT SLO, when the fastest does; otherwise (the request is late anyway) those at most
+``ttftPenalty`` × its TTFT SLO slower than the fastest. Without a TTFT SLO or predictions, any candidate.
 
 Parameters:
     tolerance (0): streams over their SLO a candidate may have beyond the fewest and still be kept.
-    ttftPenalty (1.0): how much slower (predicted TTFT) than the fastest a server may be, as a share of the
-        request's TTFT SLO, and still be chosen to spare the others' streams. 1 leaves the choice to the SLO
-        tier filter before it; lower values keep requests nearer the fastest server, which costs the bursty
-        short-output loads much of their gain (0.25: up to 13 points of attainment under the best baseline at
-        twice capacity) and spares long-output loads a few TTFT misses at their highest loads (Azure, 7×
-        capacity: 3 points) — docs/benchmarks.md, "Attainment-aware scheduling".
+    ttftMargin (0.2): the share of the request's TTFT SLO a server chosen to spare streams must leave it. A
+        server predicted just within the SLO misses it often; without the margin, sparing streams cost
+        TTFT misses at the highest loads of a long-output trace (Azure at 7× capacity: 0.956 against 0.980
+        attainment) and 4 points on the bursty code load at capacity (docs/benchmarks.md,
+        "Attainment-aware scheduling").
+    ttftPenalty (1.0): for a request no server can serve with that margin, how much slower than the fastest
+        (a share of its TTFT SLO) a server may be and still be chosen to spare the others' streams.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ TYPE = "tpot-protection-filter"
 @dataclass(frozen=True)
 class Params:
     tolerance: int = 0
+    ttft_margin: float = 0.2
     ttft_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         check_range("tolerance", self.tolerance, 0, 1_000_000)
+        check_range("ttft_margin", self.ttft_margin, 0.0, 1.0)
         check_range("ttft_penalty", self.ttft_penalty, 0.0, math.inf)
 
 
@@ -57,13 +62,20 @@ class TpotProtectionFilter:
         at_risk = everyone.server_column("tpot_at_risk")
         if not len(at_risk) or at_risk.max() <= at_risk.min() + self.params.tolerance:
             return everyone
-        near = np.ones(len(at_risk), dtype=bool)
-        ttft = everyone.column(everyone.ttft_ms)
-        if request.slo_ttft_ms is not None and not np.isnan(ttft).all():
-            penalty = self.params.ttft_penalty * request.slo_ttft_ms
-            near = ~(ttft > np.nanmin(ttft) + penalty)  # unpredicted ones stay near
-        keep = near & (at_risk <= at_risk[near].min() + self.params.tolerance)
-        return everyone if (keep == near).all() else everyone.take(np.flatnonzero(keep))
+        allowed = self._allowed(request, everyone.column(everyone.ttft_ms))
+        keep = allowed & (at_risk <= at_risk[allowed].min() + self.params.tolerance)
+        return everyone if (keep == allowed).all() else everyone.take(np.flatnonzero(keep))
+
+    def _allowed(self, request: Request, ttft: np.ndarray) -> np.ndarray:
+        """The candidates it may choose (see the module docstring); unpredicted ones always."""
+        slo = request.slo_ttft_ms
+        if slo is None or np.isnan(ttft).all():
+            return np.ones(len(ttft), dtype=bool)
+        fastest = np.nanmin(ttft)
+        limit = (1.0 - self.params.ttft_margin) * slo
+        if fastest > limit:
+            limit = fastest + self.params.ttft_penalty * slo
+        return ~(ttft > limit)
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> TpotProtectionFilter:

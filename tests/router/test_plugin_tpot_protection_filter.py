@@ -31,15 +31,17 @@ def test_tpot_protection_filter(params, candidates, kept):
     assert names(build("protect", params).filter(req(), candidates, ctx())) == kept
 
 
-GATED = [
-    pytest.param({"ttftPenalty": 0.5}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1),
-                                         cand("c", 900)], ["b"], id="spares-streams-within-half-the-slo"),
-    pytest.param({"ttftPenalty": 0.5}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2),
-                                         cand("c", 900)], ["a", "b", "c"], id="too-slow-to-spare-keeps-all"),
-    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 650)], ["c"],
-                 id="default-gate-is-the-slo"),
-    pytest.param({"ttftPenalty": 2.0}, [cand("a", 100, tpot_at_risk=2), cand("c", 900)], ["c"], id="wider-gate"),
-    pytest.param({"ttftPenalty": 0.0}, [cand("a", 100, tpot_at_risk=2), cand("b", None, tpot_at_risk=1)], ["b"],
+GATED = [  # the request's TTFT SLO is 600 ms
+    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1), cand("c", 500)], ["b"],
+                 id="spares-streams-where-a-fifth-of-the-slo-is-left"),
+    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 500)],
+                 ["a", "b", "c"], id="too-close-to-the-slo-to-spare-keeps-all"),
+    pytest.param({"ttftMargin": 0.0}, [cand("a", 100, tpot_at_risk=2), cand("c", 590)], ["c"], id="no-margin"),
+    pytest.param({}, [cand("a", 700, tpot_at_risk=2), cand("b", 1250, tpot_at_risk=1), cand("c", 1400)], ["b"],
+                 id="late-anyway-moves-within-the-penalty"),
+    pytest.param({"ttftPenalty": 0.5}, [cand("a", 700, tpot_at_risk=2), cand("b", 1250, tpot_at_risk=1)],
+                 ["a", "b"], id="late-anyway-too-slow-keeps-all"),
+    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", None, tpot_at_risk=1)], ["b"],
                  id="unpredicted-are-not-gated"),
 ]
 
