@@ -81,8 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("sim", help="Simulation speed and the baseline-policy table on the traces.",
                               **reads(SimSettings))
     pool_args(sim)
-    sim.add_argument("--traces", default="azure,mooncake", help="Comma-separated: azure, mooncake.")
-    sim.add_argument("--policies", default="round-robin,random,least-queue,least-kv,composite")
+    sim.add_argument("--traces", default="azure,mooncake",
+                     help="Comma-separated traces: files, shared traces (azure, mooncake) or synthetic loads.")
+    sim.add_argument("--policies", default="round-robin,random,least-queue,prefix-least-queue,least-kv,composite")
     sim.set_defaults(run=_sim)
 
 
@@ -168,20 +169,18 @@ def _pod_type(args: argparse.Namespace) -> int:
 def _sim(args: argparse.Namespace) -> int:
     from headroom.benchmarks.sim import bench_policies
     from headroom.sim.report import print_policy_table
-    from headroom.sim.traces import load_azure, load_mooncake
+    from headroom.sim.traces import load_trace
 
     settings = settings_of(args)
-    loaders = {"azure": lambda rate: load_azure(rate=rate, seed=settings.seed, limit=args.limit),
-               "mooncake": lambda rate: load_mooncake(rate=rate, seed=settings.seed, limit=args.limit)}
     traces = [t.strip() for t in args.traces.split(",") if t.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [t for t in traces if t not in loaders]
-    if unknown:
-        raise CommandError(f"unknown trace {unknown[0]!r}; choose from {', '.join(loaders)}")
     rows = []
     try:
         for trace in traces:
-            rows += bench_policies(trace, loaders[trace], servers=settings.servers, utilization=settings.utilization,
+            def load(rate: float | None, trace: str = trace) -> list:
+                return load_trace(trace, rate=rate, seed=settings.seed, limit=args.limit)
+
+            rows += bench_policies(trace, load, servers=settings.servers, utilization=settings.utilization,
                                    policies=policies, seed=settings.seed, server_type=settings.server_type)
     except ValueError as err:
         raise CommandError(str(err)) from err

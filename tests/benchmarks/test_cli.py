@@ -33,7 +33,7 @@ def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> N
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("sim", "--traces", "nope", "--limit", "10"), "unknown trace 'nope'"),
+    (("sim", "--traces", "nope", "--limit", "10"), "cannot tell the format of trace 'nope'"),
     (("router", "--candidates", "0"), "must be positive"),
     (("proxy", "--concurrency", "32", "0"), "must be positive"),
     (("ext-proc", "--servers", "0"), "must be positive"),

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from headroom.sim.prefixes import SharedPrefixes
-from headroom.sim.synthetic import (Lengths, bursty_arrivals, code_completion, generate, poisson_arrivals, scale_rate,
-                                    shift_prompts, synthetic_load)
+from headroom.sim.synthetic import (
+    Lengths,
+    bursty_arrivals,
+    code_completion,
+    generate,
+    poisson_arrivals,
+    scale_rate,
+    shift_prompts,
+    synthetic_load,
+)
 from headroom.sim.traces import AZURE_CONV, TraceError, load_azure, load_mooncake, load_trace, trace_format
 
 
