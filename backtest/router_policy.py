@@ -1,10 +1,11 @@
 """The router's scheduling engine as a pick function of the offline simulator (:mod:`sim.pool`).
 
 Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
-and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts,
-the TPOT SLOs it holds its running streams to and how many of them are over it, and prefix matches). A request keeps its priority, so the
-admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`); ``slo`` overrides every
-request's own SLOs when given; ``predict=False`` schedules every request with the heuristic profile.
+and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts, the
+TPOT SLOs it holds its running streams to and how many of those are over it, and prefix matches). A request
+keeps its priority, so the admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`);
+``slo`` overrides every request's own SLOs when given; ``predict=False`` schedules every request with the
+heuristic profile.
 """
 
 from __future__ import annotations
