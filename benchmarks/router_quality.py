@@ -47,7 +47,7 @@ import yaml  # noqa: E402
 
 from headroom.benchmarks.routing_policies import BASELINES, headroom, oracle  # noqa: E402
 from headroom.contract.features import FEATURE_SCHEMA, records_matrix  # noqa: E402
-from headroom.contract.model_update import make_update  # noqa: E402
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, make_update  # noqa: E402
 from headroom.contract.signing import TrustedKeys  # noqa: E402
 from headroom.contract.targets import target_value  # noqa: E402
 from headroom.predictor.runtime import ModelRuntime  # noqa: E402
@@ -58,6 +58,7 @@ from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
 from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.traces import load_trace  # noqa: E402
+from headroom.trainer.fit import model_bytes, training_target  # noqa: E402
 from headroom.trainer.params import TrainParams  # noqa: E402
 
 SERVERS = 16
@@ -83,7 +84,7 @@ class Workload:
         return train, [replace(r, arrival_s=r.arrival_s - start) for r in evaluate]
 
 
-def train_runtime(work: Workload, capacity: float, loads, slo) -> tuple[ModelRuntime, int]:
+def train_runtime(work: Workload, capacity: float, loads, slo) -> tuple[ModelRuntime, list]:
     records = []
     for load in loads:
         train, _ = work.slices(load * SERVERS * capacity)
@@ -96,23 +97,26 @@ def train_runtime(work: Workload, capacity: float, loads, slo) -> tuple[ModelRun
         for pick in (headroom(predictor, None, seed=2), headroom(predictor, slo, seed=3)):
             records += run(train, uniform_pool(SERVERS), pick, seed=1).records
     _fit(runtime, records, version=2)
-    return runtime, len(records)
+    return runtime, records
 
 
 def _fit(runtime: ModelRuntime, records, version: int) -> None:
-    """Fit and apply TTFT and TPOT models; a model the runtime's probe rejects is refitted with another seed,
-    and if none passes the previous version serves."""
+    """Fit and apply TTFT and TPOT models as the trainer does (its default target transform: log latency); a
+    model the runtime's probe rejects is refitted with another seed, and if none passes the previous version
+    serves."""
     for target in ("ttft", "tpot"):
         rows = [r for r in records if target_value(r, target) is not None]
         y = np.array([target_value(r, target) for r in rows])
-        data = xgboost.DMatrix(records_matrix(rows), label=y)
         for seed in range(5):
             params = TrainParams(seed=seed)
+            data = xgboost.DMatrix(records_matrix(rows), label=training_target(y, params.target_transform))
             booster = xgboost.train(params.booster_params(), data, params.n_trees)
+            booster.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})
             result = runtime.apply_update(make_update(
-                model=bytes(booster.save_raw("ubj")), version=version, pool_key="h100", target=target,
+                model=model_bytes(booster), version=version, pool_key="h100", target=target,
                 objective="mean", quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj",
-                created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={}))
+                created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={},
+                output_transform=params.target_transform))
             if result.outcome.value == "applied":
                 break
             print(f"# {target} v{version} seed {seed} rejected: {result.reason} {result.detail}", file=sys.stderr)
@@ -169,9 +173,10 @@ def main() -> int:
     loads = [float(x) for x in args.loads.split(",")]
     train_loads = [float(x) for x in args.train_loads.split(",")] if args.train_loads else loads
     started = time.time()
-    runtime, rows = train_runtime(work, capacity, train_loads, slo)
+    runtime, records = train_runtime(work, capacity, train_loads, slo)
+    lengths = [r.output_tokens for r in records if r.stream][-1000:]  # what a router that ran before has seen
     predictor = EmbeddedPredictor(runtime)
-    print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained at loads {train_loads} on {rows} "
+    print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained at loads {train_loads} on {len(records)} "
           f"records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
     policies = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
     headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
@@ -193,7 +198,7 @@ def main() -> int:
         _, requests = work.slices(load * SERVERS * capacity)
         results = {}
         for name, make, deterministic in policies:
-            runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed), slo)
+            runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed, lengths=lengths), slo)
                     for seed in range(1 if deterministic else args.seeds)]
             mean = results[name] = np.mean(runs, axis=0)
             low, high = min(r[4] for r in runs), max(r[4] for r in runs)

@@ -67,7 +67,7 @@ class ServerSnapshot(ServerState):
     pool_key: str = "default"
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
     metrics_age_s: float = 0.0  # how old the scraped metrics are
-    tpot_at_risk: int = 0  # streams the router has running there that are over their TPOT SLO now
+    tpot_at_risk: float = 0.0  # expected misses among its streams behind their TPOT SLO if a prefill lands there
 
     @property
     def is_idle(self) -> bool:

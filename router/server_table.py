@@ -5,8 +5,8 @@ snapshot on demand, or returns the original object when the table was made from 
 holds one float64 column (counts too) per field of the contract's
 :class:`~contract.server_state.ServerState`, by name; names are tuples, and the router's own numbers are
 columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running;
-``tpot_at_risk`` counts the running streams over their TPOT SLO. A table is a value: its columns are
-copies, never views of state that changes later.
+``tpot_at_risk`` counts the running streams at risk of missing their TPOT SLO, each weighted by the chance
+that it ends soon. A table is a value: its columns are copies, never views of state that changes later.
 """
 
 from __future__ import annotations
@@ -96,4 +96,4 @@ class ServerTable(Sequence[ServerSnapshot]):
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
             running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
-            tpot_at_risk=int(self.tpot_at_risk[i]), **state)
+            tpot_at_risk=float(self.tpot_at_risk[i]), **state)

@@ -133,7 +133,8 @@ class RouterService:
 
     def complete(self, dispatch: Dispatch, completion: Completion) -> TelemetryRecord | None:
         """Finish a request that got a response; returns the telemetry record sent (None if unusable)."""
-        self.pool.completed(dispatch.key)
+        streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
+        self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
         record = self._record(dispatch, completion)

@@ -125,15 +125,19 @@ def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: Pic
         scrape_interval_s: float = 0.05, seed: int = 0, controller: Controller | None = None,
         control_interval_s: float = 10.0, actions: Iterable[Action] = (), epoch_unix: float = 1_700_000_000.0,
         record_tokens: bool = False, telemetry: bool = True,
-        on_record: Callable[[TelemetryRecord], Any] | None = None) -> RunResult:
+        on_record: Callable[[TelemetryRecord], Any] | None = None,
+        lengths: Iterable[int] = ()) -> RunResult:
     """Simulate ``requests`` on ``pool``, routed by ``pick``; see the module docstring.
 
     ``telemetry=False`` keeps no dispatch features, so ``RunResult.records`` is empty (saves memory on
     long runs that need only outcomes and metrics); ``on_record`` gets each record as its request
-    completes; ``record_tokens`` keeps every token's time in the outcomes.
+    completes; ``record_tokens`` keeps every token's time in the outcomes; ``lengths`` are output lengths of
+    streams the router saw complete before the run (the view's ``lengths`` start with them).
     """
     simulation = _Run(requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
                       epoch_unix, record_tokens, telemetry, on_record)
+    for tokens in lengths:
+        simulation.view.lengths.add(tokens)
     collecting = gc.isenabled()
     gc.disable()  # the loop allocates many short-lived tuples and no reference cycles
     try:
@@ -289,6 +293,8 @@ class _Run:
         seen = self.dispatched.get(outcome.request.request_id)
         self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
+        if outcome.request.stream:
+            self.view.lengths.add(outcome.output_tokens)
         if self.telemetry:
             self.seen.append(seen)
         if self.on_record is not None:

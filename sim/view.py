@@ -11,8 +11,10 @@ each routable server ``i`` (ready, not draining), in the same order:
   the streaming ones among them whose first token has not arrived (prefill queued ahead);
   ``inflight_decode_tokens[i]`` — their output caps (``max_tokens``);
   ``running_tpot_slos[i]`` — the TPOT SLOs (ms) the router holds its streaming ones to;
-- ``tpot_at_risk(i)`` — how many of the router's streams decoding there are over the TPOT SLO it holds
-  them to (:func:`contract.slo.tpot_over_slo`, from the tokens relaying them shows), computed on demand;
+- ``tpot_at_risk(i)`` — how many of the router's streams decoding there are behind the TPOT SLO it holds
+  them to, but by little enough to be saved (:func:`contract.slo.tpot_at_risk`, from the tokens relaying
+  them shows), each weighted by the chance that it ends within a few tokens (``lengths``, the router's
+  record of the lengths streams completed with), computed on demand;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate;
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
-from headroom.contract.slo import tpot_over_slo
+from headroom.contract.slo import OutputLengths, tpot_at_risk
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
 
@@ -59,8 +61,8 @@ class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
-                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "_engines", "_matches",
-                 "_tpot_slos")
+                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "_engines",
+                 "_matches", "_tpot_slos")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -71,6 +73,7 @@ class PoolView:
         self.inflight_prefill_tokens: list[int] = []
         self.inflight_decode_tokens: list[int] = []
         self.running_tpot_slos: list[tuple[float, ...]] = []
+        self.lengths = OutputLengths()
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
         self._tpot_slos: list[dict[str, float]] = []  # per server: request id -> the TPOT SLO it is held to
@@ -101,14 +104,15 @@ class PoolView:
             last_token_age_ms=min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS,
             token_interval_ms=(ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0)
 
-    def tpot_at_risk(self, i: int) -> int:
-        """How many of the router's streams decoding on server ``i`` are over their TPOT SLO now."""
+    def tpot_at_risk(self, i: int) -> float:
+        """The expected number of misses among the router's streams on server ``i`` that are at risk of missing
+        their TPOT SLO now, should they get no step without a prefill before they end."""
         slos = self._tpot_slos[i]
         if not slos:
-            return 0
-        now = self.now
-        return sum(1 for rid, first, tokens, last in self._engines[i].stream_progress(now)
-                   if rid in slos and tpot_over_slo(first, tokens, last, now, slos[rid]))
+            return 0.0
+        now, chance = self.now, self.lengths.end_chance
+        return sum(chance(tokens) for rid, first, tokens, last in self._engines[i].stream_progress(now)
+                   if rid in slos and tpot_at_risk(first, tokens, last, now, slos[rid]))
 
     def engines(self) -> list[ServerEngine]:
         """The simulated servers themselves, in view order — for oracles (:mod:`sim.oracle`), not routers."""

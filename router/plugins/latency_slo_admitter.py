@@ -48,7 +48,7 @@ class LatencySloAdmitter:
             return None
         if meets.any():
             return (f"sheddable request (priority {request.priority}) rejected: every server predicted to meet its "
-                    f"SLO has streams running over their TPOT SLO")
+                    f"SLO has streams at risk of missing their TPOT SLO")
         return (f"sheddable request (priority {request.priority}) rejected: none of {len(candidates)} "
                 f"servers is predicted to meet its SLO")
 

@@ -1,10 +1,13 @@
-"""tpot-protection-filter: keeps the servers where the fewest running streams are missing their TPOT SLO.
+"""tpot-protection-filter: keeps the servers where the fewest running streams are at risk of missing their TPOT SLO.
 
-Reads each candidate's ``tpot_at_risk``: how many of the streams the router has running there are over the
-TPOT SLO they are held to (:func:`contract.slo.tpot_over_slo`, from the tokens the router relays). A
-stream over its SLO needs decode steps without a prefill beside them before it ends; a new request's
-prefill on that server takes those steps away and spreads the miss. Of the candidates it may choose, it
-keeps those with at most ``tolerance`` more such streams than the fewest; when that would drop none of them
+Reads each candidate's ``tpot_at_risk``: the streams the router has running there that are behind the TPOT
+SLO they are held to by at most one SLO interval (:func:`contract.slo.tpot_at_risk`, from the tokens the
+router relays), each counted as the chance that it ends within a few tokens (from the lengths recent streams
+completed with). Such a stream needs a decode step or two without a prefill beside them before it ends; a new
+request's prefill on that server takes those steps away and turns it into a miss: ``tpot_at_risk`` is the
+expected number of misses it would cause there. Of the candidates it may choose, it
+keeps those where it would cause at most ``tolerance`` more expected misses than the fewest; when that would
+drop none of them
 (equally many everywhere: none, typically, at low load), it keeps everyone. Put after the SLO tier filter, it
 sends a request within its own SLO to a server whose running streams it does not hurt, and a burst that
 fills every server goes where it hurts least.
@@ -14,7 +17,8 @@ Which candidates it may choose, when the request has a TTFT SLO and predictions:
 ``ttftPenalty`` × its TTFT SLO slower than the fastest. Without a TTFT SLO or predictions, any candidate.
 
 Parameters:
-    tolerance (0): streams over their SLO a candidate may have beyond the fewest and still be kept.
+    tolerance (0.5): expected misses a candidate may cause beyond the fewest and still be kept: a request moves
+        to a slower server only to spare at least half a stream's miss.
     ttftMargin (0.2): the share of the request's TTFT SLO a server chosen to spare streams must leave it. A
         server predicted just within the SLO misses it often; without the margin, sparing streams cost
         TTFT misses at the highest loads of a long-output trace (Azure at 7× capacity: 0.956 against 0.980
@@ -42,12 +46,12 @@ TYPE = "tpot-protection-filter"
 
 @dataclass(frozen=True)
 class Params:
-    tolerance: int = 0
+    tolerance: float = 0.5
     ttft_margin: float = 0.2
     ttft_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        check_range("tolerance", self.tolerance, 0, 1_000_000)
+        check_range("tolerance", self.tolerance, 0.0, 1_000_000.0)
         check_range("ttft_margin", self.ttft_margin, 0.0, 1.0)
         check_range("ttft_penalty", self.ttft_penalty, 0.0, math.inf)
 

@@ -10,14 +10,16 @@ reading them costs nothing. Time is passed in, never read here.
 
 The tokens of a streaming request with a TPOT SLO are followed as they are relayed (:meth:`Inflight.token`;
 one relayed chunk counts as one token), so :meth:`Inflight.tpot_at_risk` can say, per server, how many of
-its streams are over their TPOT SLO right now (:func:`contract.slo.tpot_over_slo`).
+its streams are at risk of missing their TPOT SLO right now (:func:`contract.slo.tpot_at_risk`), each weighted
+by the chance that it ends soon.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from headroom.contract.slo import tpot_over_slo
+from headroom.contract.slo import tpot_at_risk
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +55,8 @@ class StreamProgress:
         self.tokens = 1
         self.slo_ms = slo_ms
 
-    def over_slo(self, now: float) -> bool:
-        return tpot_over_slo(self.first_s, self.tokens, self.last_s, now, self.slo_ms)
+    def at_risk(self, now: float) -> bool:
+        return tpot_at_risk(self.first_s, self.tokens, self.last_s, now, self.slo_ms)
 
 
 class Inflight:
@@ -100,11 +102,12 @@ class Inflight:
             progress.last_s = now
         return self.first_token(request_id)
 
-    def tpot_at_risk(self, now: float) -> dict[str, int]:
-        """Per server with any: how many of its streams are over their TPOT SLO at ``now``."""
+    def tpot_at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:
+        """Per server with any: its streams at risk of missing their TPOT SLO at ``now``, each counted as
+        ``weight(tokens so far)``."""
         counts = {}
         for server_id, streams in self._streams.items():
-            n = sum(1 for progress in streams.values() if progress.over_slo(now))
+            n = sum(weight(progress.tokens) for progress in streams.values() if progress.at_risk(now))
             if n:
                 counts[server_id] = n
         return counts

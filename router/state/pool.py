@@ -10,7 +10,8 @@ already tried, which are never candidates again for it. Per-server state is kept
 place when a scrape lands or the in-flight load changes, so a decision copies columns instead of building
 an object per server; ``metrics_age_s`` is computed at the decision's time, and so are the age of the last
 token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`) and how
-many of its streams are over their TPOT SLO (from :meth:`PoolState.token`). Expired
+many of its streams are at risk of missing their TPOT SLO (from :meth:`PoolState.token`), each weighted by
+the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). Expired
 in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
+from headroom.contract.slo import OutputLengths
 from headroom.router.roles import Request
 from headroom.router.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
@@ -49,6 +51,7 @@ class PoolState:
                  unhealthy_after_s: float = 5.0, expire_every_s: float = 1.0, outliers: OutlierPolicy | None = None):
         self.inflight = inflight or Inflight()
         self.outliers = Outliers(outliers or OutlierPolicy())
+        self.lengths = OutputLengths()
         self.prefix = prefix or PrefixIndex()
         self.encoder = encoder or EncoderIndex()
         self.unhealthy_after_s = unhealthy_after_s
@@ -166,15 +169,17 @@ class PoolState:
             self._store_load(entry.server_id)
 
     def _at_risk(self, now: float) -> np.ndarray:
-        """Per server, the streams over their TPOT SLO at ``now``."""
+        """Per server, the expected number of its streams at risk that end soon (:meth:`token`, ``lengths``)."""
         counts = np.zeros(len(self._ids))
-        for server_id, n in self.inflight.tpot_at_risk(now).items():
+        for server_id, n in self.inflight.tpot_at_risk(now, self.lengths.end_chance).items():
             i = self._position.get(server_id)
             if i is not None:
                 counts[i] = n
         return counts
 
-    def completed(self, key: str) -> None:
+    def completed(self, key: str, output_tokens: int = 0) -> None:
+        """A request finished (``output_tokens`` when it completed: its length tells when streams end)."""
+        self.lengths.add(output_tokens)
         entry = self.inflight.finish(key)
         if entry is not None:
             self._store_load(entry.server_id)

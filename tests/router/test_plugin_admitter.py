@@ -45,4 +45,4 @@ def test_admitter(request_, candidates, rejected):
 def test_protecting_running_streams_can_be_switched_off():
     candidates = [cand("a", 400, **SLO, **BUSY, tpot_at_risk=2)]
     assert build("admitter", {"protectRunning": False}).admit(req(**SHED), candidates) is None
-    assert "streams running over their TPOT SLO" in build("admitter").admit(req(**SHED), candidates)
+    assert "streams at risk of missing their TPOT SLO" in build("admitter").admit(req(**SHED), candidates)

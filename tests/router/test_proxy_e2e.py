@@ -82,7 +82,7 @@ def test_streams_over_the_pool_default_tpot_slo_are_seen_while_relayed():
     async def scenario():
         async with upstreams(Upstream("a", token_delay_s=0.03)) as servers:
             router = await started(servers, predictor=TablePredictor(),
-                                   scheduling={**DEFAULT_PIPELINE, "defaultSLO": {"tpotMs": 5.0}})
+                                   scheduling={**DEFAULT_PIPELINE, "defaultSLO": {"tpotMs": 25.0}})
             at_risk = []
             async with aiohttp.ClientSession() as http:
                 async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions", headers=PREDICT,
@@ -95,11 +95,11 @@ def test_streams_over_the_pool_default_tpot_slo_are_seen_while_relayed():
             await router.stop()
             return at_risk, after, router
     at_risk, after, router = run(scenario)
-    # no header: held to the pool's 5 ms; 30 ms between tokens puts the stream over it while it is relayed (the
-    # last token may reach the client after the router has seen the end of the stream), and not after
-    assert len(at_risk) == 8 and at_risk[1:7] == [1] * 6 and after == 0, at_risk
+    # no header: held to the pool's 25 ms; 30 ms between tokens puts the stream behind it while it is relayed,
+    # by a few ms a token, so it is at risk (until it is too far behind to be saved); once it ended, it is not
+    assert len(at_risk) == 8 and at_risk[1] == 1 and after == 0, at_risk
     (record,) = router.telemetry.records
-    assert record.slo_tpot_ms == 5.0 and record.tpot_ms > 5.0
+    assert record.slo_tpot_ms == 25.0 and record.tpot_ms > 25.0
 
 
 def test_header_errors_and_admission_rejection():

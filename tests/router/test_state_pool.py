@@ -6,6 +6,7 @@ from aiohttp import web
 
 from headroom.contract.prompt import token_block_hashes as block_hashes
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
+from headroom.contract.slo import OutputLengths
 from headroom.router.errors import ConfigError
 from headroom.router.state.pool import PoolState
 from headroom.router.state.scraper import MetricsScraper
@@ -35,7 +36,7 @@ def test_snapshot_combines_metrics_inflight_and_prefix():
     assert pool.snapshots(req(), now=11)[0].inflight_requests == 0
 
 
-def test_streams_over_their_tpot_slo_from_the_tokens_the_router_relays():
+def test_streams_at_risk_of_their_tpot_slo_from_the_tokens_the_router_relays():
     pool = PoolState((ServerSpec("a", "h:1"), ServerSpec("b", "h:2")))
     for server_id in "ab":
         pool.scraped(server_id, ServerMetrics(0, 0, 0), now=0.0)
@@ -49,11 +50,33 @@ def test_streams_over_their_tpot_slo_from_the_tokens_the_router_relays():
     for rid, times in (("fast", (0.10, 0.14, 0.18)), ("slow", (0.10, 0.16, 0.22)), ("free", (0.10, 0.3))):
         for t in times:
             pool.token(rid, t)
-    assert at_risk(0.23) == [1, 0]  # "slow": 60 ms per token so far; "fast": 40 ms; "free" has no TPOT SLO
-    assert at_risk(0.30) == [2, 0]  # "fast" would be over if its next token came only now (200 ms for 4)
+    assert at_risk(0.23) == [1, 0]  # "slow": 20 ms behind 50 ms a token; "fast": ahead; "free" has no TPOT SLO
+    assert at_risk(0.29) == [2, 0]  # "fast" is behind too if its next token comes only now (190 ms for 4)
+    assert at_risk(0.45) == [0, 0]  # both too far behind to be saved by sparing a step or two
     pool.completed("slow")
     pool.completed("fast")
     assert at_risk(0.30) == [0, 0]
+
+
+def test_streams_at_risk_count_by_the_chance_that_they_end_soon():
+    pool = PoolState((ServerSpec("a", "h:1"),))
+    pool.scraped("a", ServerMetrics(0, 0, 0), now=0.0)
+    pool.dispatched(req(request_id="s", stream=True, slo_tpot_ms=50.0), "a", now=0.0)
+    for t in (0.10, 0.16, 0.22):
+        pool.token("s", t)  # 20 ms behind its SLO after 3 tokens
+
+    def at_risk():
+        return pool.snapshots(req(), 0.23)[0].tpot_at_risk
+
+    assert at_risk() == 1.0  # too few lengths known: it may end any time
+    for i in range(60):
+        pool.dispatched(req(request_id=f"done{i}", stream=True), "a", now=0.0)
+        pool.completed(f"done{i}", output_tokens=200 if i % 2 else 5)
+    assert at_risk() == 0.5  # of the streams past 3 tokens, those that ended by 7 (the 5s): half
+    pool.lengths = OutputLengths()
+    for i in range(60):
+        pool.completed(f"gone{i}", output_tokens=200)  # long streams only: it has long to catch up
+    assert at_risk() == 0.0
 
 
 def test_step_rhythm_from_the_tokens_the_router_relays():

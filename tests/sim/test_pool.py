@@ -205,14 +205,20 @@ def test_the_view_holds_the_tpot_slos_of_the_streams_in_flight() -> None:
     assert len(result.outcomes) == 6
 
 
-def test_the_view_counts_the_router_streams_over_their_tpot_slo() -> None:
-    requests = [Request("tight", 0.0, 400, 300), Request("loose", 0.0, 400, 300), Request("probe", 0.5, 100, 2)]
+def test_the_view_counts_the_router_streams_at_risk_of_missing_their_tpot_slo() -> None:
+    requests = [Request("tight", 0.0, 400, 300), Request("loose", 0.0, 400, 300), Request("probe", 0.3, 100, 2)]
     seen = {}
 
     def pick(request: Request, view: PoolView):
         seen[request.request_id] = view.tpot_at_risk(0)
-        slo = {"tight": 5.0, "loose": 500.0}.get(request.request_id)  # the router holds these two to a TPOT SLO
+        slo = {"tight": 6.7, "loose": 500.0}.get(request.request_id)  # the router holds these two to a TPOT SLO
         return Pick(view.snapshots[0].server_id, tpot_slo_ms=slo)
 
     run(requests, uniform_pool(1), pick)
-    assert seen == {"tight": 0, "loose": 0, "probe": 1}  # at 0.5 s only "tight" is decoding over its SLO
+    # at 0.3 s "tight" has streamed 43 tokens in 285 ms: 3.5 ms behind its 6.7 ms a token (savable); "loose" is
+    # far ahead of its 500 ms
+    assert seen == {"tight": 0, "loose": 0, "probe": 1}
+    run(requests, uniform_pool(1), pick, lengths=[40] * 20 + [45] * 20 + [100] * 20)
+    assert seen["probe"] == 0.5  # of the streams the router saw run past 43 tokens, half ended within 4 more
+    run(requests, uniform_pool(1), pick, lengths=[1000] * 60)
+    assert seen["probe"] == 0.0  # streams run long here: it has time to catch up
