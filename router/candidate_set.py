@@ -125,6 +125,11 @@ class CandidateSet(Sequence[Candidate]):
         """The members' values of one field of the servers' state, e.g. ``"kv_cache_usage"``."""
         return self.column(self.servers.state[name])
 
+    @property
+    def tpot_at_risk(self) -> np.ndarray:
+        """Per member, the expected misses among the router's streams there (:attr:`ServerTable.tpot_at_risk`)."""
+        return self.column(self.servers.tpot_at_risk)
+
     def pool_keys(self) -> list[str]:
         keys = self.servers.pool_key
         return list(keys) if self.rows is None else [keys[i] for i in self.rows.tolist()]

@@ -112,7 +112,7 @@ def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:
             values[name] = value if raw.cap is None else min(raw.cap, value)
     return ServerSnapshot(
         server_id=state.server_id, address=state.address, pool_key=state.pool_key or "default",
-        running_tpot_slos_ms=slos,
+        running_tpot_slos_ms=slos, tpot_at_risk=_checked(state, "tpot_at_risk", "count"),
         metrics_age_s=_checked(state, "metrics_age_s", "latency"), **values)
 
 

@@ -43,7 +43,7 @@ class LatencySloAdmitter:
         if not known.all():
             return None
         servers = cands.servers
-        safe = meets & (cands.server_column("tpot_at_risk") == 0) if self.params.protect_running else meets
+        safe = meets & (cands.tpot_at_risk == 0) if self.params.protect_running else meets
         if (safe | cands.column(servers.is_idle) | cands.column(servers.is_cold)).any():
             return None
         if meets.any():

@@ -64,7 +64,7 @@ class TpotProtectionFilter:
 
     def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]:
         everyone = CandidateSet.of(candidates)
-        at_risk = everyone.server_column("tpot_at_risk")
+        at_risk = everyone.tpot_at_risk
         if not len(at_risk) or at_risk.max() <= at_risk.min() + self.params.tolerance:
             return everyone
         allowed = self._allowed(request, everyone.column(everyone.ttft_ms))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"headroom/router/proto/router.proto\x12\x12headroom.router.v1\"\xbb\x03\n\x0bServerState\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08pool_key\x18\x03 \x01(\t\x12\x16\n\x0ekv_cache_usage\x18\x04 \x01(\x01\x12\x13\n\x0bnum_waiting\x18\x05 \x01(\x03\x12\x13\n\x0bnum_running\x18\x06 \x01(\x03\x12\x14\n\x0cprefix_match\x18\x07 \x01(\x01\x12\x19\n\x11inflight_requests\x18\x08 \x01(\x03\x12\x1e\n\x16inflight_prompt_tokens\x18\t \x01(\x03\x12\x1c\n\x14running_tpot_slos_ms\x18\n \x03(\x01\x12\x15\n\rmetrics_age_s\x18\x0b \x01(\x01\x12\x1f\n\x17inflight_prefill_tokens\x18\x0c \x01(\x03\x12\x1e\n\x11last_token_age_ms\x18\r \x01(\x01H\x00\x88\x01\x01\x12\x19\n\x11token_interval_ms\x18\x0e \x01(\x01\x12\x1e\n\x16inflight_decode_tokens\x18\x0f \x01(\x03\x12\x1c\n\x14\x65ncoder_matched_size\x18\x10 \x01(\x03\x42\x14\n\x12_last_token_age_ms\"\xc8\x02\n\x0bPickRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12=\n\x07headers\x18\x02 \x03(\x0b\x32,.headroom.router.v1.PickRequest.HeadersEntry\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x0c\n\x04\x63hat\x18\x04 \x01(\x08\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x03\x12\x12\n\nmax_tokens\x18\x06 \x01(\x03\x12\x0e\n\x06stream\x18\x07 \x01(\x08\x12\x14\n\x0c\x62lock_hashes\x18\x08 \x03(\x04\x12\x33\n\ncandidates\x18\t \x03(\x0b\x32\x1f.headroom.router.v1.ServerState\x12\x14\n\x0cmedia_hashes\x18\n \x03(\x04\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8c\x02\n\x0f\x43\x61ndidateResult\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x11\n\tpredicted\x18\x02 \x01(\x08\x12\x19\n\x11predicted_ttft_ms\x18\x03 \x01(\x01\x12\x19\n\x11predicted_tpot_ms\x18\x04 \x01(\x01\x12\x1d\n\x10ttft_headroom_ms\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x1d\n\x10tpot_headroom_ms\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05score\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\x0f\x66\x61llback_reason\x18\x08 \x01(\tB\x13\n\x11_ttft_headroom_msB\x13\n\x11_tpot_headroom_msB\x08\n\x06_score\"\xab\x02\n\x0cPickResponse\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61llback_reasons\x18\x05 \x03(\t\x12\x37\n\ncandidates\x18\x06 \x03(\x0b\x32#.headroom.router.v1.CandidateResult\x12K\n\x0emodel_versions\x18\x07 \x03(\x0b\x32\x33.headroom.router.v1.PickResponse.ModelVersionsEntry\x1a\x34\n\x12ModelVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb5\x01\n\rReportRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x08\x12\x0e\n\x06\x65\x32\x65_ms\x18\x03 \x01(\x01\x12\x14\n\x07ttft_ms\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x07tpot_ms\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x03\x42\n\n\x08_ttft_msB\n\n\x08_tpot_ms\"(\n\x0eReportResponse\x12\x16\n\x0etelemetry_sent\x18\x01 \x01(\x08\x32\xa4\x01\n\x06Router\x12I\n\x04Pick\x12\x1f.headroom.router.v1.PickRequest\x1a .headroom.router.v1.PickResponse\x12O\n\x06Report\x12!.headroom.router.v1.ReportRequest\x1a\".headroom.router.v1.ReportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"headroom/router/proto/router.proto\x12\x12headroom.router.v1\"\xd1\x03\n\x0bServerState\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08pool_key\x18\x03 \x01(\t\x12\x16\n\x0ekv_cache_usage\x18\x04 \x01(\x01\x12\x13\n\x0bnum_waiting\x18\x05 \x01(\x03\x12\x13\n\x0bnum_running\x18\x06 \x01(\x03\x12\x14\n\x0cprefix_match\x18\x07 \x01(\x01\x12\x19\n\x11inflight_requests\x18\x08 \x01(\x03\x12\x1e\n\x16inflight_prompt_tokens\x18\t \x01(\x03\x12\x1c\n\x14running_tpot_slos_ms\x18\n \x03(\x01\x12\x15\n\rmetrics_age_s\x18\x0b \x01(\x01\x12\x1f\n\x17inflight_prefill_tokens\x18\x0c \x01(\x03\x12\x1e\n\x11last_token_age_ms\x18\r \x01(\x01H\x00\x88\x01\x01\x12\x19\n\x11token_interval_ms\x18\x0e \x01(\x01\x12\x1e\n\x16inflight_decode_tokens\x18\x0f \x01(\x03\x12\x1c\n\x14\x65ncoder_matched_size\x18\x10 \x01(\x03\x12\x14\n\x0ctpot_at_risk\x18\x11 \x01(\x01\x42\x14\n\x12_last_token_age_ms\"\xc8\x02\n\x0bPickRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12=\n\x07headers\x18\x02 \x03(\x0b\x32,.headroom.router.v1.PickRequest.HeadersEntry\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x0c\n\x04\x63hat\x18\x04 \x01(\x08\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x03\x12\x12\n\nmax_tokens\x18\x06 \x01(\x03\x12\x0e\n\x06stream\x18\x07 \x01(\x08\x12\x14\n\x0c\x62lock_hashes\x18\x08 \x03(\x04\x12\x33\n\ncandidates\x18\t \x03(\x0b\x32\x1f.headroom.router.v1.ServerState\x12\x14\n\x0cmedia_hashes\x18\n \x03(\x04\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8c\x02\n\x0f\x43\x61ndidateResult\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x11\n\tpredicted\x18\x02 \x01(\x08\x12\x19\n\x11predicted_ttft_ms\x18\x03 \x01(\x01\x12\x19\n\x11predicted_tpot_ms\x18\x04 \x01(\x01\x12\x1d\n\x10ttft_headroom_ms\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x1d\n\x10tpot_headroom_ms\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05score\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\x0f\x66\x61llback_reason\x18\x08 \x01(\tB\x13\n\x11_ttft_headroom_msB\x13\n\x11_tpot_headroom_msB\x08\n\x06_score\"\xab\x02\n\x0cPickResponse\x12\x11\n\tserver_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t\x12\x18\n\x10\x66\x61llback_reasons\x18\x05 \x03(\t\x12\x37\n\ncandidates\x18\x06 \x03(\x0b\x32#.headroom.router.v1.CandidateResult\x12K\n\x0emodel_versions\x18\x07 \x03(\x0b\x32\x33.headroom.router.v1.PickResponse.ModelVersionsEntry\x1a\x34\n\x12ModelVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xb5\x01\n\rReportRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x08\x12\x0e\n\x06\x65\x32\x65_ms\x18\x03 \x01(\x01\x12\x14\n\x07ttft_ms\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x07tpot_ms\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x03\x42\n\n\x08_ttft_msB\n\n\x08_tpot_ms\"(\n\x0eReportResponse\x12\x16\n\x0etelemetry_sent\x18\x01 \x01(\x08\x32\xa4\x01\n\x06Router\x12I\n\x04Pick\x12\x1f.headroom.router.v1.PickRequest\x1a .headroom.router.v1.PickResponse\x12O\n\x06Report\x12!.headroom.router.v1.ReportRequest\x1a\".headroom.router.v1.ReportResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,21 +36,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._loaded_options = None
   _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._serialized_options = b'8\001'
   _globals['_SERVERSTATE']._serialized_start=59
-  _globals['_SERVERSTATE']._serialized_end=502
-  _globals['_PICKREQUEST']._serialized_start=505
-  _globals['_PICKREQUEST']._serialized_end=833
-  _globals['_PICKREQUEST_HEADERSENTRY']._serialized_start=787
-  _globals['_PICKREQUEST_HEADERSENTRY']._serialized_end=833
-  _globals['_CANDIDATERESULT']._serialized_start=836
-  _globals['_CANDIDATERESULT']._serialized_end=1104
-  _globals['_PICKRESPONSE']._serialized_start=1107
-  _globals['_PICKRESPONSE']._serialized_end=1406
-  _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._serialized_start=1354
-  _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._serialized_end=1406
-  _globals['_REPORTREQUEST']._serialized_start=1409
-  _globals['_REPORTREQUEST']._serialized_end=1590
-  _globals['_REPORTRESPONSE']._serialized_start=1592
-  _globals['_REPORTRESPONSE']._serialized_end=1632
-  _globals['_ROUTER']._serialized_start=1635
-  _globals['_ROUTER']._serialized_end=1799
+  _globals['_SERVERSTATE']._serialized_end=524
+  _globals['_PICKREQUEST']._serialized_start=527
+  _globals['_PICKREQUEST']._serialized_end=855
+  _globals['_PICKREQUEST_HEADERSENTRY']._serialized_start=809
+  _globals['_PICKREQUEST_HEADERSENTRY']._serialized_end=855
+  _globals['_CANDIDATERESULT']._serialized_start=858
+  _globals['_CANDIDATERESULT']._serialized_end=1126
+  _globals['_PICKRESPONSE']._serialized_start=1129
+  _globals['_PICKRESPONSE']._serialized_end=1428
+  _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._serialized_start=1376
+  _globals['_PICKRESPONSE_MODELVERSIONSENTRY']._serialized_end=1428
+  _globals['_REPORTREQUEST']._serialized_start=1431
+  _globals['_REPORTREQUEST']._serialized_end=1612
+  _globals['_REPORTRESPONSE']._serialized_start=1614
+  _globals['_REPORTRESPONSE']._serialized_end=1654
+  _globals['_ROUTER']._serialized_start=1657
+  _globals['_ROUTER']._serialized_end=1821
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ServerState(_message.Message):
-    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens", "last_token_age_ms", "token_interval_ms", "inflight_decode_tokens", "encoder_matched_size")
+    __slots__ = ("server_id", "address", "pool_key", "kv_cache_usage", "num_waiting", "num_running", "prefix_match", "inflight_requests", "inflight_prompt_tokens", "running_tpot_slos_ms", "metrics_age_s", "inflight_prefill_tokens", "last_token_age_ms", "token_interval_ms", "inflight_decode_tokens", "encoder_matched_size", "tpot_at_risk")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class ServerState(_message.Message):
     TOKEN_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ENCODER_MATCHED_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TPOT_AT_RISK_FIELD_NUMBER: _ClassVar[int]
     server_id: str
     address: str
     pool_key: str
@@ -40,7 +41,8 @@ class ServerState(_message.Message):
     token_interval_ms: float
     inflight_decode_tokens: int
     encoder_matched_size: int
-    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ..., last_token_age_ms: _Optional[float] = ..., token_interval_ms: _Optional[float] = ..., inflight_decode_tokens: _Optional[int] = ..., encoder_matched_size: _Optional[int] = ...) -> None: ...
+    tpot_at_risk: float
+    def __init__(self, server_id: _Optional[str] = ..., address: _Optional[str] = ..., pool_key: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., prefix_match: _Optional[float] = ..., inflight_requests: _Optional[int] = ..., inflight_prompt_tokens: _Optional[int] = ..., running_tpot_slos_ms: _Optional[_Iterable[float]] = ..., metrics_age_s: _Optional[float] = ..., inflight_prefill_tokens: _Optional[int] = ..., last_token_age_ms: _Optional[float] = ..., token_interval_ms: _Optional[float] = ..., inflight_decode_tokens: _Optional[int] = ..., encoder_matched_size: _Optional[int] = ..., tpot_at_risk: _Optional[float] = ...) -> None: ...
 
 class PickRequest(_message.Message):
     __slots__ = ("request_id", "headers", "body", "chat", "prompt_tokens", "max_tokens", "stream", "block_hashes", "candidates", "media_hashes")

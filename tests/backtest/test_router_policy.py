@@ -3,7 +3,7 @@ import pytest
 from headroom.backtest.router_policy import engine_pick
 from headroom.router.errors import ConfigError
 from headroom.sim.pool import run, uniform_pool
-from headroom.sim.request import Request
+from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import generate, poisson_arrivals
 from tests.router.routercases import TablePredictor
 
@@ -29,8 +29,8 @@ def test_parameter_overlays_reach_their_plugins(overlay, message):
 
 def test_sheddable_requests_are_shed_and_running_tpot_slos_reach_the_pipeline():
     seen = []
-    busy = [Request(f"b{i}", 0.001 * i, 8000, 400, slo_ttft_ms=5000.0, slo_tpot_ms=40.0) for i in range(3)]
-    late = [Request("shed-me", 0.5, 500, 10, slo_ttft_ms=50.0, priority=-1), Request("keep-me", 0.6, 500, 10)]
+    busy = [SimRequest(f"b{i}", 0.001 * i, 8000, 400, slo_ttft_ms=5000.0, slo_tpot_ms=40.0) for i in range(3)]
+    late = [SimRequest("shed-me", 0.5, 500, 10, slo_ttft_ms=50.0, priority=-1), SimRequest("keep-me", 0.6, 500, 10)]
     pick = engine_pick(TablePredictor(base=100.0))
 
     def watching(request, view):

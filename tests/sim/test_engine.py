@@ -104,20 +104,20 @@ def test_streamed_steps_are_the_last_two_token_steps_a_router_has_seen() -> None
 
 def test_stream_progress_is_what_relaying_the_stream_has_shown() -> None:
     recorded = ServerEngine(H100, record_tokens=True)
-    recorded.submit(Request("r", 0.0, 500, 200), 0.0)
+    recorded.submit(SimRequest("r", 0.0, 500, 200), 0.0)
     drain(recorded)
     times = recorded.finished[0].token_times
     for now in (times[0] + 1e-6, times[60] + 1e-4, times[150] + 1e-4):
         seen = [t for t in times if t <= now]
         lazy = ServerEngine(H100)  # advanced only to the wakes, as the pool does: a decode segment stays planned
-        lazy.submit(Request("r", 0.0, 500, 200), 0.0)
+        lazy.submit(SimRequest("r", 0.0, 500, 200), 0.0)
         while (wake := lazy.next_wake(lazy.clock)) is not None and wake <= now:
             lazy.advance_to(wake)
         ((rid, first, tokens, last),) = lazy.stream_progress(now)
         assert (rid, tokens) == ("r", len(seen))
         assert (first, last) == pytest.approx((seen[0], seen[-1]), abs=1e-9)
     quiet = ServerEngine(H100)
-    quiet.submit(Request("n", 0.0, 500, 200, stream=False), 0.0)
+    quiet.submit(SimRequest("n", 0.0, 500, 200, stream=False), 0.0)
     quiet.advance_to(times[60])
     assert quiet.stream_progress(times[60]) == []  # a response that does not stream shows nothing
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from headroom.contract.settings import from_env
 from headroom.sim.prefixes import SharedPrefixes
 from headroom.sim.synthetic import (
     Lengths,
@@ -15,7 +16,7 @@ from headroom.sim.synthetic import (
     shift_prompts,
     synthetic_load,
 )
-from headroom.sim.traces import AZURE_CONV, TraceError, load_azure, load_mooncake, load_trace, trace_format
+from headroom.sim.traces import TraceError, TraceSettings, load_azure, load_mooncake, load_trace, trace_format
 
 
 def test_azure_loads_every_row_and_rescales_to_the_target_rate() -> None:
@@ -152,7 +153,7 @@ def test_any_trace_file_loads_by_format_rescaled(tmp_path) -> None:
     assert len(requests) == 21 and requests[-1].arrival_s == pytest.approx(1.0)
     assert requests[0].prefix_hashes[:32] == requests[1].prefix_hashes[:32]  # the shared leading block
     assert load_trace("azure", limit=30) == load_azure(limit=30)
-    assert load_trace(str(AZURE_CONV), limit=30) == load_azure(limit=30)
+    assert load_trace(str(from_env(TraceSettings).path("azure")), limit=30) == load_azure(limit=30)
     code = load_trace("code:burst_factor=4", rate=100.0, limit=200)
     assert len(code) == 200 and (len(code) - 1) / code[-1].arrival_s == pytest.approx(100.0)
 

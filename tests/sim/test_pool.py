@@ -179,7 +179,7 @@ def test_runs_without_telemetry_keep_outcomes_only_and_on_record_streams_records
 def test_a_shed_request_is_dropped_with_its_reason_and_never_reaches_a_server() -> None:
     requests = _load(20.0, 2.0)
 
-    def pick(request: Request, view: PoolView):
+    def pick(request: SimRequest, view: PoolView):
         return Shed("over budget") if int(request.request_id.split("-")[1]) % 2 else view.snapshots[0].server_id
 
     result = run(requests, uniform_pool(2), pick)
@@ -190,26 +190,26 @@ def test_a_shed_request_is_dropped_with_its_reason_and_never_reaches_a_server() 
 
 
 def test_the_view_holds_the_tpot_slos_of_the_streams_in_flight() -> None:
-    requests = [Request(f"r{i}", 0.01 * i, 400, 40, stream=i != 2, slo_tpot_ms=30.0 if i == 1 else None)
+    requests = [SimRequest(f"r{i}", 0.01 * i, 400, 40, stream=i != 2, slo_tpot_ms=30.0 if i == 1 else None)
                 for i in range(5)]
     seen = []
 
-    def pick(request: Request, view: PoolView):
+    def pick(request: SimRequest, view: PoolView):
         seen.append(view.running_tpot_slos[0])
         slo = 45.0 if request.request_id == "r3" else None  # the router's own SLO for r3, none for the others
         return Pick(view.snapshots[0].server_id, tpot_slo_ms=slo)
 
-    result = run(requests + [Request("late", 30.0, 100, 2)], uniform_pool(1), pick)
+    result = run(requests + [SimRequest("late", 30.0, 100, 2)], uniform_pool(1), pick)
     # r1 keeps its own SLO; r2 does not stream (no TPOT); r3 is held to the router's; all finished before "late"
     assert seen == [(), (), (30.0,), (30.0,), (30.0, 45.0), ()]
     assert len(result.outcomes) == 6
 
 
 def test_the_view_counts_the_router_streams_at_risk_of_missing_their_tpot_slo() -> None:
-    requests = [Request("tight", 0.0, 400, 300), Request("loose", 0.0, 400, 300), Request("probe", 0.3, 100, 2)]
+    requests = [SimRequest("tight", 0.0, 400, 300), SimRequest("loose", 0.0, 400, 300), SimRequest("probe", 0.3, 100, 2)]
     seen = {}
 
-    def pick(request: Request, view: PoolView):
+    def pick(request: SimRequest, view: PoolView):
         seen[request.request_id] = view.tpot_at_risk(0)
         slo = {"tight": 6.7, "loose": 500.0}.get(request.request_id)  # the router holds these two to a TPOT SLO
         return Pick(view.snapshots[0].server_id, tpot_slo_ms=slo)
