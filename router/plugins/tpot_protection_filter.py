@@ -17,9 +17,9 @@ Which candidates it may choose, when the request has a TTFT SLO and predictions:
 ``ttftPenalty`` × its TTFT SLO slower than the fastest. Without a TTFT SLO or predictions, any candidate.
 
 Parameters:
-    tolerance (0.25): expected misses a candidate may cause beyond the fewest and still be kept: a request moves
-        to a slower server only to spare at least a quarter of a stream's miss (0.5 and 1 measured up to 4
-        and 12 points lower attainment on the bursty code load past capacity).
+    tolerance (0): expected misses a candidate may cause beyond the fewest and still be kept: 0 keeps only the
+        servers where it causes the fewest. Chosen by the worst case over the Azure, Mooncake and bursty code
+        loads at every load (docs/benchmarks.md, "Attainment-aware scheduling"): 0 against 0.25 and 1.
     ttftMargin (0.2): the share of the request's TTFT SLO a server chosen to spare streams must leave it. A
         server predicted just within the SLO misses it often; without the margin, sparing streams cost
         TTFT misses at the highest loads of a long-output trace (Azure at 7× capacity: 0.956 against 0.980
@@ -47,7 +47,7 @@ TYPE = "tpot-protection-filter"
 
 @dataclass(frozen=True)
 class Params:
-    tolerance: float = 0.25
+    tolerance: float = 0.0
     ttft_margin: float = 0.2
     ttft_penalty: float = 1.0
 

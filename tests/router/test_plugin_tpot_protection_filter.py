@@ -18,6 +18,7 @@ CASES = [
                  ["b", "c"], id="all-at-risk-keeps-the-fewest"),
     pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 200, tpot_at_risk=2)], ["a", "b"],
                  id="equally-at-risk-keeps-all"),
+    pytest.param({}, [cand("a", 100, tpot_at_risk=0.2), cand("b", 200)], ["b"], id="spares-a-fraction-of-a-miss"),
     pytest.param({"tolerance": 1}, [cand("a", 100, tpot_at_risk=1), cand("b", 200), cand("c", tpot_at_risk=2)],
                  ["a", "b"], id="tolerance"),
     pytest.param({}, [cand("a", None, tpot_at_risk=1), cand("b", None)], ["b"], id="works-without-predictions"),
