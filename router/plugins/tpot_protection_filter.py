@@ -20,11 +20,9 @@ Parameters:
     tolerance (0): expected misses a candidate may cause beyond the fewest and still be kept: 0 keeps only the
         servers where it causes the fewest. Chosen by the worst case over the Azure, Mooncake and bursty code
         loads at every load (docs/benchmarks.md, "Attainment-aware scheduling"): 0 against 0.25 and 1.
-    ttftMargin (0.2): the share of the request's TTFT SLO a server chosen to spare streams must leave it. A
-        server predicted just within the SLO misses it often; without the margin, sparing streams cost
-        TTFT misses at the highest loads of a long-output trace (Azure at 7× capacity: 0.956 against 0.980
-        attainment) and 4 points on the bursty code load at capacity (docs/benchmarks.md,
-        "Attainment-aware scheduling").
+    ttftMargin (0): the share of the request's TTFT SLO a server chosen to spare streams must leave it (0: it
+        must be predicted within the SLO). 0 against 0.2 and 0.4, by the same worst case: 0.2 keeps 1–2 more
+        points at Azure 4× and Mooncake 1×, 0 up to 1 point more on the bursty code loads, where the worst case is.
     ttftPenalty (1.0): for a request no server can serve with that margin, how much slower than the fastest
         (a share of its TTFT SLO) a server may be and still be chosen to spare the others' streams.
 """
@@ -48,7 +46,7 @@ TYPE = "tpot-protection-filter"
 @dataclass(frozen=True)
 class Params:
     tolerance: float = 0.0
-    ttft_margin: float = 0.2
+    ttft_margin: float = 0.0
     ttft_penalty: float = 1.0
 
     def __post_init__(self) -> None:

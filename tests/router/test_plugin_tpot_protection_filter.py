@@ -33,11 +33,11 @@ def test_tpot_protection_filter(params, candidates, kept):
 
 
 GATED = [  # the request's TTFT SLO is 600 ms
-    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1), cand("c", 500)], ["b"],
-                 id="spares-streams-where-a-fifth-of-the-slo-is-left"),
-    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 500)],
+    pytest.param({"ttftMargin": 0.2}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=1), cand("c", 500)],
+                 ["b"], id="spares-streams-where-a-fifth-of-the-slo-is-left"),
+    pytest.param({"ttftMargin": 0.2}, [cand("a", 100, tpot_at_risk=2), cand("b", 350, tpot_at_risk=2), cand("c", 500)],
                  ["a", "b", "c"], id="too-close-to-the-slo-to-spare-keeps-all"),
-    pytest.param({"ttftMargin": 0.0}, [cand("a", 100, tpot_at_risk=2), cand("c", 590)], ["c"], id="no-margin"),
+    pytest.param({}, [cand("a", 100, tpot_at_risk=2), cand("c", 590)], ["c"], id="no-margin-by-default"),
     pytest.param({}, [cand("a", 700, tpot_at_risk=2), cand("b", 1250, tpot_at_risk=1), cand("c", 1400)], ["b"],
                  id="late-anyway-moves-within-the-penalty"),
     pytest.param({"ttftPenalty": 0.5}, [cand("a", 700, tpot_at_risk=2), cand("b", 1250, tpot_at_risk=1)],
