@@ -28,9 +28,10 @@ from headroom.autoscale.recommend import KUBERNETES_DEFAULT, Goal, Slo, make_aut
 from headroom.autoscale.servers import ModelServer
 from headroom.autoscale.signals import Signal
 from headroom.autoscale.traces import load_trace
-from headroom.sim.traces import AZURE_CONV, MOONCAKE
+from headroom.contract.settings import from_env
+from headroom.sim.traces import TraceSettings
 
-TRACES = {"azure": AZURE_CONV, "mooncake": MOONCAKE}
+TRACES = ("azure", "mooncake")
 
 
 def guide_points(server: ModelServer) -> list[tuple[Signal, float, str]]:
@@ -44,13 +45,13 @@ def guide_points(server: ModelServer) -> list[tuple[Signal, float, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", choices=tuple(TRACES), default="azure")
+    parser.add_argument("--trace", choices=TRACES, default="azure")
     parser.add_argument("--speedup", type=float, default=1.0)
     parser.add_argument("--model-server", choices=("vllm", "jetstream"), default="vllm")
     parser.add_argument("--slo-ttft-p99-ms", type=float, default=1000.0)
     parser.add_argument("--max-replicas", type=int, default=8)
     args = parser.parse_args()
-    requests = load_trace(TRACES[args.trace], speedup=args.speedup)
+    requests = load_trace(from_env(TraceSettings).path(args.trace), speedup=args.speedup)
     server = ModelServer(args.model_server)
     goal = Goal(Slo(args.slo_ttft_p99_ms), 1, args.max_replicas, Pipeline.GMP)
     started = time.perf_counter()

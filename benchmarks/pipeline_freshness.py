@@ -29,9 +29,8 @@ from headroom.process import configure
 configure()
 
 
-from pipeline_ingest import fresh_kafka  # noqa: E402
-
 from headroom import kafka_clients  # noqa: E402
+from headroom.benchmarks.pipeline_ingest import fresh_kafka  # noqa: E402
 from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import load_booster  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
