@@ -8,13 +8,15 @@ server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier d
 ``retries`` allow and another server is left, the request goes there
 (:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
 the last failure is the answer: the server's own 5xx, or 502 / 504 naming the server and the cause.
-:meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart.
+:meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart. Each limit
+costs one timer per request (:class:`IdleWatch` for the body), not one per chunk: a stream's chunks are
+the proxy's most frequent event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
 import aiohttp
@@ -37,7 +39,8 @@ class UpstreamTimeouts:
     total_s: float = 600.0
 
     def client_timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=self.total_s, sock_connect=self.connect_s, sock_read=self.first_byte_s)
+        """aiohttp's limits; ``first_byte_s`` and ``idle_s`` are kept by :class:`Upstreams` (no timer per read)."""
+        return aiohttp.ClientTimeout(total=self.total_s, sock_connect=self.connect_s)
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ class Upstreams:
         while True:
             server = dispatch.server
             try:
-                response = await session.post(f"http://{server.address}{path}", data=body, headers=headers,
-                                              timeout=self.timeouts.client_timeout())
+                async with asyncio.timeout(self.timeouts.first_byte_s):
+                    response = await session.post(f"http://{server.address}{path}", data=body, headers=headers,
+                                                  timeout=self.timeouts.client_timeout())
             except (aiohttp.ClientError, TimeoutError) as err:
                 reason, error = _failure(server.server_id, err)
             else:
@@ -79,12 +83,51 @@ class Upstreams:
 
     async def chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one."""
-        while True:
-            async with asyncio.timeout(self.timeouts.idle_s):
-                chunk = await response.content.readany()
-            if not chunk:
-                return
-            yield chunk
+        watch = IdleWatch(self.timeouts.idle_s)
+        try:
+            while True:
+                chunk = await watch.read(response.content.readany())
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            watch.close()
+
+
+class IdleWatch:
+    """Fails a read that waits ``idle_s`` with :class:`TimeoutError`, from one timer that wakes at most every
+    ``idle_s`` (an ``asyncio.timeout`` per read schedules and cancels a timer per chunk). Only the wait in
+    :meth:`read` is timed: a client slow to take a chunk is not the server's silence."""
+
+    def __init__(self, idle_s: float):
+        self.idle_s = idle_s
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._since: float | None = None  # start of the read in progress
+        self._expired = False
+        self._timer = self._loop.call_later(idle_s, self._check)
+
+    async def read(self, pending: Awaitable[bytes]) -> bytes:
+        self._since = self._loop.time()
+        try:
+            return await pending
+        except asyncio.CancelledError:
+            if self._expired and self._task is not None and self._task.uncancel() == 0:
+                raise TimeoutError(f"no data from the server for {self.idle_s:g} s") from None
+            raise
+        finally:
+            self._since = None
+
+    def _check(self) -> None:
+        waited = 0.0 if self._since is None else self._loop.time() - self._since
+        if waited >= self.idle_s and self._task is not None:
+            self._expired = True
+            self._task.cancel()
+        else:
+            self._timer = self._loop.call_later(self.idle_s - waited, self._check)
+
+    def close(self) -> None:
+        self._timer.cancel()
 
 
 def _failure(server_id: str, err: BaseException) -> tuple[str, web.Response]:

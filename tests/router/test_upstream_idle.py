@@ -1,0 +1,79 @@
+"""The body of a server's answer is read within ``idle_s`` between chunks — a silent server fails the read
+with TimeoutError, a slow client does not count against the server — from a real aiohttp server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from headroom.router.upstreams import IdleWatch, Upstreams, UpstreamTimeouts
+from tests.conftest import free_port
+
+IDLE_S = 0.3
+
+
+async def silent_after(chunks: int, port: int) -> web.AppRunner:
+    """A server that streams ``chunks`` chunks 0.05 s apart, then says nothing for 2 s (cleanup waits it out)."""
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for i in range(chunks):
+            await response.write(f"data: {i}\n\n".encode())
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2)
+        return response
+    app = web.Application()
+    app.router.add_get("/", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def read_all(chunks: int, client_pause_s: float) -> tuple[list[bytes], BaseException | None, float]:
+    async def scenario():
+        port = free_port()
+        runner = await silent_after(chunks, port)
+        upstreams = Upstreams(service=None, timeouts=UpstreamTimeouts(idle_s=IDLE_S))  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        got, error, started, took = [], None, loop.time(), 0.0
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as response:
+                try:
+                    async for chunk in upstreams.chunks(response):
+                        got.append(chunk)
+                        await asyncio.sleep(client_pause_s)  # the client taking its time
+                except TimeoutError as err:
+                    error, took = err, loop.time() - started
+        finally:
+            await runner.cleanup()
+        return got, error, took
+    return asyncio.run(scenario())
+
+
+def test_a_server_silent_for_idle_s_fails_the_read_with_timeout_error():
+    got, error, took = read_all(chunks=3, client_pause_s=0.0)
+    assert b"".join(got) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert isinstance(error, TimeoutError) and f"{IDLE_S:g} s" in str(error)
+    assert IDLE_S <= took < 1.5  # well before the server's 2 s of silence end
+
+
+def test_a_slow_client_is_not_the_servers_silence():
+    got, error, _ = read_all(chunks=2, client_pause_s=2 * IDLE_S)  # each chunk held longer than idle_s
+    assert len(got) >= 2 and isinstance(error, TimeoutError)  # timed out only in the server's own silence
+
+
+def test_a_cancelled_read_is_a_cancellation_not_a_timeout():
+    async def scenario():
+        watch = IdleWatch(idle_s=60)
+        reading = asyncio.ensure_future(asyncio.sleep(10, b""))
+        asyncio.get_running_loop().call_later(0.05, asyncio.current_task().cancel)
+        try:
+            await watch.read(reading)
+        finally:
+            watch.close()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(scenario())
