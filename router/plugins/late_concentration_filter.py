@@ -1,0 +1,69 @@
+"""late-concentration-filter: sends a request that will miss its TTFT SLO everywhere where the most late work is.
+
+When a burst exceeds what the pool can serve within SLO, spreading the excess puts a little of it in every
+server's queue, and every server's next requests start just past their SLO. This filter decides instead who
+misses: a request predicted to miss its TTFT SLO on every candidate (even the fastest is predicted past
+``(1 + lateMargin)`` × its SLO) goes only to the candidates with the most prefill queued ahead
+(``inflight_prefill_tokens``: the router's own, fresh count), the servers already furthest behind. Queued
+there behind work that is late anyway, it delays nobody who could still make their SLO, and the other
+servers keep their capacity for the requests that can.
+
+A request that some candidate is predicted to serve within that bound, or one without a TTFT SLO or
+predictions, keeps every candidate. Put after the SLO tier filter (which then keeps everyone: no server is
+in the positive tier).
+
+Parameters:
+    lateMargin (0): how far past its TTFT SLO (a share of it) even the fastest candidate must be predicted
+        before the request is concentrated; larger values leave requests predicted just late where a
+        prediction error could still let them make it.
+    includeTPOT (false): a candidate predicted to miss the request's TPOT SLO counts as late too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from headroom.router.candidate_set import CandidateSet
+from headroom.router.params import build_params, check_range
+from headroom.router.roles import Candidate, Context, Request
+
+TYPE = "late-concentration-filter"
+
+
+@dataclass(frozen=True)
+class Params:
+    late_margin: float = 0.0
+    include_tpot: bool = False
+
+    def __post_init__(self) -> None:
+        check_range("late_margin", self.late_margin, -1.0, math.inf)
+
+
+@dataclass(frozen=True)
+class LateConcentrationFilter:
+    name: str
+    params: Params = Params()
+
+    def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]:
+        everyone = CandidateSet.of(candidates)
+        slo = request.slo_ttft_ms
+        ttft = everyone.column(everyone.ttft_ms)
+        if slo is None or len(ttft) < 2 or np.isnan(ttft).any():
+            return everyone
+        in_time = ttft <= (1.0 + self.params.late_margin) * slo
+        if self.params.include_tpot:
+            in_time &= ~(everyone.tpot_headroom_ms < 0)
+        if in_time.any():
+            return everyone
+        backlog = everyone.server_column("inflight_prefill_tokens")
+        keep = backlog == backlog.max()
+        return everyone if keep.all() else everyone.take(np.flatnonzero(keep))
+
+
+def build(name: str, raw: Mapping[str, Any] | None = None) -> LateConcentrationFilter:
+    return LateConcentrationFilter(name, build_params(Params, raw, name))
