@@ -13,10 +13,12 @@ predictions, keeps every candidate. Put after the SLO tier filter (which then ke
 in the positive tier).
 
 Parameters:
-    lateMargin (0): how far past its TTFT SLO (a share of it) even the fastest candidate must be predicted
-        before the request is concentrated; larger values leave requests predicted just late where a
-        prediction error could still let them make it.
-    includeTPOT (false): a candidate predicted to miss the request's TPOT SLO counts as late too.
+    lateMargin (0): how far past its TTFT SLO (a share of it, -1 to any) even the fastest candidate must be
+        predicted before the request is concentrated: above 0 a request predicted just late still goes where
+        a prediction error could let it make it; below 0 one predicted just in time is given up too.
+    includeTPOT (true): a candidate predicted to miss the request's TPOT SLO counts as late too.
+    onlyInABurst (true): concentrate only when every candidate has prefill queued ahead; a request late even
+        where none is queued is late by its own size (a long prompt), not by a burst, and keeps everyone.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ TYPE = "late-concentration-filter"
 @dataclass(frozen=True)
 class Params:
     late_margin: float = 0.0
-    include_tpot: bool = False
+    include_tpot: bool = True
+    only_in_a_burst: bool = True
 
     def __post_init__(self) -> None:
         check_range("late_margin", self.late_margin, -1.0, math.inf)
@@ -61,6 +64,8 @@ class LateConcentrationFilter:
         if in_time.any():
             return everyone
         backlog = everyone.server_column("inflight_prefill_tokens")
+        if self.params.only_in_a_burst and backlog.min() == 0:
+            return everyone
         keep = backlog == backlog.max()
         return everyone if keep.all() else everyone.take(np.flatnonzero(keep))
 

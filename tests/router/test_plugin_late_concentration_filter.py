@@ -20,13 +20,24 @@ CASES = [  # the request's TTFT SLO is 1,000 ms
                  id="one-server-within-the-slo-keeps-all"),
     pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=9_000), cand("b", 3000, inflight_prefill_tokens=9_000),
                       cand("c", 1200, inflight_prefill_tokens=4_000)], ["a", "b"], id="ties-are-kept"),
-    pytest.param({"lateMargin": 0.5}, [cand("a", 1400, inflight_prefill_tokens=0),
+    pytest.param({"lateMargin": 0.5}, [cand("a", 1400, inflight_prefill_tokens=500),
                                        cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
                  id="just-late-within-the-margin-keeps-all"),
-    pytest.param({"lateMargin": 0.5}, [cand("a", 1600, inflight_prefill_tokens=0),
+    pytest.param({"lateMargin": 0.5}, [cand("a", 1600, inflight_prefill_tokens=500),
                                        cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
                  id="late-beyond-the-margin-concentrates"),
-    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=0), cand("b", None, inflight_prefill_tokens=9_000)],
+    pytest.param({"lateMargin": -0.2}, [cand("a", 900, inflight_prefill_tokens=500),
+                                        cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
+                 id="a-negative-margin-concentrates-the-nearly-late"),
+    pytest.param({"includeTPOT": False}, [cand("a", 500, 60, slo_tpot=50, inflight_prefill_tokens=500),
+                      cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"], id="tpot-ignored-when-asked"),
+    pytest.param({}, [cand("a", 500, 60, slo_tpot=50, inflight_prefill_tokens=500),
+                                         cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
+                 id="a-predicted-tpot-miss-counts-as-late"),
+    pytest.param({}, [cand("a", 500, 40, slo_tpot=50, inflight_prefill_tokens=500),
+                                         cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
+                 id="within-both-slos-keeps-all"),
+    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=500), cand("b", None, inflight_prefill_tokens=9_000)],
                  ["a", "b"], id="an-unpredicted-server-might-make-it"),
 ]
 
@@ -37,10 +48,16 @@ def test_a_request_late_everywhere_joins_the_most_late_work(params, candidates, 
 
 
 def test_without_a_ttft_slo_keeps_all():
-    late = [cand("a", 5000, inflight_prefill_tokens=0), cand("b", 9000, inflight_prefill_tokens=9_000)]
+    late = [cand("a", 5000, inflight_prefill_tokens=500), cand("b", 9000, inflight_prefill_tokens=9_000)]
     assert names(build("concentrate").filter(req(slo_tpot_ms=50.0), late, ctx())) == ["a", "b"]
 
 
 def test_rejects_a_negative_margin():
     with pytest.raises(ConfigError, match="lateMargin"):
-        build("concentrate", {"lateMargin": -1})
+        build("concentrate", {"lateMargin": -1.5})
+
+
+def test_a_request_late_where_nothing_is_queued_is_late_by_its_own_size():
+    late = [cand("a", 6000, inflight_prefill_tokens=0), cand("b", 9000, inflight_prefill_tokens=9_000)]
+    assert names(build("concentrate").filter(SLO, late, ctx())) == ["a", "b"]
+    assert names(build("concentrate", {"onlyInABurst": False}).filter(SLO, late, ctx())) == ["b"]
