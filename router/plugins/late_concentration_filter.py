@@ -1,16 +1,17 @@
-"""late-concentration-filter: sends a request that will miss its TTFT SLO everywhere where the most late work is.
+"""late-concentration-filter: sends a request that will miss its SLO everywhere to where the most late work is.
 
 When a burst exceeds what the pool can serve within SLO, spreading the excess puts a little of it in every
 server's queue, and every server's next requests start just past their SLO. This filter decides instead who
-misses: a request predicted to miss its TTFT SLO on every candidate (even the fastest is predicted past
-``(1 + lateMargin)`` × its SLO) goes only to the candidates with the most prefill queued ahead
-(``inflight_prefill_tokens``: the router's own, fresh count), the servers already furthest behind. Queued
-there behind work that is late anyway, it delays nobody who could still make their SLO, and the other
-servers keep their capacity for the requests that can.
+misses: a request predicted to miss its SLO on every candidate (even the fastest is predicted past
+``(1 + lateMargin)`` × its TTFT SLO, or past its TPOT SLO) while every candidate has prefill queued ahead
+goes only to the candidates with the most (``inflight_prefill_tokens``: the router's own, fresh count), the
+servers already furthest behind. Queued there behind work that is late anyway, it delays nobody who could
+still make their SLO, and the other servers keep their capacity for the requests that can.
 
-A request that some candidate is predicted to serve within that bound, or one without a TTFT SLO or
-predictions, keeps every candidate. Put after the SLO tier filter (which then keeps everyone: no server is
-in the positive tier).
+A request that some candidate is predicted to serve within its SLO, or one without a TTFT SLO or without
+predictions everywhere, keeps every candidate. Put after the SLO tier filter (which then keeps everyone: no
+server is in the positive tier). Chosen by the worst case over the Azure, Mooncake and bursty code loads
+(docs/benchmarks.md, "Attainment-aware scheduling").
 
 Parameters:
     lateMargin (0): how far past its TTFT SLO (a share of it, -1 to any) even the fastest candidate must be
