@@ -7,6 +7,7 @@ from typing import Any
 
 from headroom.router.plugins import (
                             kv_cache_free_scorer,
+                            late_concentration_filter,
                             latency_scorer,
                             latency_slo_admitter,
                             max_score_picker,
@@ -26,6 +27,7 @@ REGISTRY: dict[str, Factory] = {
     prefix_cache_affinity_filter.TYPE: prefix_cache_affinity_filter.build,
     slo_headroom_tier_filter.TYPE: slo_headroom_tier_filter.build,
     tpot_protection_filter.TYPE: tpot_protection_filter.build,
+    late_concentration_filter.TYPE: late_concentration_filter.build,
     latency_scorer.TYPE: latency_scorer.build,
     latency_slo_admitter.TYPE: latency_slo_admitter.build,
     weighted_random_picker.TYPE: weighted_random_picker.build,

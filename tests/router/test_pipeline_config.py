@@ -11,7 +11,7 @@ from tests.router.routercases import req
 def test_default_pipeline():
     pipeline = load_pipeline(None)
     assert pipeline.predicted.producer is not None and pipeline.predicted.admitter is not None
-    assert [f.name for f in pipeline.predicted.filters] == ["affinity", "tiers", "protect"]
+    assert [f.name for f in pipeline.predicted.filters] == ["affinity", "tiers", "concentrate", "protect"]
     assert [(s.name, w) for s, w in pipeline.heuristic.scorers] == [("kv-free", 1.0), ("queue", 1.0), ("prefix", 1.0)]
     assert pipeline.predict_all is True  # every request is predicted unless it opts out
     assert type(pipeline.predicted.picker).__name__ == "MaxScorePicker"  # the best score, measured

@@ -1,0 +1,63 @@
+import pytest
+
+from headroom.router.errors import ConfigError
+from headroom.router.plugins.late_concentration_filter import build
+from tests.router.routercases import cand, ctx, req
+
+
+def names(cands):
+    return sorted(c.server.server_id for c in cands)
+
+
+SLO = req(slo_ttft_ms=1000.0, stream=True)
+
+CASES = [  # the request's TTFT SLO is 1,000 ms
+    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=2_000), cand("b", 3000, inflight_prefill_tokens=9_000),
+                      cand("c", 1200, inflight_prefill_tokens=4_000)], ["b"],
+                 id="late-everywhere-goes-where-the-most-prefill-is-queued"),
+    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=2_000), cand("b", 3000, inflight_prefill_tokens=9_000),
+                      cand("c", 900, inflight_prefill_tokens=4_000)], ["a", "b", "c"],
+                 id="one-server-within-the-slo-keeps-all"),
+    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=9_000), cand("b", 3000, inflight_prefill_tokens=9_000),
+                      cand("c", 1200, inflight_prefill_tokens=4_000)], ["a", "b"], id="ties-are-kept"),
+    pytest.param({"lateMargin": 0.5}, [cand("a", 1400, inflight_prefill_tokens=500),
+                                       cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
+                 id="just-late-within-the-margin-keeps-all"),
+    pytest.param({"lateMargin": 0.5}, [cand("a", 1600, inflight_prefill_tokens=500),
+                                       cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
+                 id="late-beyond-the-margin-concentrates"),
+    pytest.param({"lateMargin": -0.2}, [cand("a", 900, inflight_prefill_tokens=500),
+                                        cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
+                 id="a-negative-margin-concentrates-the-nearly-late"),
+    pytest.param({"includeTPOT": False}, [cand("a", 500, 60, slo_tpot=50, inflight_prefill_tokens=500),
+                      cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"], id="tpot-ignored-when-asked"),
+    pytest.param({}, [cand("a", 500, 60, slo_tpot=50, inflight_prefill_tokens=500),
+                                         cand("b", 3000, inflight_prefill_tokens=9_000)], ["b"],
+                 id="a-predicted-tpot-miss-counts-as-late"),
+    pytest.param({}, [cand("a", 500, 40, slo_tpot=50, inflight_prefill_tokens=500),
+                                         cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
+                 id="within-both-slos-keeps-all"),
+    pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=500), cand("b", None, inflight_prefill_tokens=9_000)],
+                 ["a", "b"], id="an-unpredicted-server-might-make-it"),
+]
+
+
+@pytest.mark.parametrize("params, candidates, kept", CASES)
+def test_a_request_late_everywhere_joins_the_most_late_work(params, candidates, kept):
+    assert names(build("concentrate", params).filter(SLO, candidates, ctx())) == kept
+
+
+def test_without_a_ttft_slo_keeps_all():
+    late = [cand("a", 5000, inflight_prefill_tokens=500), cand("b", 9000, inflight_prefill_tokens=9_000)]
+    assert names(build("concentrate").filter(req(slo_tpot_ms=50.0), late, ctx())) == ["a", "b"]
+
+
+def test_rejects_a_negative_margin():
+    with pytest.raises(ConfigError, match="lateMargin"):
+        build("concentrate", {"lateMargin": -1.5})
+
+
+def test_a_request_late_where_nothing_is_queued_is_late_by_its_own_size():
+    late = [cand("a", 6000, inflight_prefill_tokens=0), cand("b", 9000, inflight_prefill_tokens=9_000)]
+    assert names(build("concentrate").filter(SLO, late, ctx())) == ["a", "b"]
+    assert names(build("concentrate", {"onlyInABurst": False}).filter(SLO, late, ctx())) == ["b"]
