@@ -43,6 +43,9 @@ class CollectingPublisher:
     def __init__(self) -> None:
         self.updates: list[ModelUpdate] = []
 
+    def owns(self, pool_key: str) -> bool:
+        return True
+
     def publish(self, update: ModelUpdate) -> None:
         self.updates.append(update)
 

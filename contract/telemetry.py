@@ -108,8 +108,8 @@ def encode(record: TelemetryRecord) -> bytes:
 
 
 def partition_key(record: TelemetryRecord) -> bytes:
-    """The record's Kafka key: its pool key, so a pool's records share a partition and the worker that owns
-    it holds the pool's whole window."""
+    """The record's Kafka key: its pool key, so a pool's records share a partition (its
+    :func:`~contract.partitions.home_partition`) and the worker that owns it holds the pool's whole window."""
     return record.pool_key.encode()
 
 

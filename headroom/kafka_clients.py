@@ -2,8 +2,10 @@
 
 Each is built from :class:`~contract.topics.KafkaSettings` (how to reach and authenticate to the brokers,
 :func:`client_config`, with the security options of :mod:`headroom.kafka_auth`) with the options of its role
-laid over. Consumers made here never join a shared group: each gets a group
-id of its own and is assigned partitions directly, so no reader moves another's offsets.
+laid over. Consumers made here never join a shared group: each gets a group id of its own and is assigned
+partitions directly, so no reader moves another's offsets. Producers send a keyed record where Java clients
+would (:data:`contract.partitions.PARTITIONER`), so a pool's telemetry lands on its
+:func:`~contract.partitions.home_partition`.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
 topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now.
@@ -22,6 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from headroom.contract.partitions import PARTITIONER
 from headroom.contract.topics import KafkaSettings
 from headroom.kafka_auth import librdkafka_options
 
@@ -62,7 +65,7 @@ def group_consumer(kafka: KafkaSettings, group_id: str, options: Mapping[str, An
 
 
 def producer(kafka: KafkaSettings, options: Mapping[str, Any] | None = None) -> Producer:
-    return Producer({**client_config(kafka), **(options or {})})
+    return Producer({**client_config(kafka), "partitioner": PARTITIONER, **(options or {})})
 
 
 def admin(kafka: KafkaSettings, options: Mapping[str, Any] | None = None) -> AdminClient:

@@ -15,28 +15,42 @@ until stored); a drift detection wakes the retrainer.
 Faust's own clients (the changelog's producer and consumer, the group's assignor) authenticate as the
 worker's other Kafka clients do: :func:`headroom.kafka_auth.faust_credentials`.
 
-Telemetry producers key records by :func:`contract.telemetry.partition_key` (the pool key), so each pool's
-records share a partition and one worker holds a pool's whole window.
+Several workers of one app id share the telemetry partitions. Producers key records by
+:func:`contract.telemetry.partition_key` (the pool key), so each pool's records share a partition — its
+:func:`~contract.partitions.home_partition` — and one worker holds a pool's whole window. Taking over
+partitions, a worker restores their windows, fences every earlier publisher of their pools
+(:class:`trainer.publish.FencedPublisher`), reads the newest version of each of those pools' models from
+``model-updates`` (so version numbers go on from there) and only then reads telemetry; only the pools it
+owns are trained. Drift detectors are not in the changelog: a pool that moves starts with fresh ones.
+Before giving partitions up it stops publishing (waiting for a version being written), then writes its
+window changes. Every change of ownership is logged (``owning telemetry partitions ...``,
+``released telemetry partitions ...``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import faust
+from confluent_kafka import KafkaException
 
+from headroom.contract.signing import SigningKey, TrustedKeys
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
 from headroom.kafka_auth import faust_credentials
+from headroom.model_topic import read_latest
 from headroom.streams import metrics
 from headroom.streams.consume import IngestLoop
 from headroom.streams.dead_letters import DeadLetters
 from headroom.streams.ingest import Ingestor, build_ingestor
 from headroom.streams.reader import TelemetryReader
-from headroom.streams.retrain import Publisher, Retrainer
+from headroom.streams.retrain import Retrainer
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.windows import WindowKey
-from headroom.trainer.live import LiveModels
+from headroom.trainer.live import LiveModels, live_model
+from headroom.trainer.publish import FencedPublisher, PublishError
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +68,13 @@ class Topology:
     table: faust.Table
     loop: IngestLoop
     dead_letters: DeadLetters
+    publisher: FencedPublisher
 
 
-def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels,
-                    publisher: Publisher, *, store: str = "memory://") -> Topology:
-    """The app with its windows table, consuming loop and retraining task; start it with a Faust worker."""
+def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels, key: SigningKey | None,
+                    trust: TrustedKeys, *, store: str = "memory://") -> Topology:
+    """The app with its windows table, consuming loop and retraining task; start it with a Faust worker.
+    Versions are signed with ``key``; a pool's newest version is read back trusting ``trust``."""
     app = faust.App(
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
         broker_credentials=faust_credentials(kafka.security),
@@ -72,7 +88,9 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     changelog_topic = table.changelog_topic.get_topic_name()
 
     ingestor = build_ingestor(settings)
+    publisher = FencedPublisher(kafka, settings.app_id, key)
     retrainer = Retrainer(ingestor, live, publisher, settings)
+    held: set[int] = set()  # partitions owned before the latest revocation
 
     def write_changelog(partition: int, entries: list[tuple[str, bytes | None]]) -> None:
         for key, value in entries:
@@ -93,17 +111,32 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
                       send_dead_letter=dead_letters.send, on_drift=on_drift)
 
     @table.on_recover
-    async def rebuild_windows() -> None:
+    async def take_over() -> None:
         owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == changelog_topic}
         rows = ingestor.windows.restore(table.items(), owned)
-        log.info("windows of partitions %s rebuilt from the changelog: %d rows, high-water marks %s",
-                 sorted(owned), rows, dict(sorted(ingestor.windows.high_water.items())))
+        try:
+            await asyncio.to_thread(publisher.own, owned)
+            caught_up = await asyncio.to_thread(catch_up_versions, kafka, live, publisher.home, owned)
+        except (PublishError, KafkaException, TimeoutError) as err:
+            await asyncio.to_thread(publisher.release)
+            log.error("cannot publish for telemetry partitions %s until the next rebalance: %s", sorted(owned), err)
+            caught_up = 0
+        kept = held & owned
+        ingestor.keep_policies(lambda window: publisher.home(window[0]) in kept)
+        held.clear()
+        held.update(owned)
+        log.info("owning telemetry partitions %s: windows restored (%d rows, high-water marks %s), publishing for "
+                 "partitions %s, %d model version(s) caught up from %r", sorted(owned), rows,
+                 dict(sorted(ingestor.windows.high_water.items())), sorted(publisher.owned), caught_up,
+                 kafka.model_topic)
         await loop.own(owned)
 
     @app.on_partitions_revoked.connect
     async def write_before_revocation(_app: faust.App, revoked: set, **_: object) -> None:
+        await asyncio.to_thread(publisher.release)
         await loop.release()
         await app.producer.flush()
+        log.info("released telemetry partitions %s", sorted(held))
 
     @app.task
     async def ingest() -> None:
@@ -121,4 +154,12 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         await retrainer.run()
 
     return Topology(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop,
-                    dead_letters=dead_letters)
+                    dead_letters=dead_letters, publisher=publisher)
+
+
+def catch_up_versions(kafka: KafkaSettings, live: LiveModels, home: Callable[[str], int],
+                      partitions: Collection[int]) -> int:
+    """Offer ``live`` the newest published version of every model of the pools homed in ``partitions``;
+    returns how many were newer than what it held."""
+    latest, _ = read_latest(kafka, trust)
+    return sum(live.offer(live_model(update)) for update in latest.values() if home(update.pool_key) in partitions)

@@ -65,7 +65,6 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from headroom.model_topic import read_latest
     from headroom.streams.app import create_topology
     from headroom.trainer.live import LiveModels
-    from headroom.trainer.publish import ModelPublisher
 
     key, trust = signing_from(signing)
     if key is None:
@@ -88,7 +87,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
              + ", ".join(f"{n} {reason}" for reason, n in Counter(r.reason for r in rejected).items())
              if rejected else "")
           + (f"; signing as key {key.key_id}" if key else ""), flush=True)
-    topology = create_topology(kafka, settings, live, ModelPublisher(kafka, key))
+    topology = create_topology(kafka, settings, live, key, trust)
     if settings.metrics_port:
         try:
             start_http_server(settings.metrics_port, addr=settings.metrics_host)

@@ -54,6 +54,10 @@ class Ingestor:
             policy = self._policies[window] = self._policy_for(window)
         return policy
 
+    def keep_policies(self, keep: Callable[[WindowKey], bool]) -> None:
+        """Forget the retraining policy (and drift detector) of every window ``keep`` rejects."""
+        self._policies = {window: policy for window, policy in self._policies.items() if keep(window)}
+
     def ingest(self, raw: bytes, partition: int, offset: int, now: float | None = None) -> IngestResult:
         """Decode, validate and admit one message; ``now`` (wall clock, unix seconds) also checks its time."""
         if self.windows.seen(partition, offset):

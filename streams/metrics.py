@@ -22,6 +22,8 @@ PROMOTIONS = Counter("headroom_model_promotions", "Candidates promoted and publi
                      ["pool_key", "target", "objective"])
 REJECTIONS = Counter("headroom_model_rejections", "Candidates the promotion gate discarded.",
                      ["pool_key", "target", "objective"])
+PUBLISH_FENCED = Counter("headroom_model_publish_fenced", "Promoted candidates not published: the pool's home "
+                         "partition belongs to another worker now.", ["pool_key", "target", "objective"])
 TRAINING_FAILURES = Counter("headroom_training_failures", "Training rounds that raised.", ["pool_key", "target"])
 MODEL_VERSION = Gauge("headroom_model_version", "Live model version.", ["pool_key", "target", "objective"])
 MODEL_HOLDOUT_MAPE = Gauge("headroom_model_holdout_mape", "Holdout MAPE of the version promoted last (0.1 = 10%).",

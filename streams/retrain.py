@@ -1,9 +1,10 @@
 """The retraining loop: finds windows that are due, trains them off the event loop, publishes promotions.
 
 Training runs in one background thread (so at most one round at a time, and the consumer keeps
-consuming); the snapshot handed to it is a shallow copy of the window taken on the event loop. Each
-promoted candidate is published, then made live, so the next round gates against it and version
-numbers keep growing.
+consuming); the snapshot handed to it is a shallow copy of the window taken on the event loop. Only the
+windows of pools the publisher owns are trained. Each promoted candidate is published, then made live, so
+the next round gates against it and version numbers keep growing; a candidate the publisher refuses
+because ownership moved (:class:`~trainer.publish.PublishFenced`) is dropped, and so is the rest of its round.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from headroom.streams.settings import PipelineSettings
 from headroom.streams.window_rules import Row, snapshot
 from headroom.streams.windows import WindowKey
 from headroom.trainer.live import LiveModels, live_model
+from headroom.trainer.publish import PublishFenced
 from headroom.trainer.rounds import RoundOutcome, train_round
 
 log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
+    def owns(self, pool_key: str) -> bool: ...
+
     def publish(self, update: ModelUpdate) -> None: ...
 
 
@@ -87,6 +91,8 @@ class Retrainer:
         for window in windows.keys():
             metrics.WINDOW_ROWS.labels(*window).set(windows.size(window))
             metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
+            if not self.publisher.owns(window[0]):
+                continue
             job = self._start(window)
             if job is None:
                 continue
@@ -106,7 +112,7 @@ class Retrainer:
         record, on event time."""
         outcomes: list[RoundOutcome] = []
         for window in self.ingestor.windows.keys():
-            job = self._start(window)
+            job = self._start(window) if self.publisher.owns(window[0]) else None
             if job is None:
                 continue
             started = time.perf_counter()
@@ -142,14 +148,20 @@ class Retrainer:
         samples = snapshot(rows, window_clock, self.settings.limits)
         outcomes = train_round(pool_key, target, samples, self.live, self.settings.train_params,
                                self.settings.round_spec, now=now, drift_reason=drift_reason)
-        for outcome in outcomes:
+        for index, outcome in enumerate(outcomes):
             labels = (pool_key, target, outcome.objective)
             if outcome.update is None:
                 metrics.REJECTIONS.labels(*labels).inc()
                 log.info("rejected %s candidate over %d rows: %s", outcome.key, outcome.train_rows,
                          outcome.decision.reason)
                 continue
-            self.publisher.publish(outcome.update)
+            try:
+                self.publisher.publish(outcome.update)
+            except PublishFenced as fenced:
+                metrics.PUBLISH_FENCED.labels(*labels).inc()
+                log.warning("not publishing %s v%d or the rest of its round: %s", outcome.key,
+                            outcome.update.version, fenced)
+                return outcomes[:index]
             self.live.offer(live_model(outcome.update, outcome.booster))
             metrics.PROMOTIONS.labels(*labels).inc()
             metrics.MODEL_VERSION.labels(*labels).set(outcome.update.version)
