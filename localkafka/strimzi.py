@@ -5,9 +5,9 @@
 - one ``KafkaUser`` per component with the ACLs it needs and no more (:func:`grants`): routers write only
   ``telemetry`` (and read ``model-updates`` for their embedded predictor), prediction servers only read
   ``model-updates``, llm-d's training API writes ``telemetry`` and the dead-letter topic (the samples it
-  refuses) and reads ``model-updates`` (the models it lists), the learning worker reads ``telemetry`` and writes the dead-letter topic,
-  ``model-updates``, its window changelog and its consumer groups; ``headroom-ops`` (backtests, ``models
-  list / tail``) only reads.
+  refuses) and reads ``model-updates`` (the models it lists), the learning worker reads ``telemetry`` and
+  writes the dead-letter topic, ``model-updates``, its window changelog, its consumer groups and transactional
+  ids; ``headroom-ops`` (backtests, ``models list / tail``) only reads.
 
 ``headroom kafka strimzi --out infra/kafka/k8s`` writes ``topics.yaml`` and ``users.yaml``; a test fails
 when the committed files differ from what this module generates, so the cluster's topics cannot drift
@@ -59,8 +59,10 @@ def grants(kafka: KafkaSettings, app_id: str = PipelineSettings.app_id) -> dict[
             Grant("topic", telemetry, read_only),
             Grant("topic", dlq, ("Write", "Describe", "DescribeConfigs")),
             Grant("topic", models, ("Read", "Write", "Describe", "DescribeConfigs")),
-            # Faust's window changelog and assignor topics, which it creates itself
+            # its window changelog and Faust's assignment topics, which it creates itself
             Grant("topic", f"{app_id}-", ("Create", "Read", "Write", "Describe", "DescribeConfigs"), "prefix"),
+            # one transactional producer per owned telemetry partition (streams.ownership)
+            Grant("transactionalId", f"{app_id}-", ("Write", "Describe"), "prefix"),
             Grant("group", app_id, ("Read", "Describe"), "prefix"),  # the Faust group and its telemetry reader
             Grant("group", MODEL_READERS, ("Read",), "prefix"),  # warm start from model-updates
         ],

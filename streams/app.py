@@ -1,104 +1,126 @@
-"""The Faust app: the windows table and its changelog, the consuming loop, retraining alongside.
+"""The Faust app: the assignment of telemetry partitions to workers, the consuming loop, retraining alongside.
 
-Faust owns the windows table: it creates the changelog topic, assigns the table's partitions among the
-workers of the app id, and recovers them after a start or a rebalance. A worker with an instance id is a
-static member of the group: restarted, it takes its partitions back without a rebalance. Table partition ``p`` holds the
-windows built from telemetry partition ``p``, so once Faust has recovered a worker's active table
-partitions, the in-memory windows are rebuilt from them and the worker reads those telemetry partitions
-(:mod:`streams.consume`, :mod:`streams.reader`) — in batches, outside Faust's per-event path, which
-would cost more than the ingest work itself. Workers keep no standby replicas of each other's table
-partitions (a standby would read the other workers' changelog through that per-event path); a partition
-that moves is recovered from its compacted changelog. Invalid records go to the dead-letter topic
-(:mod:`streams.dead_letters`: bounded, with the reason, the source, the original's size and checksum, sent
-until stored); a drift detection wakes the retrainer.
+Faust does one thing here: it is the consumer group of the workers of an app id and assigns them the
+partitions of a table (``assignment``, which holds nothing) that has one partition per telemetry
+partition; table partition ``p`` stands for telemetry partition ``p``. Everything else runs outside
+Faust's per-event path, which would cost more than the ingest work itself: the worker reads its telemetry
+partitions in batches (:mod:`streams.consume`, :mod:`streams.reader`) and keeps its windows in
+``<app id>-windows-changelog`` (:mod:`streams.state_topic`), writing them in the transactions of the
+partitions it owns (:mod:`streams.ownership`). A worker with an instance id is a static member of the group:
+restarted, it takes its partitions back without a rebalance. Invalid records go to the dead-letter topic in the
+same transactions (:func:`streams.dead_letters.letter_of`: bounded, with the reason, the source, the original's
+size and checksum; a letter the topic refuses for its size is written again without the original's bytes); a
+drift detection wakes the retrainer.
 
-Faust's own clients (the changelog's producer and consumer, the group's assignor) authenticate as the
+Faust's own clients (the group's consumer and assignor) authenticate as the
 worker's other Kafka clients do: :func:`headroom.kafka_auth.faust_credentials`.
 
-Several workers of one app id share the telemetry partitions. Producers key records by
-:func:`contract.telemetry.partition_key` (the pool key), so each pool's records share a partition — its
-:func:`~contract.partitions.home_partition` — and one worker holds a pool's whole window. Taking over
-partitions, a worker restores their windows, fences every earlier publisher of their pools
-(:class:`trainer.publish.FencedPublisher`), reads the newest version of each of those pools' models from
-``model-updates`` (so version numbers go on from there) and only then reads telemetry; only the pools it
-owns are trained. Drift detectors are not in the changelog: a pool that moves starts with fresh ones.
-Before giving partitions up it stops publishing (waiting for a version being written), then writes its
-window changes. Every change of ownership is logged (``owning telemetry partitions ...``,
-``released telemetry partitions ...``).
+Producers key records by :func:`contract.telemetry.partition_key` (the pool key), so each pool's records
+share a partition — its :func:`~contract.partitions.home_partition` — and one worker holds a pool's whole
+window. As soon as Faust assigns a worker partitions, it fences their earlier owners (blocking: nothing
+else runs meanwhile); then it restores their windows from what is committed on the windows' changelog,
+reads the newest version of each of their pools' models from ``model-updates`` (so version numbers go on
+from there), and reads telemetry from one past each high-water mark. Only the pools it owns are trained.
+Drift detectors are not in the changelog: a pool that moves starts with fresh ones. Before giving
+partitions up, a worker writes its window changes, then stops writing. Every change of ownership is
+logged (``owning telemetry partitions ...``, ``released telemetry partitions ...``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 import faust
 from confluent_kafka import KafkaException
 
 from headroom.contract.signing import SigningKey, TrustedKeys
-from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
+from headroom.contract.topics import KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.model_topic import read_latest
 from headroom.streams import metrics
-from headroom.streams.consume import IngestLoop
-from headroom.streams.dead_letters import DeadLetters
+from headroom.streams.consume import Entries, IngestLoop, Letters
+from headroom.streams.dead_letters import Letter, letter_of, refused_for_size, without_original
 from headroom.streams.ingest import Ingestor, build_ingestor
+from headroom.streams.ownership import FencedPublisher, Message, PartitionOwnership
 from headroom.streams.reader import TelemetryReader
 from headroom.streams.retrain import Retrainer
 from headroom.streams.settings import PipelineSettings
+from headroom.streams.state_topic import entry_key, read_state, state_topic
 from headroom.streams.windows import WindowKey
 from headroom.trainer.live import LiveModels, live_model
-from headroom.trainer.publish import FencedPublisher, PublishError
+from headroom.trainer.publish import PublishError, PublishFenced
 
 log = logging.getLogger(__name__)
 
-WINDOWS_TABLE = "windows"
-__all__ = ["REASON_HEADER", "SOURCE_HEADER", "WINDOWS_TABLE", "Topology", "create_topology"]
+ASSIGNMENT_TABLE = "assignment"
+
+
+class WorkerApp(faust.App):
+    """A Faust app that, stopping gracefully, runs :attr:`before_leaving` before it leaves the group (Faust
+    signals revocation only for rebalances, and its stop signals come after the consumer has left)."""
+
+    before_leaving: Callable[[], Awaitable[None]] | None = None
+
+    async def on_stop(self) -> None:
+        if self.before_leaving is not None:
+            await self.before_leaving()
+        await super().on_stop()
 
 
 @dataclass(frozen=True)
 class Topology:
-    """The worker's Faust app with its windows table, the consuming loop and the retraining task."""
+    """The worker's Faust app, its consuming loop and retraining task, and what it owns."""
 
     app: faust.App
     ingestor: Ingestor
     retrainer: Retrainer
-    table: faust.Table
     loop: IngestLoop
-    dead_letters: DeadLetters
-    publisher: FencedPublisher
+    ownership: PartitionOwnership
 
 
 def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: LiveModels, key: SigningKey | None,
                     trust: TrustedKeys, *, store: str = "memory://") -> Topology:
-    """The app with its windows table, consuming loop and retraining task; start it with a Faust worker.
-    Versions are signed with ``key``; a pool's newest version is read back trusting ``trust``."""
-    app = faust.App(
+    """The app with its consuming loop and retraining task; start it with a Faust worker (the windows'
+    changelog topic must exist: :func:`streams.state_topic.state_spec`). Versions are signed
+    with ``key``; a pool's newest version is read back trusting ``trust``."""
+    app = WorkerApp(
         settings.app_id, broker=f"kafka://{kafka.bootstrap_servers}", store=store,
         broker_credentials=faust_credentials(kafka.security),
         topic_partitions=kafka.telemetry_partitions, web_enabled=False, datadir=str(settings.data_dir),
         producer_acks=-1, producer_linger_ms=5, producer_max_batch_size=256 * 1024, table_standby_replicas=0,
         broker_session_timeout=settings.session_timeout_s, broker_heartbeat_interval=settings.session_timeout_s / 4,
         consumer_group_instance_id=settings.instance_id or None)
-    dead_letters = DeadLetters(kafka)
-    table = app.Table(WINDOWS_TABLE, default=None, partitions=kafka.telemetry_partitions,
-                      key_type=str)  # values: JSON written raw by Windows.flush, read back by Faust's json codec
-    changelog_topic = table.changelog_topic.get_topic_name()
+    assignment = app.Table(ASSIGNMENT_TABLE, default=None, partitions=kafka.telemetry_partitions)
+    assigned_topic = assignment.changelog_topic.get_topic_name()
+    windows_topic = state_topic(settings.app_id)
 
     ingestor = build_ingestor(settings)
-    publisher = FencedPublisher(kafka, settings.app_id, key)
-    retrainer = Retrainer(ingestor, live, publisher, settings)
-    held: set[int] = set()  # partitions owned before the latest revocation
+    ownership = PartitionOwnership(kafka, settings.app_id)
+    retrainer = Retrainer(ingestor, live, FencedPublisher(ownership, kafka, key), settings)
+    held: set[int] = set()  # partitions owned now
+    previously: set[int] = set()  # partitions owned before the latest revocation
 
-    def write_changelog(partition: int, entries: list[tuple[str, bytes | None]]) -> None:
-        for key, value in entries:
-            if value is None:
-                table.data.pop(key, None)
-            else:
-                table.data[key] = value
-            table.send_changelog(partition, key, value, value_serializer="raw")
+    async def write(partition: int, entries: Entries, letters: Letters) -> None:
+        dead = [letter_of(delivery, reason, kafka.telemetry_topic) for delivery, reason in letters]
+        changes = [Message(windows_topic, entry_key(key), value, partition) for key, value in entries]
+        try:
+            await asyncio.to_thread(ownership.write, partition, [*map(dead_letter_message, dead), *changes])
+        except PublishFenced:
+            raise
+        except PublishError as err:
+            if not dead or not refused_for_size(err):
+                raise
+            metrics.DEAD_LETTER_FAILURES.labels("too_large").inc()
+            log.warning("telemetry partition %d: the dead-letter topic refused a dead letter for its size; "
+                        "writing its reason, source, size and checksum without the original's bytes", partition)
+            await asyncio.to_thread(ownership.write, partition,
+                                    [*(dead_letter_message(without_original(letter)) for letter in dead), *changes])
+
+    def dead_letter_message(letter: Letter) -> Message:
+        return Message(kafka.dlq_topic, letter.key, letter.value, headers=letter.headers)
 
     def on_drift(window: WindowKey) -> None:
         metrics.DRIFTS.labels(*window).inc()
@@ -107,36 +129,53 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
 
     reader = TelemetryReader(kafka, f"{settings.app_id}-telemetry", batch_records=settings.batch_records)
     loop = IngestLoop(ingestor, reader, flush_records=settings.flush_records,
-                      flush_interval_s=settings.flush_interval_s, write_changelog=write_changelog,
-                      send_dead_letter=dead_letters.send, on_drift=on_drift)
+                      flush_interval_s=settings.flush_interval_s, write=write, on_drift=on_drift)
 
-    @table.on_recover
-    async def take_over() -> None:
-        owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == changelog_topic}
-        rows = ingestor.windows.restore(table.items(), owned)
+    def actives() -> set[int]:
+        return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == assigned_topic}
+
+    @app.on_partitions_assigned.connect
+    async def fence(_app: faust.App, assigned: set, **_: object) -> None:
+        """Take the partitions over at once, before anything reads their windows (blocking: nothing else runs)."""
         try:
-            await asyncio.to_thread(publisher.own, owned)
-            caught_up = await asyncio.to_thread(catch_up_versions, kafka, live, publisher.home, owned)
-        except (PublishError, KafkaException, TimeoutError) as err:
-            await asyncio.to_thread(publisher.release)
-            log.error("cannot publish for telemetry partitions %s until the next rebalance: %s", sorted(owned), err)
-            caught_up = 0
-        kept = held & owned
-        ingestor.keep_policies(lambda window: publisher.home(window[0]) in kept)
-        held.clear()
+            ownership.fence(actives())
+        except PublishError as err:
+            log.error("%s; they stay unread until the next rebalance", err)
+
+    @assignment.on_recover
+    async def take_over() -> None:
+        taken = actives() & ownership.taken
+        try:
+            state = await asyncio.to_thread(read_state, kafka, windows_topic, taken)
+            caught_up = await asyncio.to_thread(catch_up_versions, kafka, live, ownership.home, taken)
+        except (KafkaException, TimeoutError) as err:
+            log.error("cannot take over telemetry partitions %s until the next rebalance: %s", sorted(taken), err)
+            await asyncio.to_thread(ownership.release)
+            taken, state, caught_up = set(), {}, 0
+        rows = ingestor.windows.restore(state.items(), taken)
+        kept = previously & taken
+        ingestor.keep_policies(lambda window: ownership.home(window[0]) in kept)
+        previously.clear()
+        previously.update(taken)
+        owned = await asyncio.to_thread(ownership.open)
         held.update(owned)
-        log.info("owning telemetry partitions %s: windows restored (%d rows, high-water marks %s), publishing for "
-                 "partitions %s, %d model version(s) caught up from %r", sorted(owned), rows,
-                 dict(sorted(ingestor.windows.high_water.items())), sorted(publisher.owned), caught_up,
-                 kafka.model_topic)
+        log.info("owning telemetry partitions %s: windows restored (%d rows, high-water marks %s), %d model "
+                 "version(s) caught up from %r", sorted(owned), rows, dict(sorted(ingestor.windows.high_water.items())),
+                 caught_up, kafka.model_topic)
         await loop.own(owned)
 
     @app.on_partitions_revoked.connect
     async def write_before_revocation(_app: faust.App, revoked: set, **_: object) -> None:
-        await asyncio.to_thread(publisher.release)
+        await give_up()
+
+    async def give_up() -> None:
         await loop.release()
-        await app.producer.flush()
-        log.info("released telemetry partitions %s", sorted(held))
+        await asyncio.to_thread(ownership.release)
+        if held:
+            log.info("released telemetry partitions %s", sorted(held))
+            held.clear()
+
+    app.before_leaving = give_up
 
     @app.task
     async def ingest() -> None:
@@ -146,15 +185,10 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
             await reader.close()
 
     @app.task
-    async def deliver_dead_letters() -> None:
-        await dead_letters.run()
-
-    @app.task
     async def retrain() -> None:
         await retrainer.run()
 
-    return Topology(app=app, ingestor=ingestor, retrainer=retrainer, table=table, loop=loop,
-                    dead_letters=dead_letters, publisher=publisher)
+    return Topology(app=app, ingestor=ingestor, retrainer=retrainer, loop=loop, ownership=ownership)
 
 
 def catch_up_versions(kafka: KafkaSettings, live: LiveModels, home: Callable[[str], int],

@@ -64,6 +64,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from headroom.localkafka.admin import ensure_topics, partition_count
     from headroom.model_topic import read_latest
     from headroom.streams.app import create_topology
+    from headroom.streams.state_topic import state_spec
     from headroom.trainer.live import LiveModels
 
     key, trust = signing_from(signing)
@@ -73,6 +74,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     try:
         ensure_topics(kafka)
         partitions = partition_count(kafka, kafka.telemetry_topic)
+        ensure_topics(kafka, [state_spec(settings.app_id, partitions)])
         latest, rejected = read_latest(kafka, trust)
     except (KafkaException, TimeoutError) as err:
         raise CommandError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err

@@ -4,8 +4,10 @@ The loop reads only the telemetry partitions the worker owns (:meth:`IngestLoop.
 window table has been recovered for them), each from one past its high-water mark, so a record already
 in a window is never read into it again. A batch is processed without yielding to the event loop, then
 each partition whose unflushed records reached ``flush_records``, or whose oldest unflushed record is
-``flush_interval_s`` old, has its window changes and high-water mark written to the changelog (after
-the dead letters sent so far are stored). Before a
+``flush_interval_s`` old, is written: its dead letters, window changes and high-water mark, in one
+transaction of the partition's owner (:mod:`streams.ownership`), so a high-water mark never moves past a
+bad record that is not in the dead-letter topic. A partition whose write is fenced (another worker owns
+it now) is dropped at once; a write that fails otherwise is tried again at the next flush. Before a
 rebalance takes partitions away, :meth:`IngestLoop.release` writes everything and stops reading, so the
 next owner recovers a window consistent with its high-water mark.
 """
@@ -21,25 +23,26 @@ from headroom.streams import metrics
 from headroom.streams.ingest import Ingestor
 from headroom.streams.reader import Delivery, TelemetryReader
 from headroom.streams.windows import WindowKey
+from headroom.trainer.publish import PublishError, PublishFenced
 
 log = logging.getLogger(__name__)
 
-ChangelogWriter = Callable[[int, list[tuple[str, bytes | None]]], None]  # (partition, table entries)
-DeadLetterSender = Callable[[Delivery, str], Awaitable[object]]  # (original message, reason) -> stored
+Entries = list[tuple[str, bytes | None]]  # table entries (key, JSON value; None deletes the key)
+Letters = list[tuple[Delivery, str]]  # dead letters: (original message, reason)
+PartitionWriter = Callable[[int, Entries, Letters], Awaitable[None]]  # one transaction of the partition's owner
 
 
 class IngestLoop:
     def __init__(self, ingestor: Ingestor, reader: TelemetryReader, *, flush_records: int, flush_interval_s: float,
-                 write_changelog: ChangelogWriter, send_dead_letter: DeadLetterSender,
-                 on_drift: Callable[[WindowKey], None], clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, idle_wait_s: float = 0.1):
+                 write: PartitionWriter, on_drift: Callable[[WindowKey], None],
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 idle_wait_s: float = 0.1):
         self.ingestor = ingestor
         self.reader = reader
         self.flush_records = flush_records
         self.flush_interval_s = flush_interval_s
         self.idle_wait_s = idle_wait_s  # longest wait for telemetry before checking flushes again
-        self._write_changelog = write_changelog
-        self._send_dead_letter = send_dead_letter
+        self._write = write
         self._on_drift = on_drift
         self._clock = clock
         self._wall = wall  # records are checked against it (streams.window_rules.implausible)
@@ -48,7 +51,8 @@ class IngestLoop:
         self._owned_changed = asyncio.Event()
         self._unflushed: dict[int, int] = {}  # partition -> records processed since its last flush
         self._oldest: dict[int, float] = {}  # partition -> when its oldest unflushed record was processed
-        self._letters: list[Awaitable[object]] = []  # dead letters sent since the last flush
+        self._letters: dict[int, Letters] = {}  # partition -> dead letters since its last write
+        self._pending: dict[int, Entries] = {}  # partition -> entries of a write that failed, to write again
 
     # --- ownership ------------------------------------------------------------------------------------
 
@@ -56,12 +60,15 @@ class IngestLoop:
         """Read ``partitions`` from one past their high-water marks (the windows must be restored first)."""
         self.owned = frozenset(partitions)
         self._generation += 1
-        self._unflushed.clear()
-        self._oldest.clear()
-        high_water = self.ingestor.windows.high_water
-        await self.reader.assign({p: high_water[p] + 1 if p in high_water else None for p in self.owned})
+        for state in (self._unflushed, self._oldest, self._letters, self._pending):
+            state.clear()
+        await self._read_owned()
         self._owned_changed.set()
         log.info("reading telemetry partitions %s", sorted(self.owned))
+
+    async def _read_owned(self) -> None:
+        high_water = self.ingestor.windows.high_water
+        await self.reader.assign({p: high_water[p] + 1 if p in high_water else None for p in self.owned})
 
     async def release(self) -> None:
         """Write every partition's window changes, then stop reading."""
@@ -109,7 +116,7 @@ class IngestLoop:
                 metrics.DEAD_LETTERS.inc()
                 if result.record is not None:
                     metrics.IMPLAUSIBLE.labels("future" if result.record.completion_ts > wall else "past").inc()
-                self._letters.append(self._send_dead_letter(delivery, result.rejection))
+                self._letters.setdefault(partition, []).append((delivery, result.rejection))
             else:
                 ingested += 1
                 unadmitted += not result.admitted
@@ -123,25 +130,33 @@ class IngestLoop:
             metrics.UNADMITTED.inc(unadmitted)
 
     async def flush(self, *, force: bool = False) -> dict[int, int]:
-        """Write the changes of every partition that is due (all with ``force``) to the changelog.
-
-        The dead letters sent so far are stored first, so a high-water mark never moves past a bad record
-        that is not in the dead-letter topic. Returns, per partition written, the next offset to read (for
-        the reader's commit).
-        """
+        """Write every partition that is due (all with ``force``); returns, per partition written, the next
+        offset to read (for the reader's commit)."""
         now = self._clock()
         due = [p for p in self._oldest if p in self.owned and (
             force or self._unflushed[p] >= self.flush_records or now - self._oldest[p] >= self.flush_interval_s)]
-        if not due:
-            return {}
-        if self._letters:
-            letters, self._letters = self._letters, []
-            await asyncio.gather(*letters)
         windows = self.ingestor.windows
         written: dict[int, int] = {}
         for partition in due:
-            if partition in self._oldest:  # not written by a release while the letters were stored
-                self._write_changelog(partition, windows.flush(partition))
-                del self._oldest[partition], self._unflushed[partition]
-                written[partition] = windows.high_water[partition] + 1
+            if partition not in self._oldest:  # written meanwhile, by a release
+                continue
+            oldest, unflushed = self._oldest.pop(partition), self._unflushed.pop(partition)
+            entries = self._pending.pop(partition, []) + windows.flush(partition)
+            letters = self._letters.pop(partition, [])
+            try:
+                await self._write(partition, entries, letters)
+            except PublishFenced as fenced:
+                log.warning("telemetry partition %d is no longer this worker's: %s", partition, fenced)
+                self.owned -= {partition}
+                self._generation += 1
+                await self._read_owned()
+                continue
+            except PublishError as err:
+                log.warning("window changes of telemetry partition %d not written, trying again: %s", partition, err)
+                self._pending[partition] = entries
+                self._letters[partition] = letters + self._letters.get(partition, [])
+                self._oldest.setdefault(partition, oldest)
+                self._unflushed[partition] = self._unflushed.get(partition, 0) + unflushed
+                continue
+            written[partition] = windows.high_water[partition] + 1
         return written

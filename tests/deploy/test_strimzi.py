@@ -9,8 +9,8 @@ import yaml
 
 from headroom.contract.topics import KafkaSettings, declared_topics
 from headroom.localkafka import strimzi
-from headroom.streams.app import WINDOWS_TABLE
 from headroom.streams.settings import PipelineSettings
+from headroom.streams.state_topic import state_topic
 from tests.deploy.resources import ROOT, problems
 
 K8S = ROOT / "infra" / "kafka" / "k8s"
@@ -80,7 +80,7 @@ def may(user: str, operation: str, topic: str) -> bool:
 
 USERS = ("headroom-router", "headroom-predictor", "headroom-worker", "headroom-ops", "headroom-llmd-training")
 TELEMETRY, DLQ, MODELS = DEFAULTS.telemetry_topic, DEFAULTS.dlq_topic, DEFAULTS.model_topic
-CHANGELOG = f"{PipelineSettings.app_id}-{WINDOWS_TABLE}-changelog"  # Faust's name for the table's changelog
+CHANGELOG = state_topic(PipelineSettings.app_id)
 
 
 @pytest.mark.parametrize("operation, topic, writers", [
@@ -113,3 +113,13 @@ def test_consumer_groups_cover_the_groups_the_code_uses():
               for user in USERS}
     assert (GROUP_PREFIX, "prefix") in groups["headroom-predictor"] & groups["headroom-router"]
     assert {(PipelineSettings.app_id, "prefix"), (GROUP_PREFIX, "prefix")} <= groups["headroom-worker"]
+
+
+def test_only_the_worker_may_use_transactional_ids_and_only_its_own():
+    from headroom.streams.ownership import PartitionOwnership
+    transactional = {user: {(name, pattern) for op, kind, name, pattern in allowed(user)
+                            if kind == "transactionalId" and op == "Write"} for user in USERS}
+    assert transactional == {**{user: set() for user in USERS},
+                             "headroom-worker": {(f"{PipelineSettings.app_id}-", "prefix")}}
+    assert PartitionOwnership(DEFAULTS, PipelineSettings.app_id).transactional_id(3).startswith(
+        f"{PipelineSettings.app_id}-")

@@ -1,4 +1,5 @@
-"""The consuming loop on the real broker: telemetry read in batches, dead letters sent by the app's producer."""
+"""The consuming loop on the real broker: telemetry read in batches, dead letters and window changes written in
+the owned partition's transactions."""
 
 import asyncio
 import uuid
@@ -7,11 +8,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headroom.contract.telemetry import encode
-from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, TopicSpec
+from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER
 from headroom.localkafka.admin import ensure_topics
 from headroom.streams.app import create_topology
 from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings
+from headroom.streams.state_topic import state_spec, state_topic
 from headroom.trainer.live import LiveModels
 from tests.contract.records import recent_record
 
@@ -34,17 +36,18 @@ def dead_letters(kafka, expected: int) -> list[tuple[bytes, dict[str, bytes]]]:
 
 
 def read_all(kafka, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+    """The committed messages of one partition, up to its end."""
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"t-{uuid.uuid4()}",
-                         "enable.auto.commit": False})
-    end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+                         "enable.auto.commit": False, "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, partition, 0)])
     found = []
     for _ in range(40):
-        if len(found) >= end:
-            break
         message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            found.append((message.key(), message.value()))
+        if message is None:
+            continue
+        if message.error():
+            break  # the end of the partition
+        found.append((message.key(), message.value()))
     consumer.close()
     return found
 
@@ -56,22 +59,21 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
     async def drive():
         app, loop = pipeline.app, pipeline.loop
         app.finalize()
-        await app.producer.start()
         task = asyncio.ensure_future(loop.run())
         deliveries = asyncio.ensure_future(pipeline.dead_letters.run())
         try:
+            await asyncio.to_thread(pipeline.ownership.fence, partitions)
+            pipeline.ownership.open()
             await loop.own(partitions)
             for _ in range(600):  # at most 30 s
                 if until():
                     break
                 await asyncio.sleep(0.05)
             written.append(await loop.flush(force=True))
-            await app.producer.flush()
         finally:
             task.cancel()
             deliveries.cancel()
             await loop.reader.close()
-            await app.producer.stop()
 
     event_loop = pipeline.app.loop
     try:
@@ -86,8 +88,8 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
 def test_bad_records_go_to_the_dead_letter_topic_with_reason_and_original_bytes(pipeline_kafka, tmp_path):
     settings = PipelineSettings(app_id=f"consume-{uuid.uuid4().hex[:8]}", data_dir=tmp_path, flush_interval_s=60.0)
     pipeline = create_topology(pipeline_kafka, settings, LiveModels())
-    changelog_topic = pipeline.table.changelog_topic.get_topic_name()
-    ensure_topics(pipeline_kafka, [TopicSpec(changelog_topic, pipeline_kafka.telemetry_partitions, {})])
+    changelog_topic = state_topic(settings.app_id)
+    ensure_topics(pipeline_kafka, [state_spec(settings.app_id, pipeline_kafka.telemetry_partitions)])
     garbage = [b"{not json", encode(recent_record(kv_cache_usage=1.5)),
                encode(recent_record()).replace(b'"num_waiting":2', b'"num_waiting":"2"')]
     producer = Producer({"bootstrap.servers": pipeline_kafka.bootstrap_servers})

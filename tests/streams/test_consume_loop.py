@@ -14,6 +14,7 @@ from headroom.streams.reader import Delivery, TelemetryReader
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.window_rules import Row
 from headroom.streams.windows import Windows, encode_row, entry_value
+from headroom.trainer.publish import PublishError, PublishFenced
 from tests.contract.records import valid_record
 from tests.trainer.synthetic import synthetic_records
 
@@ -28,22 +29,24 @@ class Clock:
         return self.now
 
 
-async def stored(letters: list, letter) -> None:
-    letters.append(letter)
-
-
 def flush(loop: IngestLoop, force: bool = False) -> dict[int, int]:
     return asyncio.run(loop.flush(force=force))
 
 
-def loop_for(partitions, **limits):
-    """A loop over ``partitions`` whose changelog writes and dead letters are collected in lists."""
-    written, letters, clock = [], [], Clock()
+def loop_for(partitions, failures=(), **limits):
+    """A loop over ``partitions`` whose changelog writes and dead letters are collected in lists; its first
+    writes raise ``failures`` (one each)."""
+    written, letters, clock, failures = [], [], Clock(), list(failures)
     reader = TelemetryReader(KafkaSettings(bootstrap_servers="127.0.0.1:1"), "unused", batch_records=10)  # never connects here
-    loop = IngestLoop(build_ingestor(PipelineSettings(min_samples=10**9)), reader,
-                      write_changelog=lambda partition, entries: written.append((partition, entries)),
-                      send_dead_letter=lambda delivery, reason: stored(letters, (delivery, reason)),
-                      on_drift=lambda window: None, clock=clock, wall=lambda: RECORDS_WALL_CLOCK, **limits)
+    async def write(partition, entries, dead_letters):
+        if failures:
+            raise failures.pop(0)
+        written.append((partition, entries))
+        letters.extend(dead_letters)
+
+    loop = IngestLoop(build_ingestor(PipelineSettings(min_samples=10**9)), reader, write=write,
+                      on_drift=lambda window: None, clock=clock, wall=lambda: RECORDS_WALL_CLOCK,
+                      **limits)
     loop.owned = frozenset(partitions)
     return loop, written, letters, clock
 
@@ -80,10 +83,10 @@ def test_a_forced_flush_writes_every_partition_and_partitions_no_longer_owned_ar
     assert loop.ingestor.windows.high_water == {0: 2, 1: 3} and len(written) == 2
 
 
-def test_bad_records_are_dead_lettered_before_the_high_water_mark_moves_past_them():
+def test_bad_records_are_dead_lettered_in_the_write_that_moves_the_high_water_mark_past_them():
     loop, written, letters, _ = loop_for({2}, flush_records=2, flush_interval_s=60.0)
     loop.process([Delivery(2, 0, b"k", b"{oops"), Delivery(2, 1, None, encode(valid_record()))])
-    assert letters == []  # sent, not yet stored
+    assert letters == []  # kept for the partition's next write
     assert flush(loop) == {2: 2}
     assert [(d.offset, d.value, d.key) for d, _ in letters] == [(0, b"{oops", b"k")]
     assert "not valid JSON" in letters[0][1]
@@ -113,3 +116,29 @@ def test_restore_keeps_owned_partitions_and_drops_rows_past_the_high_water_mark(
     offsets = {row.offset for window in restored.keys() for rows in restored.copy(window).values() for row in rows}
     assert offsets == set(range(20))
     assert all(row.partition == 0 for w in restored.keys() for rows in restored.copy(w).values() for row in rows)
+
+
+def test_a_write_that_fails_is_made_again_with_everything_it_held_at_the_next_flush():
+    loop, written, letters, _ = loop_for({0}, failures=[PublishError("broker away")], flush_records=2,
+                                         flush_interval_s=60.0)
+    loop.process([Delivery(0, 0, None, b"{oops")] + deliveries(0, 2, start=1))
+    assert flush(loop) == {} and written == [] and letters == []
+    loop.process(deliveries(0, 1, start=3))
+    assert flush(loop) == {0: 4}
+    entries = written[0][1]
+    assert ("hwm:0", b"2") in entries and entries[-1] == ("hwm:0", b"3")  # the failed write's, then the new ones
+    assert len([key for key, _ in entries if key.startswith("[")]) >= 4  # two targets' strata, at least once
+    assert [d.offset for d, _ in letters] == [0]
+
+
+def test_a_fenced_write_gives_the_partition_up_and_keeps_the_others():
+    loop, written, _, _ = loop_for({0, 1}, failures=[PublishFenced("taken over")], flush_records=1,
+                                   flush_interval_s=60.0)
+    loop.process(deliveries(0, 2) + deliveries(1, 2))
+    try:
+        assert flush(loop) == {1: 2}
+        assert loop.owned == {1} and [p for p, _ in written] == [1]
+        loop.process(deliveries(0, 2, start=2))
+        assert loop.ingestor.windows.high_water[0] == 1  # records of a partition given up are not processed
+    finally:
+        asyncio.run(loop.reader.close())

@@ -19,7 +19,7 @@ from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import REASON_HEADER
 from headroom.kafka_clients import read_to_end
 from headroom.model_topic import read_all, read_latest
-from headroom.streams.app import WINDOWS_TABLE
+from headroom.streams.state_topic import state_topic
 from headroom.streams.strata import stratum_key
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
@@ -150,7 +150,7 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
             garbage.append(bad)
     produce_spread(pipeline_kafka, payloads, 4)
     app_id = f"restart-{uuid.uuid4().hex[:8]}"
-    no_training = {"HEADROOM_RETRAIN_MIN_SAMPLES": str(10**9)}
+    no_training = {"HEADROOM_RETRAIN_MIN_SAMPLES": str(10**9), "HEADROOM_PIPELINE_SESSION_TIMEOUT": "6"}
     first = WorkerProcess(pipeline_kafka, app_id, tmp_path, extra_env=no_training).start()
     try:
         first.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= 400, 120, "400 records ingested")
@@ -172,7 +172,7 @@ def test_restart_restores_windows_from_the_changelog_without_duplicates_and_bad_
         second.stop()
 
     table: dict[str, dict] = {}
-    for message in read_topic(pipeline_kafka, f"{app_id}-{WINDOWS_TABLE}-changelog"):
+    for message in read_topic(pipeline_kafka, state_topic(app_id)):
         key = json.loads(message.key())
         if message.value() is None:
             table.pop(key, None)

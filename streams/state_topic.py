@@ -1,0 +1,65 @@
+"""The windows' changelog topic: written by each partition's owner in its transactions, read back committed.
+
+``<app id>-windows-changelog`` is compacted and has one partition per telemetry partition: partition ``p``
+holds the table entries of the windows built from telemetry partition ``p`` (:mod:`streams.windows`).
+Only the owner of ``p`` writes there, through its fenced transactional producer
+(:mod:`streams.ownership`); taking ``p`` over, a worker reads it (:func:`read_state`) with
+``isolation.level=read_committed`` up to its end, so a write the previous owner left unfinished — or a
+fenced worker attempted — is never part of what it restores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from headroom.contract.topics import KafkaSettings, TopicSpec
+from headroom.kafka_clients import consumer
+
+WINDOWS = "windows"
+
+
+def state_topic(app_id: str) -> str:
+    return f"{app_id}-{WINDOWS}-changelog"
+
+
+def state_spec(app_id: str, partitions: int) -> TopicSpec:
+    """The topic as the worker creates it (the name Faust gave it when it kept the table)."""
+    return TopicSpec(state_topic(app_id), partitions, {"cleanup.policy": "compact"})
+
+
+def entry_key(key: str) -> bytes:
+    """A table key as the topic stores it: a JSON string."""
+    return json.dumps(key).encode()
+
+
+def read_state(kafka: KafkaSettings, topic: str, partitions: Collection[int],
+               timeout_s: float = 120.0) -> dict[str, bytes]:
+    """The committed table of ``partitions`` now: the newest value of every key (deleted keys left out)."""
+    table: dict[str, bytes] = {}
+    if not partitions:
+        return table
+    client = consumer(kafka, topic, {"enable.partition.eof": True, "isolation.level": "read_committed"})
+    try:
+        client.assign([TopicPartition(topic, p, 0) for p in partitions])
+        remaining = set(partitions)
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading partitions {sorted(remaining)} of {topic!r} took over {timeout_s} s")
+            for message in client.consume(10_000, 0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    remaining.discard(message.partition())
+                elif message.value() is None:
+                    table.pop(json.loads(message.key()), None)
+                else:
+                    table[json.loads(message.key())] = message.value()
+    finally:
+        client.close()
+    return table
