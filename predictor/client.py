@@ -2,8 +2,10 @@
 
 Concurrent :meth:`PredictorClient.submit` calls that arrive within ``window_seconds`` of the first are
 merged, per pool key, into one ``Predict`` RPC and the answer is sliced back to each caller. RPCs go
-round-robin over the instances; an instance that fails with anything but INVALID_ARGUMENT is set aside
-for ``backoff_seconds`` and the RPC is retried on the next one while the callers' deadline allows.
+round-robin over the instances (:mod:`predictor.instances`: ``host:port`` targets, and ``dns:///name:port``
+ones resolved to every address of the name); an instance that fails with anything but INVALID_ARGUMENT or
+DEADLINE_EXCEEDED is set aside for ``backoff_seconds`` and the RPC is retried on the next one while the
+callers' deadline allows.
 Failures are per candidate: rows with non-finite features are never sent, and every row of a call that
 could not be answered is reported with ``ok = False`` and the reason — the call itself does not raise.
 Channels speak TLS when given credentials (:func:`headroom.tls.channel_credentials`).
@@ -12,7 +14,6 @@ Channels speak TLS when given credentials (:func:`headroom.tls.channel_credentia
 from __future__ import annotations
 
 import asyncio
-import itertools
 import queue
 import threading
 import time
@@ -23,9 +24,9 @@ import grpc
 import numpy as np
 
 from headroom.contract.features import FEATURE_NAMES
-from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
+from headroom.predictor.instances import Instance, Instances
+from headroom.predictor.proto import prediction_pb2
 from headroom.predictor.service import FLOAT32_LE, GRPC_MESSAGE_OPTIONS
-from headroom.tls import channel
 
 
 @dataclass(frozen=True)
@@ -58,19 +59,16 @@ class _Call:
 
 class PredictorClient:
     def __init__(self, addresses: list[str], *, window_seconds: float = 0.0003, timeout_seconds: float = 0.05,
-                 backoff_seconds: float = 1.0, max_batch_rows: int = 8192,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
-        if not addresses:
-            raise ValueError("PredictorClient needs at least one predictor address")
-        self.addresses = list(addresses)
+                 backoff_seconds: float = 1.0, max_batch_rows: int = 8192, resolve_interval_s: float = 5.0,
+                 credentials: grpc.ChannelCredentials | None = None, instances: Instances | None = None) -> None:
+        """``addresses``: targets, see the module docstring (``instances`` replaces them, e.g. with another
+        name lookup)."""
+        self.instances = instances or Instances(addresses, channel_options=GRPC_MESSAGE_OPTIONS,
+                                                resolve_interval_s=resolve_interval_s, credentials=credentials)
         self.window_seconds = window_seconds
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
         self.max_batch_rows = max_batch_rows
-        self._channels = [channel(a, credentials, GRPC_MESSAGE_OPTIONS) for a in self.addresses]
-        self._stubs = [prediction_pb2_grpc.PredictionServiceStub(c) for c in self._channels]
-        self._down_until = [0.0] * len(self.addresses)
-        self._turn = itertools.count()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._closed = False
         self._counting = threading.Lock()
@@ -117,8 +115,7 @@ class PredictorClient:
         self._closed = True
         self._queue.put(None)
         self._dispatcher.join(5)
-        for open_channel in self._channels:
-            open_channel.close()
+        self.instances.close()
 
     def __enter__(self) -> PredictorClient:
         return self
@@ -159,25 +156,29 @@ class PredictorClient:
         if remaining <= 0:
             self._fail(calls, "deadline exceeded before an instance answered")
             return
-        instance = self._pick()
+        instance = self.instances.pick()
+        if instance is None:
+            self._fail(calls, "no prediction server: no target resolved to an address")
+            return
         rows = np.concatenate([c.rows for c in calls]) if len(calls) > 1 else calls[0].rows
         request = prediction_pb2.PredictRequest(pool_key=pool_key, n_features=rows.shape[1],
                                                 features_f32le=rows.astype(FLOAT32_LE).tobytes())
         with self._counting:
             self.rpcs += 1
-        rpc = self._stubs[instance].Predict.future(request, timeout=remaining)
+            instance.calls += 1
+        rpc = instance.stub.Predict.future(request, timeout=remaining)
         rpc.add_done_callback(lambda done: self._answered(done, instance, pool_key, calls, attempt))
 
-    def _answered(self, rpc, instance: int, pool_key: str, calls: list[_Call], attempt: int) -> None:
+    def _answered(self, rpc, instance: Instance, pool_key: str, calls: list[_Call], attempt: int) -> None:
         try:
             response = rpc.result()
         except grpc.RpcError as err:
             code = err.code()
-            if code == grpc.StatusCode.INVALID_ARGUMENT or attempt >= len(self._stubs):
+            if code == grpc.StatusCode.INVALID_ARGUMENT or attempt >= len(self.instances.current):
                 self._fail(calls, f"{code.name}: {err.details()}")
                 return
             if code != grpc.StatusCode.DEADLINE_EXCEEDED:
-                self._down_until[instance] = time.monotonic() + self.backoff_seconds
+                self.instances.set_aside(instance, self.backoff_seconds)
             self._send(pool_key, calls, attempt + 1)
             return
         columns = {(p.target, p.objective): (p.version, np.frombuffer(p.values_f32le, dtype=FLOAT32_LE))
@@ -202,13 +203,3 @@ class PredictorClient:
             errors = tuple(reason if error is None else error for error in call.errors)
             if not call.future.done():
                 call.future.set_result(CandidatePredictions(ok=np.zeros(call.n_rows, bool), errors=errors))
-
-    def _pick(self) -> int:
-        now = time.monotonic()
-        turn = next(self._turn)
-        count = len(self._stubs)
-        for offset in range(count):
-            index = (turn + offset) % count
-            if self._down_until[index] <= now:
-                return index
-        return turn % count

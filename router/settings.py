@@ -45,7 +45,7 @@ class RouterSettings:
     max_block_hashes: int = setting(8192, "HEADROOM_ROUTER_MAX_BLOCK_HASHES", "Most block hashes a request may bring (Pick API, headroom.hash_ids).")
     max_candidates: int = setting(256, "HEADROOM_ROUTER_MAX_CANDIDATES", "Most candidate servers in one Pick call.")
     predictor: str = setting("embedded", "HEADROOM_ROUTER_PREDICTOR", "Where predictions come from: embedded (models tailed from Kafka), remote (prediction servers) or none.")
-    predictor_addresses: str = setting("127.0.0.1:50061", "HEADROOM_ROUTER_PREDICTOR_ADDRESSES", "Comma-separated host:port of prediction servers (remote).")
+    predictor_addresses: str = setting("127.0.0.1:50061", "HEADROOM_ROUTER_PREDICTOR_ADDRESSES", "Comma-separated prediction servers (remote): host:port, or dns:///name:port for every address of a name (a headless Service), resolved again every 5 s; calls go round-robin and fail over.")
     predictor_timeout_s: float = setting(0.05, "HEADROOM_ROUTER_PREDICTOR_TIMEOUT_S", "Deadline of one remote prediction call.")
     telemetry: bool = setting(True, "HEADROOM_ROUTER_TELEMETRY", "Produce completed-request telemetry to Kafka.")
     telemetry_buffer: int = setting(100_000, "HEADROOM_ROUTER_TELEMETRY_BUFFER", "Telemetry records buffered while Kafka is away; more are dropped.")
