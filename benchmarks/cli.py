@@ -41,10 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
                                     **reads(KafkaSettings))
-    predictor.add_argument("what", choices=("runtime", "grpc", "http", "update", "verify", "all"),
+    predictor.add_argument("what", choices=("runtime", "grpc", "http", "update", "verify", "converge", "all"),
                            help="update: publish-to-serving delay through the broker of HEADROOM_KAFKA_BOOTSTRAP; "
                                 "verify: what checking a model update's signature costs; "
-                                "http: llm-d's /predict/bulk/strict next to the gRPC API, interleaved")
+                                "http: llm-d's /predict/bulk/strict next to the gRPC API, interleaved; "
+                                "converge: the publish-to-serving delay of N prediction server processes (--instances)")
+    predictor.add_argument("--instances", type=int, nargs="+", default=[1, 2, 3],
+                           help="converge: prediction server processes, one run per count")
+    predictor.add_argument("--versions", type=int, default=20, help="converge: versions published per run")
     predictor.add_argument("--candidates", type=int, nargs="+", help="candidate rows per call")
     predictor.add_argument("--iterations", type=int, default=2000, help="in-process calls per measurement")
     predictor.add_argument("--clients", type=int, default=4, help="concurrent closed-loop gRPC clients")
@@ -154,6 +158,10 @@ def _predictor(args: argparse.Namespace) -> int:
     if args.what in ("verify", "all"):
         for row in predictor.bench_verify(args.iterations, args.models):
             print(json.dumps(row))
+    if args.what in ("converge", "all"):
+        from headroom.benchmarks.predictor_convergence import bench_convergence
+        for instances in args.instances:
+            print(json.dumps(bench_convergence(from_env(KafkaSettings), instances, args.versions)))
     return 0
 
 
