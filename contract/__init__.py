@@ -5,6 +5,8 @@
   Kafka client authenticates.
 - :mod:`contract.server_state` — what the router saw of a server at dispatch: the raw server state, once.
 - :mod:`contract.telemetry` — the completed-request record, its wire format, its validator and its Kafka key.
+- :mod:`contract.partitions` — the telemetry partition a pool's records land on (its owner's).
+- :mod:`contract.strata` — the stratum of a record (waiting queue × KV utilization × prefix match).
 - :mod:`contract.features` — the ordered feature names and the one record → features function.
 - :mod:`contract.targets` — the latency targets: which record field observes each, which records train it.
 - :mod:`contract.model_update` — the model-update message published to ``model-updates``;

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from headroom.contract.llmd import sample_record
+from headroom.contract.strata import kv_bucket, prefix_bucket, queue_bucket
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.schema import (
@@ -45,7 +46,6 @@ from headroom.llmd.schema import (
     row_dict,
     timestamp_of,
 )
-from headroom.streams.strata import kv_bucket, prefix_bucket, queue_bucket
 
 MODEL_TYPE = "xgboost"
 MODEL_NAMES = ("ttft", "tpot")

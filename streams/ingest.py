@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from headroom.contract.features import RAW_COLUMNS
+from headroom.contract.strata import stratum_key
 from headroom.contract.targets import TARGETS, predicted_value, target_value
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
 from headroom.streams.settings import PipelineSettings
-from headroom.streams.strata import stratum_key
 from headroom.streams.window_rules import Row, implausible
 from headroom.streams.windows import WindowKey, Windows, encode_row, row_key
 from headroom.trainer.drift import ErrorDriftDetector, relative_error

@@ -14,13 +14,13 @@ from confluent_kafka import Producer
 
 from headroom.contract.features import FEATURE_SCHEMA, RAW_COLUMNS, records_matrix
 from headroom.contract.model_update import load_booster, make_update
+from headroom.contract.strata import stratum_key
 from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import REASON_HEADER
 from headroom.kafka_clients import read_to_end
 from headroom.model_topic import read_all, read_latest
 from headroom.streams.state_topic import state_topic
-from headroom.streams.strata import stratum_key
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict
 from headroom.trainer.params import TrainParams

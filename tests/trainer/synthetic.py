@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from headroom.contract.features import RAW_COLUMNS
+from headroom.contract.strata import stratum_key
 from headroom.contract.targets import target_value
 from headroom.contract.telemetry import TelemetryRecord
-from headroom.streams.strata import stratum_key
 from headroom.trainer.samples import Samples
 
 Predictor = Callable[[TelemetryRecord], dict[str, float]]  # record -> {"predicted_ttft_ms": ..., ...}

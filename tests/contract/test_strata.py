@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.streams.strata import all_strata, kv_bucket, prefix_bucket, queue_bucket, stratum_key
+from headroom.contract.strata import all_strata, kv_bucket, prefix_bucket, queue_bucket, stratum_key
 
 
 @pytest.mark.parametrize(("waiting", "bucket"), [
