@@ -17,6 +17,10 @@ carries ``e2e_ms``.
 Counts and latencies have plausible upper bounds (:data:`contract.server_state.KIND_RANGES`): a record
 claiming a request of more than an hour, or a billion tokens, is refused like a negative one.
 :func:`check_field` applies a field's rule on its own, for the APIs that take measurements in.
+
+A router may send only a sample of its records, per stratum (:mod:`router.telemetry_sampler`); each record
+sent then carries ``sample_weight``, the number of completed requests it stands for (1 / the probability
+it was sent; 1 when every record is sent), so the requests behind the telemetry can still be counted.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 * 1024
 MAX_ID_CHARS = 256
 MAX_INTEGER = 2**53 - 1  # integers JSON readers everywhere hold exactly
+MAX_SAMPLE_WEIGHT = 1e6  # a record stands for at most this many requests
 TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
 
 
@@ -76,6 +81,7 @@ class TelemetryRecord(ServerState):
     priority: int = 0
     retries: int = 0  # servers the router tried before this one (they failed before the first byte)
     ejections: int = 0  # servers this request's failed attempts ejected from the pool (router.state.outliers)
+    sample_weight: float = 1.0  # completed requests this record stands for (1 / the probability it was sent)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryRecord)}
@@ -91,6 +97,7 @@ _RECORD_KINDS = {
                      "slo_ttft_ms", "slo_tpot_ms"), "latency"),
     "model_versions": "versions",
     "priority": "integer",
+    "sample_weight": "weight",
 }
 FIELD_KINDS = {name: SERVER_FIELDS[name].kind if name in SERVER_FIELDS else _RECORD_KINDS[name] for name in _FIELDS}
 REQUIRED_FIELDS = tuple(n for n, f in _FIELDS.items() if f.default is dataclasses.MISSING)
@@ -231,6 +238,14 @@ def _time(name: str, value: Any) -> float:
     return number
 
 
+def _weight(name: str, value: Any) -> float:
+    number = _number(name, value)
+    if not 1.0 <= number <= MAX_SAMPLE_WEIGHT:
+        raise InvalidRecord(f"field {name!r} is how many requests the record stands for and must be within "
+                            f"[1, {MAX_SAMPLE_WEIGHT:g}], got {number}")
+    return number
+
+
 def _versions(_name: str, value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise InvalidRecord(f"field 'model_versions' must be an object of target -> version, got {_kind(value)}")
@@ -260,7 +275,8 @@ def _check_consistency(record: TelemetryRecord) -> None:
 _WIRE_CONSTRAINTS = {
     "text": msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS),
     "integer": msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER), "time": msgspec.Meta(ge=0),
-    **{kind: msgspec.Meta(ge=low, le=high) for kind, (low, high) in KIND_RANGES.items()}}
+    **{kind: msgspec.Meta(ge=low, le=high) for kind, (low, high) in KIND_RANGES.items()},
+    "weight": msgspec.Meta(ge=1, le=MAX_SAMPLE_WEIGHT)}
 
 
 def _wire_type(name: str, hint: Any) -> Any:
@@ -284,7 +300,7 @@ WIRE_TYPE = msgspec.defstruct(
 _WIRE_DECODER = msgspec.json.Decoder(WIRE_TYPE)
 
 _CHECKS = {"text": _text, "flag": _flag, "integer": _integer, "count": _count, "time": _time,
-           "fraction": _fraction, "latency": _latency, "versions": _versions}
+           "fraction": _fraction, "latency": _latency, "weight": _weight, "versions": _versions}
 
 
 def check_field(name: str, value: Any) -> Any:

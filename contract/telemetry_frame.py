@@ -40,6 +40,7 @@ from headroom.contract.telemetry import (
     MAX_ID_CHARS,
     MAX_INTEGER,
     MAX_RECORD_BYTES,
+    MAX_SAMPLE_WEIGHT,
     REQUIRED_FIELDS,
     SCHEMA_VERSION,
     TTFT_SLACK_MS,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 _DTYPES: dict[str, PolarsDataType] = {"text": pl.String, "flag": pl.Boolean, "integer": pl.Int64, "count": pl.Int64, "time": pl.Float64,
-                                       "fraction": pl.Float64, "latency": pl.Float64,
+                                       "fraction": pl.Float64, "latency": pl.Float64, "weight": pl.Float64,
                                        "versions": pl.Struct({target: pl.Int64 for target in TARGETS})}
 SCHEMA = {name: _DTYPES[kind] for name, kind in FIELD_KINDS.items()}
 COLUMNS = list(SCHEMA)
@@ -87,6 +88,8 @@ def _in_range() -> pl.Expr:
             return column.is_between(-MAX_INTEGER, MAX_INTEGER)
         if kind == "time":
             return column.is_finite() & (column >= 0)
+        if kind == "weight":
+            return column.is_between(1.0, MAX_SAMPLE_WEIGHT)
         if kind == "versions":
             return pl.all_horizontal(column.struct.field(t).is_between(0, MAX_INTEGER).fill_null(True)
                                      for t in TARGETS)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 
@@ -68,6 +69,8 @@ REJECTIONS = [
     ("encoder-match-beyond-input", raw(wire(encoder_input_size=2, encoder_matched_size=3)),
      "encoder_matched_size 3 exceeds encoder_input_size 2"),
     ("bad-versions", raw(wire(model_versions={"ttft": "3"})), "'model_versions' entry 'ttft'"),
+    ("weight-under-1", raw(wire(sample_weight=0.5)), "'sample_weight' is how many requests the record stands for"),
+    ("weight-huge", raw(wire(sample_weight=1e9)), "must be within [1, 1e+06]"),
 ]
 
 
@@ -126,3 +129,9 @@ def test_fast_path_agrees_with_the_field_by_field_validator(data):
         except InvalidRecord as err:
             outcomes.append(err.reason)
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_record_stands_for_one_request_unless_it_says_how_many():
+    record = decode(raw(wire()))
+    assert record.sample_weight == 1.0
+    assert decode(encode(dataclasses.replace(record, sample_weight=12.5))).sample_weight == 12.5
