@@ -84,18 +84,25 @@ class Workload:
         return train, [replace(r, arrival_s=r.arrival_s - start) for r in evaluate]
 
 
-def train_runtime(work: Workload, capacity: float, loads, slo) -> tuple[ModelRuntime, list]:
+def train_runtime(work: Workload, capacity: float, loads, slo, routers: int = 1,
+                  prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list]:
+    """Round 1 trains on random routing; round 2 adds what the router's own decisions produce (as the
+    online pipeline would) and retrains on both. With ``routers`` > 1, the telemetry is that of as many
+    router replicas sharing the pool (:func:`sim.pool.run`)."""
+    options = {"seed": 1, "routers": routers, "prefix_knowledge": prefix_knowledge}
     records = []
     for load in loads:
         train, _ = work.slices(load * SERVERS * capacity)
-        records += run(train, uniform_pool(SERVERS), policy("random", seed=1), seed=1).records
+        records += run(train, uniform_pool(SERVERS), [policy("random", seed=1 + r) for r in range(routers)],
+                       **options).records
     runtime = ModelRuntime(trust=TrustedKeys())  # models made here are applied directly, not read from Kafka
     _fit(runtime, records, version=1)
     predictor = EmbeddedPredictor(runtime)
     for load in loads:
         train, _ = work.slices(load * SERVERS * capacity)
-        for pick in (headroom(predictor, None, seed=2), headroom(predictor, slo, seed=3)):
-            records += run(train, uniform_pool(SERVERS), pick, seed=1).records
+        for seed, objective in ((2, None), (3, slo)):
+            picks = [headroom(predictor, objective, seed=seed + 10 * r) for r in range(routers)]
+            records += run(train, uniform_pool(SERVERS), picks, **options).records
     _fit(runtime, records, version=2)
     return runtime, records
 

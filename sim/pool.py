@@ -4,6 +4,10 @@
 returns every outcome, one :class:`~contract.telemetry.TelemetryRecord` per completed request and the
 scraped metrics. The router's knowledge is modelled explicitly: server metrics are scraped every
 ``scrape_interval_s`` (the view is that stale); in-flight counts are the router's own and always fresh.
+With ``routers`` > 1, several router replicas share the pool: each request goes to one of them at random
+(as a Service spreads connections), and each sees only its own in-flight requests, the streams it relays
+(their TPOT SLOs, the lengths they completed with) and, with ``prefix_knowledge="router"``, only the
+prefixes it sent itself (:mod:`sim.view`).
 
 Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
 ``actions`` run once at given times; both get a :class:`PoolControl` that can add servers (routable after
@@ -14,6 +18,7 @@ then leave), slow servers down and read the router's view. Runs repeat exactly f
 from __future__ import annotations
 
 import gc
+import random
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -56,14 +61,17 @@ def uniform_pool(n: int, server_type: str | ServerProfile = "h100", prefix: str 
 
 class _Server:
     __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
-                 "decode_tokens", "tpot_slos", "wake", "version", "snapshot")
+                 "decode_tokens", "tpot_slos", "known", "wake", "version", "snapshot")
 
-    def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str):
+    def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str, routers: int):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
-        self.inflight = self.inflight_tokens = self.prefill_tokens = self.decode_tokens = 0
+        self.inflight, self.inflight_tokens = [0] * routers, [0] * routers
+        self.prefill_tokens, self.decode_tokens = [0] * routers, [0] * routers
         self.prefilling: dict[str, int] = {}  # streaming request id -> prompt tokens, until its first token
-        self.tpot_slos: dict[str, float] = {}  # streaming request id -> the TPOT SLO the router holds it to
+        # per router: streaming request id -> the TPOT SLO that router holds it to
+        self.tpot_slos: list[dict[str, float]] = [{} for _ in range(routers)]
+        self.known: list[set[int]] = [set() for _ in range(routers)]  # prefix blocks each router sent here
         self.wake: float | None = None
         self.version = 0
         self.snapshot: MetricsSnapshot | None = None
@@ -126,18 +134,21 @@ def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: Pic
         control_interval_s: float = 10.0, actions: Iterable[Action] = (), epoch_unix: float = 1_700_000_000.0,
         record_tokens: bool = False, telemetry: bool = True,
         on_record: Callable[[TelemetryRecord], Any] | None = None,
-        lengths: Iterable[int] = ()) -> RunResult:
+        lengths: Iterable[int] = (), routers: int = 1, prefix_knowledge: str = "cache") -> RunResult:
     """Simulate ``requests`` on ``pool``, routed by ``pick``; see the module docstring.
 
     ``telemetry=False`` keeps no dispatch features, so ``RunResult.records`` is empty (saves memory on
     long runs that need only outcomes and metrics); ``on_record`` gets each record as its request
     completes; ``record_tokens`` keeps every token's time in the outcomes; ``lengths`` are output lengths of
-    streams the router saw complete before the run (the view's ``lengths`` start with them).
+    streams the router saw complete before the run (every router's view's ``lengths`` start with them).
+    ``pick`` may be a list of one pick function per router; ``prefix_knowledge`` is ``cache`` (the servers'
+    actual caches) or ``router``.
     """
     simulation = _Run(requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
-                      epoch_unix, record_tokens, telemetry, on_record)
+                      epoch_unix, record_tokens, telemetry, on_record, routers, prefix_knowledge)
     for tokens in lengths:
-        simulation.view.lengths.add(tokens)
+        for view in simulation.views:
+            view.lengths.add(tokens)
     collecting = gc.isenabled()
     gc.disable()  # the loop allocates many short-lived tuples and no reference cycles
     try:
@@ -149,13 +160,20 @@ def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: Pic
 
 class _Run:
     def __init__(self, requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
-                 epoch_unix, record_tokens, telemetry, on_record):
+                 epoch_unix, record_tokens, telemetry, on_record, routers, prefix_knowledge):
         if scrape_interval_s <= 0 or control_interval_s <= 0:
             raise SimulationError("scrape_interval_s and control_interval_s must be positive")
+        picks = list(pick) if isinstance(pick, Sequence) else [pick] * routers
+        if routers < 1 or len(picks) != routers or prefix_knowledge not in ("cache", "router"):
+            raise SimulationError(f"{routers} routers need as many pick functions (got {len(picks)}) and "
+                                  f"prefix_knowledge cache or router (got {prefix_knowledge!r})")
+        self.picks, self.routers, self.own_prefixes = picks, routers, prefix_knowledge == "router"
+        self.router_rng = random.Random(f"{seed}:routers")
+        self.router_of: dict[str, int] = {}  # request id -> the router that dispatched it
         self.requests = list(requests)
         if any(a.arrival_s > b.arrival_s for a, b in zip(self.requests, self.requests[1:])):
             raise SimulationError("requests must be sorted by arrival_s")
-        self.pick, self.seed = pick, seed
+        self.seed = seed
         self.scrape_interval, self.controller, self.control_interval = scrape_interval_s, controller, control_interval_s
         self.epoch, self.record_tokens, self.on_record = epoch_unix, record_tokens, on_record
         self.telemetry = telemetry
@@ -164,7 +182,8 @@ class _Run:
         self.counter = 0
         self.servers: dict[str, _Server] = {}
         self.routable: list[_Server] = []
-        self.view = PoolView()
+        self.views = [PoolView() for _ in range(routers)]
+        self.view = self.views[0]
         self.control = PoolControl(self)
         self.dispatched: dict[str, Dispatched] = {}
         self.outcomes: list[Outcome] = []
@@ -191,7 +210,7 @@ class _Run:
         engine = ServerEngine(spec.profile, spec.server_id, pool_key=spec.key,
                               seed=zlib.crc32(f"{self.seed}:{spec.server_id}".encode()),
                               record_tokens=self.record_tokens, start_s=self.now)
-        srv = _Server(spec, engine, state)
+        srv = _Server(spec, engine, state, self.routers)
         srv.snapshot = engine.snapshot(self.now)
         if state != "ready":
             srv.snapshot = srv.snapshot._replace(ready=False)
@@ -213,22 +232,23 @@ class _Run:
         srv = self.server(server_id)
         if srv.state in ("draining", "removed"):
             return
-        srv.state = "draining" if srv.engine.busy or srv.inflight else "removed"
+        srv.state = "draining" if srv.engine.busy or any(srv.inflight) else "removed"
         self._reindex()
 
     def _reindex(self) -> None:
         self.routable = [s for s in self.servers.values() if s.state == "ready"]
         for i, srv in enumerate(self.routable):
             srv.index = i
-        view = self.view
-        view.snapshots = [s.snapshot for s in self.routable]
-        view.inflight_requests = [s.inflight for s in self.routable]
-        view.inflight_prompt_tokens = [s.inflight_tokens for s in self.routable]
-        view.inflight_prefill_tokens = [s.prefill_tokens for s in self.routable]
-        view.inflight_decode_tokens = [s.decode_tokens for s in self.routable]
-        view.running_tpot_slos = [tuple(s.tpot_slos.values()) for s in self.routable]
-        view._tpot_slos = [s.tpot_slos for s in self.routable]
-        view._engines = [s.engine for s in self.routable]
+        snapshots, engines = [s.snapshot for s in self.routable], [s.engine for s in self.routable]
+        for r, view in enumerate(self.views):  # the scraped snapshots are one list, shared
+            view.snapshots, view._engines = snapshots, engines
+            view.inflight_requests = [s.inflight[r] for s in self.routable]
+            view.inflight_prompt_tokens = [s.inflight_tokens[r] for s in self.routable]
+            view.inflight_prefill_tokens = [s.prefill_tokens[r] for s in self.routable]
+            view.inflight_decode_tokens = [s.decode_tokens[r] for s in self.routable]
+            view.running_tpot_slos = [tuple(s.tpot_slos[r].values()) for s in self.routable]
+            view._tpot_slos = [s.tpot_slos[r] for s in self.routable]
+            view._known = [s.known[r] for s in self.routable] if self.own_prefixes else None
 
     # -- events ---------------------------------------------------------------------------------------
 
@@ -268,33 +288,39 @@ class _Run:
             heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
 
     def _first_token(self, srv: _Server, request: SimRequest) -> None:
-        srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
+        r = self.router_of[request.request_id]
+        srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":
-            self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
+            self.views[r].inflight_prefill_tokens[srv.index] = srv.prefill_tokens[r]
 
-    def _forget(self, srv: _Server, request: SimRequest) -> None:
+    def _forget(self, srv: _Server, request: SimRequest) -> int:
+        """Drop a finished or dropped request from its router's accounting; the router that dispatched it."""
         self.dispatched.pop(request.request_id, None)
-        srv.inflight -= 1
-        srv.inflight_tokens -= request.prompt_tokens
-        srv.prefill_tokens -= srv.prefilling.pop(request.request_id, 0)
-        srv.decode_tokens -= request.max_tokens
-        had_slo = srv.tpot_slos.pop(request.request_id, None) is not None
+        r = self.router_of.pop(request.request_id)
+        srv.inflight[r] -= 1
+        srv.inflight_tokens[r] -= request.prompt_tokens
+        srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
+        srv.decode_tokens[r] -= request.max_tokens
+        tpot_slos = srv.tpot_slos[r]
+        had_slo = tpot_slos.pop(request.request_id, None) is not None
         if srv.state == "ready":
-            self.view.inflight_requests[srv.index] = srv.inflight
-            self.view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens
-            self.view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens
-            self.view.inflight_decode_tokens[srv.index] = srv.decode_tokens
+            view = self.views[r]
+            view.inflight_requests[srv.index] = srv.inflight[r]
+            view.inflight_prompt_tokens[srv.index] = srv.inflight_tokens[r]
+            view.inflight_prefill_tokens[srv.index] = srv.prefill_tokens[r]
+            view.inflight_decode_tokens[srv.index] = srv.decode_tokens[r]
             if had_slo:
-                self.view.running_tpot_slos[srv.index] = tuple(srv.tpot_slos.values())
-        elif srv.state == "draining" and not srv.inflight:
+                view.running_tpot_slos[srv.index] = tuple(tpot_slos.values())
+        elif srv.state == "draining" and not any(srv.inflight):
             srv.state = "removed"
+        return r
 
     def _complete(self, srv: _Server, outcome: Outcome) -> None:
         seen = self.dispatched.get(outcome.request.request_id)
-        self._forget(srv, outcome.request)
+        r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
         if outcome.request.stream:
-            self.view.lengths.add(outcome.output_tokens)
+            self.views[r].lengths.add(outcome.output_tokens)
         if self.telemetry:
             self.seen.append(seen)
         if self.on_record is not None:
@@ -314,12 +340,13 @@ class _Run:
                 view.snapshots[srv.index] = snap
 
     def _dispatch(self, request: SimRequest) -> None:
-        view = self.view
+        r = self.router_rng.randrange(self.routers) if self.routers > 1 else 0
+        view = self.views[r]
         if not view.snapshots:
             self.dropped.append(Dropped(request, "", self.now, "no routable server"))
             return
         view._start(request, self.now)
-        decision = self.pick(request, view)
+        decision = self.picks[r](request, view)
         if type(decision) is Shed:
             self.dropped.append(Dropped(request, "", self.now, decision.reason))
             return
@@ -330,20 +357,24 @@ class _Run:
         i = srv.index
         self.dispatched[request.request_id] = Dispatched(view.server_state(i), view.snapshots[i].pool_key,
                                                          self.now, decision)
-        srv.inflight += 1
-        srv.inflight_tokens += request.prompt_tokens
-        srv.decode_tokens += request.max_tokens
+        self.router_of[request.request_id] = r
+        srv.inflight[r] += 1
+        srv.inflight_tokens[r] += request.prompt_tokens
+        srv.decode_tokens[r] += request.max_tokens
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never
-            srv.prefill_tokens += request.prompt_tokens
+            srv.prefill_tokens[r] += request.prompt_tokens
             srv.prefilling[request.request_id] = request.prompt_tokens
             slo = decision.tpot_slo_ms if type(decision) is Pick and decision.tpot_slo_ms else request.slo_tpot_ms
             if slo is not None:
-                srv.tpot_slos[request.request_id] = slo
-                view.running_tpot_slos[i] = tuple(srv.tpot_slos.values())
-        view.inflight_requests[i] = srv.inflight
-        view.inflight_prompt_tokens[i] = srv.inflight_tokens
-        view.inflight_prefill_tokens[i] = srv.prefill_tokens
-        view.inflight_decode_tokens[i] = srv.decode_tokens
+                tpot_slos = srv.tpot_slos[r]
+                tpot_slos[request.request_id] = slo
+                view.running_tpot_slos[i] = tuple(tpot_slos.values())
+        if self.own_prefixes:
+            srv.known[r].update(request.prefix_hashes)
+        view.inflight_requests[i] = srv.inflight[r]
+        view.inflight_prompt_tokens[i] = srv.inflight_tokens[r]
+        view.inflight_prefill_tokens[i] = srv.prefill_tokens[r]
+        view.inflight_decode_tokens[i] = srv.decode_tokens[r]
         srv.engine.submit(request, self.now)
         self.schedule(srv)
 

@@ -17,7 +17,9 @@ each routable server ``i`` (ready, not draining), in the same order:
   record of the lengths streams completed with), computed on demand;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
-  quantity from an index of its own past decisions, so this is the upper bound of that estimate;
+  quantity from an index of its own past decisions, so this is the upper bound of that estimate — unless
+  the run keeps each router's own index (``prefix_knowledge="router"``), when only the leading blocks
+  this router itself sent to the server count;
 - ``server_state(i)`` — all of it as the contract's :class:`~contract.server_state.ServerState`, with the
   server's step rhythm (what relaying its streams shows): what a router would have seen of the server. The
   simulated requests carry no media, so its ``encoder_matched_size`` is 0.
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.contract.slo import OutputLengths, tpot_at_risk
 from headroom.sim.records import MetricsSnapshot
@@ -62,7 +65,7 @@ class PoolView:
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
                  "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "_engines",
-                 "_matches", "_tpot_slos")
+                 "_matches", "_tpot_slos", "_known")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -77,6 +80,7 @@ class PoolView:
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
         self._tpot_slos: list[dict[str, float]] = []  # per server: request id -> the TPOT SLO it is held to
+        self._known: list[set[int]] | None = None  # per server: prefix blocks this router sent there
 
     def __len__(self) -> int:
         return len(self.snapshots)
@@ -85,7 +89,10 @@ class PoolView:
         """Fraction (0-1) of the current request's prompt cached on server ``i``."""
         value = self._matches[i]
         if value is None:
-            value = self._matches[i] = self._engines[i].prefix_match(self.request)
+            value = self._engines[i].prefix_match(self.request)
+            if self._known is not None and value > 0.0:
+                value = min(value, known_prefix(self.request, self._known[i]))
+            self._matches[i] = value
         return value
 
     def server_state(self, i: int, prefix_match: float | None = None) -> ServerState:
@@ -121,6 +128,16 @@ class PoolView:
     def _start(self, request: SimRequest, now: float) -> None:
         self.request, self.now = request, now
         self._matches = [None] * len(self.snapshots)
+
+
+def known_prefix(request: SimRequest, known: set[int]) -> float:
+    """The fraction of ``request``'s prompt in its leading blocks that are in ``known``."""
+    blocks = 0
+    for block in request.prefix_hashes:
+        if block not in known:
+            break
+        blocks += 1
+    return min(1.0, blocks * BLOCK_TOKENS / request.prompt_tokens) if blocks else 0.0
 
 
 PickResult = str | Pick | Shed
