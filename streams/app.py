@@ -147,7 +147,7 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         taken = actives() & ownership.taken
         try:
             state = await asyncio.to_thread(read_state, kafka, windows_topic, taken)
-            caught_up = await asyncio.to_thread(catch_up_versions, kafka, live, ownership.home, taken)
+            caught_up = await asyncio.to_thread(catch_up_versions, kafka, trust, live, ownership.home, taken)
         except (KafkaException, TimeoutError) as err:
             log.error("cannot take over telemetry partitions %s until the next rebalance: %s", sorted(taken), err)
             await asyncio.to_thread(ownership.release)
@@ -191,9 +191,9 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     return Topology(app=app, ingestor=ingestor, retrainer=retrainer, loop=loop, ownership=ownership)
 
 
-def catch_up_versions(kafka: KafkaSettings, live: LiveModels, home: Callable[[str], int],
+def catch_up_versions(kafka: KafkaSettings, trust: TrustedKeys, live: LiveModels, home: Callable[[str], int],
                       partitions: Collection[int]) -> int:
-    """Offer ``live`` the newest published version of every model of the pools homed in ``partitions``;
-    returns how many were newer than what it held."""
+    """Offer ``live`` the newest published version trusted by ``trust`` of every model of the pools homed in
+    ``partitions``; returns how many were newer than what it held."""
     latest, _ = read_latest(kafka, trust)
     return sum(live.offer(live_model(update)) for update in latest.values() if home(update.pool_key) in partitions)

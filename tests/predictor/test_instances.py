@@ -11,6 +11,7 @@ from headroom.predictor.instances import Instances, instance_address, split_targ
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.service import GRPC_MESSAGE_OPTIONS
 from tests.conftest import free_port
+from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, message, train
 
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
@@ -31,7 +32,7 @@ class Names:
 
 @pytest.fixture
 def servers(start_server):
-    runtime = ModelRuntime()
+    runtime = ModelRuntime(trust=TRUST)
     runtime.apply(message(train(seed=3), 1))
     port = free_port()
     return port, [start_server(runtime=runtime, host=host, port=port) for host in ADDRESSES]

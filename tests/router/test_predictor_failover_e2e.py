@@ -51,14 +51,15 @@ def calls_served(host: str, metrics_port: int) -> float:
 
 
 def test_one_of_three_prediction_servers_killed_under_load_costs_no_request_and_no_prediction(
-        kafka, fresh_topic, tmp_path):
+        kafka, fresh_topic, tmp_path, trusted_keys):
     topic = fresh_topic("model-updates", config={"cleanup.policy": "compact"})
     models = dataclasses.replace(kafka, model_topic=topic)
     publish(models, topic, *[(model_key("default", t, "mean"), message(train(t), 1, pool_key="default", target=t))
                              for t in ("ttft", "tpot")])
     port, metrics_ports = free_port(), [free_port() for _ in HOSTS]
     supervisor = Supervisor(tmp_path / "logs", env={"HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers,
-                                                    "HEADROOM_TOPIC_MODELS": topic})
+                                                    "HEADROOM_TOPIC_MODELS": topic,
+                                                    "HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys})
     try:
         predictors = []
         for host, metrics_port in zip(HOSTS, metrics_ports):

@@ -27,6 +27,7 @@ from headroom.contract.partitions import home_partition
 from headroom.contract.targets import TARGETS, target_value
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings
+from tests.keys import TRUST
 
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[\w+\] (.*)$")
 OWNING = re.compile(r"^owning telemetry partitions \[([\d, ]*)\]")
@@ -118,7 +119,7 @@ def published(kafka: KafkaSettings) -> list[tuple[str, int, float]]:
     """(model key, version, when its producer wrote it) of every message on ``model-updates``, in topic order."""
     out = []
     for message in read_committed(kafka, kafka.model_topic):
-        update = decode_update(message.value())
+        update = decode_update(message.value(), TRUST)
         out.append((update.key, update.version, message.timestamp()[1] / 1000.0))
     return out
 

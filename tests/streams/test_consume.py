@@ -15,7 +15,7 @@ from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.state_topic import state_spec, state_topic
 from headroom.trainer.live import LiveModels
-from tests.contract.records import recent_record
+from tests.keys import TEST_KEY, TRUST
 
 pytestmark = pytest.mark.kafka
 
@@ -87,7 +87,7 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
 
 def test_bad_records_go_to_the_dead_letter_topic_with_reason_and_original_bytes(pipeline_kafka, tmp_path):
     settings = PipelineSettings(app_id=f"consume-{uuid.uuid4().hex[:8]}", data_dir=tmp_path, flush_interval_s=60.0)
-    pipeline = create_topology(pipeline_kafka, settings, LiveModels())
+    pipeline = create_topology(pipeline_kafka, settings, LiveModels(), TEST_KEY, TRUST)
     changelog_topic = state_topic(settings.app_id)
     ensure_topics(pipeline_kafka, [state_spec(settings.app_id, pipeline_kafka.telemetry_partitions)])
     garbage = [b"{not json", encode(recent_record(kv_cache_usage=1.5)),
@@ -114,7 +114,7 @@ def test_bad_records_go_to_the_dead_letter_topic_with_reason_and_original_bytes(
 
 def test_records_of_partitions_the_worker_does_not_own_are_left_alone(pipeline_kafka, tmp_path):
     settings = PipelineSettings(app_id=f"consume-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
-    pipeline = create_topology(pipeline_kafka, settings, LiveModels())
+    pipeline = create_topology(pipeline_kafka, settings, LiveModels(), TEST_KEY, TRUST)
     pipeline.loop.owned = frozenset({1})
     pipeline.loop.process([Delivery(0, 7, None, encode(recent_record())), Delivery(1, 3, None, encode(recent_record()))])
     assert pipeline.ingestor.windows.high_water == {1: 3}

@@ -9,6 +9,7 @@ from headroom.contract.partitions import home_partition
 from headroom.model_topic import read_all
 from headroom.streams.ownership import FencedPublisher, Message, PartitionOwnership
 from headroom.trainer.publish import PublishFenced
+from tests.keys import TEST_KEY, TRUST
 from tests.streams.ledger import read_committed
 from tests.trainer.test_publish import update
 
@@ -21,22 +22,22 @@ def test_a_worker_that_lost_a_partition_can_publish_and_write_nothing_for_it(pip
     old = PartitionOwnership(pipeline_kafka, app_id)
     old.fence(range(pipeline_kafka.telemetry_partitions))
     old.open()
-    FencedPublisher(old, pipeline_kafka).publish(update(1))
+    FencedPublisher(old, pipeline_kafka, TEST_KEY).publish(update(1))
 
     new = PartitionOwnership(pipeline_kafka, app_id)
     new.fence([home])  # as after a rebalance the old owner has not heard of yet
     assert old.owns_pool("pool-a")  # it still believes so ...
     with pytest.raises(PublishFenced, match="fenced"):  # ... but the broker refuses it
-        FencedPublisher(old, pipeline_kafka).publish(update(2))
+        FencedPublisher(old, pipeline_kafka, TEST_KEY).publish(update(2))
     assert not old.owns_pool("pool-a")
     with pytest.raises(PublishFenced, match="does not own"):
         old.write(home, [Message(pipeline_kafka.dlq_topic, b"k", b"v")])
 
     with pytest.raises(PublishFenced, match="does not own"):  # not before it has read what came before
-        FencedPublisher(new, pipeline_kafka).publish(update(2))
+        FencedPublisher(new, pipeline_kafka, TEST_KEY).publish(update(2))
     assert new.open() == {home}
-    FencedPublisher(new, pipeline_kafka).publish(update(2))
-    assert [item.update.version for item in read_all(pipeline_kafka)] == [1, 2]
+    FencedPublisher(new, pipeline_kafka, TEST_KEY).publish(update(2))
+    assert [item.update.version for item in read_all(pipeline_kafka, TRUST)] == [1, 2]
     assert read_committed(pipeline_kafka, pipeline_kafka.dlq_topic) == []
 
 
