@@ -11,6 +11,8 @@ sample telemetry per stratum (:mod:`router.telemetry_sampler`).
 
 from __future__ import annotations
 
+from headroom.contract.server_state import ServerState
+
 QUEUE_BUCKETS = ((0, 0), (1, 2), (3, 5), (6, 10), (11, None))  # inclusive bounds; None: unbounded
 KV_STEP = 0.05
 KV_BUCKETS = 20
@@ -49,6 +51,12 @@ def stratum_key(*, num_waiting: int, kv_cache_usage: float, prefix_match: float)
     """A readable key such as ``'q3-5/kv35/pm2'`` (KV bucket named by its lower percent)."""
     kv = kv_bucket(kv_cache_usage) * round(KV_STEP * 100)
     return f"{queue_label(queue_bucket(num_waiting))}/kv{kv:02d}/pm{prefix_bucket(prefix_match)}"
+
+
+def stratum_of(state: ServerState) -> str:
+    """The stratum of what the router saw of a server at dispatch (a telemetry record is one)."""
+    return stratum_key(num_waiting=state.num_waiting, kv_cache_usage=state.kv_cache_usage,
+                       prefix_match=state.prefix_match)
 
 
 def all_strata() -> list[str]:

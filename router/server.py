@@ -50,6 +50,7 @@ from headroom.router.state.pool import PoolState
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.scraper import MetricsScraper
 from headroom.router.state.servers import ServerFile
+from headroom.router.telemetry_sampler import TelemetrySampler
 from headroom.router.telemetry_sink import KafkaTelemetry, MemoryTelemetry
 from headroom.router.upstreams import UpstreamTimeouts
 from headroom.tls import channel_credentials, grpc_server_credentials, self_signed_pair, server_pair, ssl_server_context
@@ -89,7 +90,9 @@ class RouterServer:
                                s.max_candidates)
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,
                                      predictor=predictor, rng=random.Random(None if s.seed < 0 else s.seed),
-                                     limits=limits)
+                                     limits=limits,
+                                     sampler=TelemetrySampler(s.telemetry_stratum_quota, s.telemetry_sample_floor)
+                                     if s.telemetry_stratum_quota > 0 else None)
         self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
         self.signals = RouterSignals(self.metrics.registry, predictor,
                                      ttft_slo_ms=s.autoscale_ttft_slo_ms or None,

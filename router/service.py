@@ -3,7 +3,8 @@
 :meth:`RouterService.pick` turns a request into a :class:`Dispatch` (snapshots → engine → accounting)
 or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
-latency metrics and sends one telemetry record carrying the prediction that was used;
+latency metrics and sends one telemetry record carrying the prediction that was used (or, with a
+:class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its weight);
 :meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
 releases a request that failed. A proxied attempt that failed before its first byte is reported with
 :meth:`RouterService.upstream_failed` (passive outlier detection) and may go to another server
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
+from headroom.contract.strata import stratum_of
 from headroom.contract.targets import response_ms
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.router.engine import Decision, Engine
@@ -33,6 +35,7 @@ from headroom.router.metrics import RouterMetrics
 from headroom.router.prompt import PromptInfo
 from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
+from headroom.router.telemetry_sampler import TelemetrySampler
 from headroom.router.telemetry_sink import TelemetrySink
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class Dispatch:
 class RouterService:
     def __init__(self, engine: Engine, pool: PoolState, telemetry: TelemetrySink, metrics: RouterMetrics,
                  *, predictor: LatencyPredictor | None = None, rng: random.Random | None = None,
+                 sampler: TelemetrySampler | None = None,
                  monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  limits: RequestLimits = RequestLimits()):
         self.engine = engine
@@ -67,6 +71,7 @@ class RouterService:
         self.metrics = metrics
         self.predictor = predictor
         self.rng = rng or random.Random()
+        self.sampler = sampler
         self.monotonic = monotonic
         self.wall = wall
         self.limits = limits
@@ -132,12 +137,19 @@ class RouterService:
         return replace(dispatch, ejections=dispatch.ejections + 1)
 
     def complete(self, dispatch: Dispatch, completion: Completion) -> TelemetryRecord | None:
-        """Finish a request that got a response; returns the telemetry record sent (None if unusable)."""
+        """Finish a request that got a response; returns the telemetry record sent (None if unusable or
+        sampled out)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
         self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
         record = self._record(dispatch, completion)
+        if record is not None and self.sampler is not None:
+            weight = self.sampler.weight(stratum_of(record), record.completion_ts)
+            if weight is None:
+                self.metrics.telemetry.labels("sampled_out").inc()
+                return None
+            record = replace(record, sample_weight=weight)
         if record is not None:
             self.telemetry.send(record)
         return record

@@ -48,6 +48,8 @@ class RouterSettings:
     predictor_addresses: str = setting("127.0.0.1:50061", "HEADROOM_ROUTER_PREDICTOR_ADDRESSES", "Comma-separated prediction servers (remote): host:port, or dns:///name:port for every address of a name (a headless Service), resolved again every 5 s; calls go round-robin and fail over.")
     predictor_timeout_s: float = setting(0.05, "HEADROOM_ROUTER_PREDICTOR_TIMEOUT_S", "Deadline of one remote prediction call.")
     telemetry: bool = setting(True, "HEADROOM_ROUTER_TELEMETRY", "Produce completed-request telemetry to Kafka.")
+    telemetry_stratum_quota: float = setting(0.0, "HEADROOM_ROUTER_TELEMETRY_STRATUM_QUOTA", "Telemetry records per second sent per stratum (waiting queue x KV x prefix match at dispatch); busier strata are sampled, each record carrying its weight. 0: send every record.")
+    telemetry_sample_floor: float = setting(0.01, "HEADROOM_ROUTER_TELEMETRY_SAMPLE_FLOOR", "Smallest probability a record is sent with when sampling (its weight is at most the inverse).")
     telemetry_buffer: int = setting(100_000, "HEADROOM_ROUTER_TELEMETRY_BUFFER", "Telemetry records buffered while Kafka is away; more are dropped.")
     seed: int = setting(-1, "HEADROOM_ROUTER_SEED", "Seed of the scheduling RNG; -1 seeds from the OS.")
     autoscale_refresh_s: float = setting(1.0, "HEADROOM_ROUTER_AUTOSCALE_REFRESH_S", "How often the autoscaling signals are recomputed.")

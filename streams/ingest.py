@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from headroom.contract.features import RAW_COLUMNS
-from headroom.contract.strata import stratum_key
+from headroom.contract.strata import stratum_of
 from headroom.contract.targets import TARGETS, predicted_value, target_value
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
 from headroom.streams.settings import PipelineSettings
@@ -80,8 +80,7 @@ class Ingestor:
 
     def _admit(self, record: TelemetryRecord, partition: int, offset: int) -> IngestResult:
         result = IngestResult(record=record)
-        stratum = stratum_key(num_waiting=record.num_waiting, kv_cache_usage=record.kv_cache_usage,
-                              prefix_match=record.prefix_match)
+        stratum = stratum_of(record)
         raw = tuple(map(float, _raw_columns(record)))
         windows = self.windows
         windows.advance(record.completion_ts)
