@@ -10,8 +10,9 @@ the server for a final ``usage`` chunk so TPOT is measured in tokens. The chosen
 ``x-headroom-server`` response header, beside the server's own headers clients rely on
 (:func:`~router.openai_api.relayed_headers`). Every error the router answers itself, an unknown path
 included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models`` lists the models of every
-server that answers. ``GET /metrics`` serves the router's Prometheus metrics and ``GET /healthz`` its
-liveness, the servers ejected by outlier detection and the requests in flight, on the proxy's port or on an
+server that answers. ``GET /metrics`` serves the router's Prometheus metrics, ``GET /healthz`` its
+liveness, the servers ejected by outlier detection and the requests in flight, and ``GET /readyz`` whether it
+should get traffic (with leader election, only the leader: :mod:`router.leader`), on the proxy's port or on an
 app of their own (:meth:`Proxy.metrics_app`). When the router authenticates its clients, their
 ``authorization`` header is theirs to the router and is not forwarded to the model servers.
 """
@@ -67,8 +68,9 @@ async def openai_errors(request: web.Request,
 class Proxy:
     def __init__(self, service: RouterService, upstream_timeout_s: float = 600.0, *,
                  timeouts: UpstreamTimeouts | None = None, retries: int = 2, metrics_routes: bool = True,
-                 strip_authorization: bool = False):
+                 strip_authorization: bool = False, ready: Callable[[], bool] = lambda: True):
         self.service = service
+        self.ready = ready
         self.upstreams = Upstreams(service, timeouts or UpstreamTimeouts(total_s=upstream_timeout_s), retries)
         self.metrics_routes = metrics_routes  # /metrics and /healthz on the proxy's app
         self.not_forwarded = frozenset({"authorization"} if strip_authorization else ())
@@ -95,6 +97,7 @@ class Proxy:
     def _add_metrics_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
 
     async def _open(self, app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
@@ -119,6 +122,12 @@ class Proxy:
         pool, now = self.service.pool, self.service.monotonic()
         return web.json_response({"servers": len(pool.servers), "inflight": len(pool.inflight),
                                   "ejected": {sid: round(until - now, 1) for sid, until in pool.outliers.ejected(now).items()}})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 when this router should get traffic: always, or with leader election only while it leads."""
+        ready = self.ready()
+        return web.json_response({"ready": ready, "servers": len(self.service.pool.servers)},
+                                 status=200 if ready else 503)
 
     async def models(self, request: web.Request) -> web.Response:
         """Every model the servers list; 503 when none answers."""

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -36,6 +38,7 @@ from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
 from headroom.router.ext_proc import ExtProcServicer
+from headroom.router.leader import LeaderElector, lease_api
 from headroom.router.limits import RequestLimits
 from headroom.router.metrics import RouterMetrics
 from headroom.router.pick_api import PickServicer
@@ -98,10 +101,12 @@ class RouterServer:
                                      ttft_slo_ms=s.autoscale_ttft_slo_ms or None,
                                      reference_prompt_tokens=s.autoscale_reference_prompt_tokens,
                                      memory_capacity_gib=s.accelerator_memory_gib)
+        self.elector = self._leader_elector() if s.leader_election else None
         self.proxy = Proxy(self.service, timeouts=UpstreamTimeouts(
             s.upstream_connect_timeout_s, s.upstream_first_byte_timeout_s, s.upstream_idle_timeout_s,
             s.upstream_timeout_s), retries=s.upstream_retries, metrics_routes=s.metrics_port < 0,
-            strip_authorization=self.tokens is not None)
+            strip_authorization=self.tokens is not None,
+            ready=(lambda: self.elector.leading) if self.elector else (lambda: True))
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
         self._runners: list[web.AppRunner] = []
@@ -118,6 +123,11 @@ class RouterServer:
         self.metrics.registry.register(ModelUpdateCollector(runtime))
         self._tailer = ModelUpdateTailer(runtime, self.kafka)
         return EmbeddedPredictor(runtime)
+
+    def _leader_elector(self) -> LeaderElector:
+        s = self.config.settings
+        namespace = s.leader_namespace or (self.config.pods.namespace if self.config.pods else "default")
+        return LeaderElector(lease_api(namespace, s.leader_lease), s.identity or f"{socket.gethostname()}-{os.getpid()}")
 
     def _remote_predictor(self) -> LatencyPredictor:
         from headroom.predictor.client import PredictorClient
@@ -136,6 +146,8 @@ class RouterServer:
             await asyncio.to_thread(kernels.warm_up)  # compiled (or loaded from the disk cache) before traffic
         if self._tailer is not None:
             self._tailer.start()
+        if self.elector is not None:
+            self.elector.start()
         if self.pods is not None:
             await asyncio.to_thread(self.pods.start)
         app = self.proxy.app()
@@ -217,6 +229,8 @@ class RouterServer:
                 await asyncio.wait_for(self._stop.wait(), timeout=0.05)
 
     async def stop(self, grace_s: float = 5.0, flush_s: float = 5.0) -> None:
+        if self.elector is not None:  # give the lease up first: a standby takes the traffic while this drains
+            await asyncio.to_thread(self.elector.stop)
         await asyncio.gather(*(server.stop(grace_s) for server in self._grpc))
         for runner in self._runners:
             await runner.cleanup()

@@ -1,0 +1,78 @@
+"""Leader election among router replicas through a real Lease on a real API server."""
+
+import datetime
+import time
+
+import pytest
+from kubernetes import client
+
+from headroom.router.leader import ElectionTiming, LeaderElector, lease_api
+
+NAMESPACE = "routers"
+FAST = ElectionTiming(lease_s=3.0, renew_deadline_s=2.0, retry_s=0.2)
+
+
+@pytest.fixture(scope="module")
+def admin(kube_api):
+    api = kube_api.admin
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+    return api
+
+
+def eventually(condition, timeout_s: float = 10.0) -> float:
+    """Seconds until ``condition()`` held."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout_s, "the condition did not hold in time"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def replicas(admin, lease: str, n: int) -> list[LeaderElector]:
+    return [LeaderElector(lease_api(NAMESPACE, lease, admin), f"router-{i}", FAST).start() for i in range(n)]
+
+
+def test_one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops(admin):
+    electors = replicas(admin, "one-leader", 3)
+    try:
+        eventually(lambda: sum(e.leading for e in electors) == 1)
+        for _ in range(20):  # and stays one while they all keep trying
+            assert sum(e.leading for e in electors) == 1
+            time.sleep(0.1)
+        (leader,) = [e for e in electors if e.leading]
+        leader.stop()  # gives the lease up
+        handover = eventually(lambda: sum(e.leading for e in electors) == 1)
+        assert not leader.leading and handover < FAST.lease_s
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease("one-leader", NAMESPACE)
+        (new,) = [e for e in electors if e.leading]
+        assert lease.spec.holder_identity == new.identity and lease.spec.lease_transitions == 1
+    finally:
+        for elector in electors:
+            elector.stop()
+
+
+def test_a_lease_whose_holder_died_is_taken_once_it_has_not_been_renewed_for_its_duration(admin):
+    stamp = datetime.datetime.now(datetime.UTC)
+    client.CoordinationV1Api(admin).create_namespaced_lease(NAMESPACE, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="dead-holder"),
+        spec=client.V1LeaseSpec(holder_identity="router-killed", acquire_time=stamp, renew_time=stamp,
+                                lease_duration_seconds=3, lease_transitions=0)))
+    (elector,) = replicas(admin, "dead-holder", 1)
+    try:
+        time.sleep(2.0)
+        assert not elector.leading  # the holder's lease has not run out by this replica's clock yet
+        eventually(lambda: elector.leading, timeout_s=5.0)
+    finally:
+        elector.stop()
+
+
+def test_a_leader_that_cannot_reach_the_api_steps_down_at_its_renew_deadline(admin, kube_api):
+    (elector,) = replicas(admin, "cut-off", 1)
+    try:
+        eventually(lambda: elector.leading)
+        elector.api = lease_api(NAMESPACE, "cut-off", client.ApiClient(client.Configuration(
+            host="https://127.0.0.1:1")))  # nothing listens there
+        lost = eventually(lambda: not elector.leading)
+        assert lost < FAST.renew_deadline_s + 1.0
+    finally:
+        elector.stop()
