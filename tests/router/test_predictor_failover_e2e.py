@@ -114,7 +114,8 @@ async def load_through_router(addresses: str, kill, served):
             metrics = router.metrics
             decisions = {profile: value for profile in ("predicted", "heuristic")
                          if (value := metrics.decisions.labels(profile)._value.get())}
-            fallbacks = sum(sample.value for family in metrics.fallbacks.collect() for sample in family.samples
+            fallbacks = sum(sample.value for counter in (metrics.heuristic_decisions, metrics.partial_fallbacks)
+                            for family in counter.collect() for sample in family.samples
                             if sample.name.endswith("_total"))
         finally:
             await router.stop()

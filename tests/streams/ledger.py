@@ -196,3 +196,15 @@ def overlaps(intervals: dict[int, list[tuple[float, float, int]]]) -> list[tuple
 
 def owner_at(intervals: dict[int, list[tuple[float, float, int]]], partition: int, when: float) -> set[int]:
     return {pid for start, end, pid in intervals.get(partition, []) if start <= when <= end}
+
+
+def owned_now(worker) -> frozenset[int] | None:
+    """The partitions of the worker's last ownership event (None before the first)."""
+    found = [e for e in events(worker.log()) if e.kind in ("own", "release")]
+    return (found[-1].partitions if found[-1].kind == "own" else frozenset()) if found else None
+
+
+def share_all(workers: list, partitions: int) -> bool:
+    """Whether the workers' current ownerships are disjoint and cover every partition."""
+    held = [owned_now(w) or frozenset() for w in workers]
+    return sum(map(len, held)) == partitions and frozenset().union(*held) == frozenset(range(partitions))

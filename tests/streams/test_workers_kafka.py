@@ -37,12 +37,6 @@ def batch(pools: list[str], per_pool: int, seed: int) -> list:
     return sorted(records, key=lambda r: r.completion_ts)
 
 
-def owned_now(worker: WorkerProcess) -> frozenset[int] | None:
-    """The partitions of the worker's last ownership event (None before the first)."""
-    found = [e for e in ledger.events(worker.log()) if e.kind in ("own", "release")]
-    return (found[-1].partitions if found[-1].kind == "own" else frozenset()) if found else None
-
-
 def wait_until(condition, timeout_s: float, what: str, workers: list[WorkerProcess]) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -53,12 +47,6 @@ def wait_until(condition, timeout_s: float, what: str, workers: list[WorkerProce
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}:\n"
                          + "\n".join(w.log()[-2000:] for w in workers))
-
-
-def share_all(workers: list[WorkerProcess], partitions: int) -> bool:
-    """Whether the workers' current ownerships are disjoint and cover every partition."""
-    held = [owned_now(w) or frozenset() for w in workers]
-    return sum(map(len, held)) == partitions and frozenset().union(*held) == frozenset(range(partitions))
 
 
 def window_rows(workers: list[WorkerProcess]) -> float:
@@ -103,7 +91,7 @@ def test_two_workers_share_the_pools_as_one_joins_and_the_other_leaves(pipeline_
         first.wait_for(lambda m: any(k.startswith("headroom_model_version") for k in m), 60, "a first version")
 
         second.start()  # joins: the partitions are shared
-        wait_until(lambda: share_all([first, second], partitions) and owned_now(second), 90, "a shared assignment",
+        wait_until(lambda: ledger.share_all([first, second], partitions) and ledger.owned_now(second), 90, "a shared assignment",
                    [first, second])
         ledger.produce(kafka, batch(pools, 150, seed=2), produced)
         wait_until(lambda: first.metric(INGESTED) + second.metric(INGESTED) == len(produced), 90,
@@ -113,7 +101,7 @@ def test_two_workers_share_the_pools_as_one_joins_and_the_other_leaves(pipeline_
         ingested_by_first = first.metric(INGESTED)
         first.stop()  # leaves: the second takes every partition over
         ends = {first.process.pid: time.time()}
-        wait_until(lambda: owned_now(second) == frozenset(range(partitions)), 90, "the second owning all",
+        wait_until(lambda: ledger.owned_now(second) == frozenset(range(partitions)), 90, "the second owning all",
                    [second])
         ledger.produce(kafka, batch(pools, 150, seed=3), produced)
         second.wait_for(lambda m: ingested_by_first + m.get(INGESTED, 0) == len(produced), 90, "the third batch")
@@ -141,7 +129,7 @@ def test_three_workers_lose_one_to_kill_9_mid_stream(pipeline_kafka, tmp_path):
                for name in ("first", "second", "third")]
     ends: dict[int, float] = {}
     try:
-        wait_until(lambda: share_all(workers, partitions) and all(owned_now(w) for w in workers), 120,
+        wait_until(lambda: ledger.share_all(workers, partitions) and all(ledger.owned_now(w) for w in workers), 120,
                    "three workers sharing the partitions", workers)
         victim = workers[1]
         stream_done = threading.Event()
@@ -162,7 +150,7 @@ def test_three_workers_lose_one_to_kill_9_mid_stream(pipeline_kafka, tmp_path):
         producer.join(60)
         assert stream_done.is_set()
         expected = sum(ledger.expected_rows(produced).values())
-        wait_until(lambda: window_rows(survivors) == expected and share_all(survivors, partitions), 120,
+        wait_until(lambda: window_rows(survivors) == expected and ledger.share_all(survivors, partitions), 120,
                    f"{expected} window rows on the survivors", survivors)
         victims_pools = {key.split("/")[0] for key in promoted_by(victim)}
         wait_until(lambda: any(key.split("/")[0] in victims_pools for w in survivors for key in promoted_by(w)),
@@ -186,15 +174,15 @@ def test_a_paused_worker_that_lost_its_partitions_writes_nothing_for_them_when_i
     awake = WorkerProcess(kafka, app_id, tmp_path / "awake", extra_env=slow_flush).start()
     sleeper = WorkerProcess(kafka, app_id, tmp_path / "sleeper", extra_env=slow_flush).start()
     try:
-        wait_until(lambda: share_all([awake, sleeper], partitions) and owned_now(sleeper), 120,
+        wait_until(lambda: ledger.share_all([awake, sleeper], partitions) and ledger.owned_now(sleeper), 120,
                    "a shared assignment", [awake, sleeper])
         ledger.produce(kafka, batch(pools, 150, seed=21), produced)
         wait_until(lambda: awake.metric(INGESTED) + sleeper.metric(INGESTED) == len(produced), 60,
                    "the first batch", [awake, sleeper])
-        lost = owned_now(sleeper)
+        lost = ledger.owned_now(sleeper)
         sleeper.process.send_signal(signal.SIGSTOP)  # a long pause: the group moves on without it
         paused_at = time.time()
-        wait_until(lambda: owned_now(awake) == frozenset(range(partitions)), 60, "the awake worker owning all",
+        wait_until(lambda: ledger.owned_now(awake) == frozenset(range(partitions)), 60, "the awake worker owning all",
                    [awake])
         ledger.produce(kafka, batch(pools, 150, seed=22), produced)
         expected = sum(ledger.expected_rows(produced).values())
@@ -205,7 +193,7 @@ def test_a_paused_worker_that_lost_its_partitions_writes_nothing_for_them_when_i
         raise
     try:
         sleeper.process.send_signal(signal.SIGCONT)  # it wakes believing it owns ``lost``
-        wait_until(lambda: owned_now(sleeper) != lost, 60, "the sleeper hearing of the rebalance", [awake, sleeper])
+        wait_until(lambda: ledger.owned_now(sleeper) != lost, 60, "the sleeper hearing of the rebalance", [awake, sleeper])
         wait_until(lambda: window_rows([awake, sleeper]) == expected, 90, f"{expected} window rows",
                    [awake, sleeper])
     finally:
