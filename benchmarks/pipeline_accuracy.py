@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,8 @@ configure()
 from headroom.contract.features import records_matrix  # noqa: E402
 from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.targets import TARGETS, target_value  # noqa: E402
-from headroom.contract.telemetry import encode  # noqa: E402
+from headroom.contract.targets import PREDICTED, TARGETS, target_value  # noqa: E402
+from headroom.contract.telemetry import TelemetryRecord, encode  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
@@ -57,6 +58,67 @@ def simulate(trace: str, load: float, servers: int, limit: int, seed: int):
     return run(requests, uniform_pool(servers), policy("composite", seed), seed=seed).records
 
 
+@dataclasses.dataclass
+class Prequential:
+    scored: dict[tuple[str, str], tuple[list[float], list[float]]]  # (target, objective) -> actual, predicted
+    drifts: list[tuple[float, str]]  # (event time, target) of each drift detection
+    rounds: int
+    round_seconds: float
+    promoted: int
+
+
+def prequential(records, settings: PipelineSettings, train_params, round_spec, interval: float,
+                learned: Callable[[TelemetryRecord], bool] = lambda record: True,
+                carry_predictions: bool = False) -> Prequential:
+    """Every record is predicted by the models live at its completion; then the ``learned`` ones go through
+    the worker's ingest path, and a training round runs every ``interval`` seconds of event time. With
+    ``carry_predictions`` each record carries the live mean models' predictions, as a router using them
+    would send it, so the worker's drift detectors see their errors."""
+    ingestor = Ingestor(Windows(settings.limits), lambda w: RetrainPolicy(settings.rule, ErrorDriftDetector()))
+    live = LiveModels()
+    pool_key = records[0].pool_key
+    out = Prequential({}, [], 0, 0.0, 0)
+    start = records[0].completion_ts
+    chunks: dict[int, list] = {}
+    for record in records:
+        chunks.setdefault(int((record.completion_ts - start) // interval), []).append(record)
+    offset = 0
+    for index in sorted(chunks):
+        chunk = chunks[index]
+        features = records_matrix(chunk)
+        for target in TARGETS:
+            rows = [i for i, r in enumerate(chunk) if target_value(r, target) is not None]
+            for objective in ("mean", "quantile"):
+                model = live.get(pool_key, target, objective)
+                if model is None or not rows:
+                    continue
+                actual, predicted = out.scored.setdefault((target, objective), ([], []))
+                actual.extend(target_value(chunk[i], target) for i in rows)
+                values = predict(model.booster, features[rows]).tolist()
+                predicted.extend(values)
+                if carry_predictions and objective == "mean":
+                    for i, value in zip(rows, values):
+                        chunk[i] = dataclasses.replace(chunk[i], **{PREDICTED[target]: value})
+        for record in chunk:
+            if learned(record):
+                result = ingestor.ingest(encode(record), 0, offset)
+                out.drifts += [(record.completion_ts, window[1]) for window in result.drifted]
+                offset += 1
+        for target in TARGETS:
+            samples = ingestor.windows.samples((pool_key, target))
+            if len(samples) < settings.min_samples:
+                continue
+            began = time.perf_counter()
+            for outcome in train_round(pool_key, target, samples, live, train_params,
+                                       round_spec, now=time.time()):
+                if outcome.update is not None:
+                    live.offer(live_model(outcome.update, outcome.booster))
+                    out.promoted += 1
+            out.rounds += 1
+            out.round_seconds += time.perf_counter() - began
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", choices=sorted(LOADERS), default="azure")
@@ -79,43 +141,9 @@ def main() -> None:
     train_params = [dataclasses.replace(p, target_transform=args.target_transform) for p in settings.train_params]
     round_spec = dataclasses.replace(settings.round_spec, calibration_fraction=args.calibration_fraction,
                                      refit_promoted=not args.no_refit)
-    ingestor = Ingestor(Windows(settings.limits), lambda w: RetrainPolicy(settings.rule, ErrorDriftDetector()))
-    live = LiveModels()
-    pool_key = records[0].pool_key
-    scored: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-    rounds, round_seconds, promoted = 0, 0.0, 0
+    outcome = prequential(records, settings, train_params, round_spec, args.interval)
+    rounds, round_seconds, promoted, scored = outcome.rounds, outcome.round_seconds, outcome.promoted, outcome.scored
     start = records[0].completion_ts
-    chunks: dict[int, list] = {}
-    for record in records:
-        chunks.setdefault(int((record.completion_ts - start) // args.interval), []).append(record)
-    offset = 0
-    for index in sorted(chunks):
-        chunk = chunks[index]
-        features = records_matrix(chunk)
-        for target in TARGETS:
-            rows = [i for i, r in enumerate(chunk) if target_value(r, target) is not None]
-            for objective in ("mean", "quantile"):
-                model = live.get(pool_key, target, objective)
-                if model is None or not rows:
-                    continue
-                actual, predicted = scored.setdefault((target, objective), ([], []))
-                actual.extend(target_value(chunk[i], target) for i in rows)
-                predicted.extend(predict(model.booster, features[rows]).tolist())
-        for record in chunk:
-            ingestor.ingest(encode(record), 0, offset)
-            offset += 1
-        for target in TARGETS:
-            samples = ingestor.windows.samples((pool_key, target))
-            if len(samples) < settings.min_samples:
-                continue
-            began = time.perf_counter()
-            for outcome in train_round(pool_key, target, samples, live, train_params,
-                                       round_spec, now=time.time()):
-                if outcome.update is not None:
-                    live.offer(live_model(outcome.update, outcome.booster))
-                    promoted += 1
-            rounds += 1
-            round_seconds += time.perf_counter() - began
     print(f"{args.trace} at {args.load:.0%} load on {args.servers} servers, {args.target_transform} target, "
           f"calibration fraction {args.calibration_fraction:g}, {'no refit' if args.no_refit else 'refit'}: "
           f"{len(records)} records over "
