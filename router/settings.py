@@ -19,7 +19,7 @@ from headroom.contract.tls import PredictorClientTls, ServerTls
 class RouterSettings:
     host: str = setting("127.0.0.1", "HEADROOM_ROUTER_HOST", "Interface every router listener binds.")
     http_port: int = setting(8080, "HEADROOM_ROUTER_HTTP_PORT", "OpenAI-compatible proxy (and /metrics, /healthz unless on their own port); 0 picks a free port.")
-    metrics_port: int = setting(-1, "HEADROOM_ROUTER_METRICS_PORT", "Plain-HTTP port of /metrics and /healthz alone, without TLS or tokens; 0 picks a free port, -1 serves them on the HTTP port.")
+    metrics_port: int = setting(-1, "HEADROOM_ROUTER_METRICS_PORT", "Plain-HTTP port of /metrics, /healthz and /readyz alone, without TLS or tokens; 0 picks a free port, -1 serves them on the HTTP port.")
     pick_port: int = setting(9090, "HEADROOM_ROUTER_PICK_PORT", "gRPC Pick/Report API; 0 picks a free port, -1 disables.")
     ext_proc_port: int = setting(9091, "HEADROOM_ROUTER_EXT_PROC_PORT", "Envoy ext_proc gRPC server; 0 picks a free port, -1 disables.")
     ext_proc_secure: bool = setting(True, "HEADROOM_EXT_PROC_SECURE", "ext_proc speaks TLS, with a self-signed certificate when HEADROOM_TLS_CERT_FILE is not given (the endpoint picker's convention).")

@@ -78,6 +78,7 @@ PLAINTEXT = ["--set", "kafka.security.protocol=PLAINTEXT", "--set", "kafka.boots
              "--set", "modelSigning.allowUnsigned=true", "--set", "modelSigning.trustedKeysSecret=",
              "--set", "modelSigning.signingKeySecret.name=", "--set", "inferencePool.enabled=false",
              "--set", "router.servers[0].id=vllm-0", "--set", "router.servers[0].address=10.0.0.7:8000"]
+LEADER = ["--set", "router.leaderElection=true", "--set", "router.replicas=2"]
 OAUTH = ["--set", "kafka.security.protocol=SASL_SSL", "--set", "kafka.security.saslMechanism=OAUTHBEARER",
          "--set", "kafka.security.oauthTokenProvider=mytokens:google_token", "--set", "kafka.security.caSecret.name="]
 
@@ -85,7 +86,7 @@ OAUTH = ["--set", "kafka.security.protocol=SASL_SSL", "--set", "kafka.security.s
 @pytest.fixture(scope="module")
 def variants(helm, secure_values) -> dict[str, list[dict]]:
     return {"default": render(helm), "secure": render(helm, *secure_values), "plaintext": render(helm, *PLAINTEXT),
-            "oauth": render(helm, *OAUTH)}
+            "oauth": render(helm, *OAUTH), "leader": render(helm, *LEADER)}
 
 
 def test_lint(helm, secure_values):
@@ -95,7 +96,7 @@ def test_lint(helm, secure_values):
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth"])
+@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
 def test_every_object_validates(variants, variant):
     objects = variants[variant]
     unchecked = []
@@ -144,14 +145,14 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
     return matches[0]
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth"])
+@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
 def test_environment_names_are_settings_the_code_reads_or_the_agreed_security_ones(variants, variant):
     for component, (_, container) in containers(variants[variant]).items():
         names = {e["name"] for e in container["env"]}
         assert names - SETTINGS_ENV == set(), component
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth"])
+@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
 def test_every_file_an_environment_variable_names_is_mounted_from_a_volume_of_the_pod(variants, variant):
     for component, (pod, container) in containers(variants[variant]).items():
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -262,9 +263,11 @@ def test_probes_check_ports_the_containers_declare(variants, variant):
      "oauthTokenProvider"),
     (["--set", "modelSigning.trustedKeysSecret="], "could verify no model update"),
     (["--set", "tls.requireClientCert=true"], "tls.requireClientCert needs tls.secret"),
+    (["--set", "router.leaderElection=true", "--set", "tls.secret=t", "--set", "tls.requireClientCert=true"],
+     "router.leaderElection needs the kubelet to read /readyz"),
 ], ids=["more workers than partitions", "more workers than raised partitions", "unknown protocol",
         "remote without predictors", "hpa without recommendation", "recommendation not an hpa",
-        "oauth without provider", "unverifiable models", "mtls without certificate"])
+        "oauth without provider", "unverifiable models", "mtls without certificate", "leader election behind mtls"])
 def test_values_that_would_break_the_deployment_fail_rendering(helm, args, message):
     with pytest.raises(RenderError, match=message.replace("(", r"\(").replace(")", r"\)")):
         render(helm, *args)
@@ -339,3 +342,19 @@ def test_make_chart_renders_the_chart_to_a_folder(helm, tmp_path):
     rendered = list(Path(tmp_path).rglob("*.yaml"))
     kinds = {o["kind"] for path in rendered for o in yaml.safe_load_all(path.read_text()) if o}
     assert {"Deployment", "InferencePool", "ConfigMap", "Role", "Service"} <= kinds
+
+
+def test_leader_election_readies_only_the_leader_and_may_touch_only_its_lease(variants):
+    objects = variants["leader"]
+    pod, router = containers(objects)["router"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in router["env"]}
+    assert env["HEADROOM_ROUTER_LEADER_ELECTION"] == "true" and env["HEADROOM_ROUTER_LEADER_LEASE"] == "hr-headroom-router"
+    assert env["HEADROOM_ROUTER_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert router["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert router["livenessProbe"]["httpGet"]["path"] == "/healthz"  # a standby is alive, just not ready
+    [role] = [o for o in objects if o["kind"] == "Role"]
+    assert role["rules"][1:] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["hr-headroom-router"],
+         "verbs": ["get", "update"]}]
+    assert pod["automountServiceAccountToken"] is True

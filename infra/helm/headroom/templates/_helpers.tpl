@@ -180,6 +180,9 @@ tolerations: {{ toYaml . | nindent 2 }}
 {{- if and .Values.tls.requireClientCert (not .Values.tls.secret) -}}
 {{- fail "tls.requireClientCert needs tls.secret (its ca.crt checks the clients' certificates)" -}}
 {{- end -}}
+{{- if and .Values.router.leaderElection .Values.tls.requireClientCert -}}
+{{- fail "router.leaderElection needs the kubelet to read /readyz, which tls.requireClientCert rules out (kubelet probes present no client certificate)" -}}
+{{- end -}}
 {{- if and (not .Values.modelSigning.allowUnsigned) (not .Values.modelSigning.trustedKeysSecret) -}}
 {{- fail "modelSigning.trustedKeysSecret is empty: prediction servers and routers could verify no model update (set it, or modelSigning.allowUnsigned for a demo)" -}}
 {{- end -}}
