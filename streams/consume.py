@@ -98,6 +98,7 @@ class IngestLoop:
     def process(self, batch: Iterable[Delivery]) -> None:
         """Ingest a batch of owned partitions' messages: windows, drift detectors, dead letters."""
         ingested = duplicates = unadmitted = 0
+        represented = 0.0
         owned, unflushed, oldest = self.owned, self._unflushed, self._oldest
         now, wall = self._clock(), self._wall()
         ingest = self.ingestor.ingest
@@ -120,10 +121,12 @@ class IngestLoop:
             else:
                 ingested += 1
                 unadmitted += not result.admitted
+                represented += result.record.sample_weight  # type: ignore[union-attr]
             for window in result.drifted:
                 self._on_drift(window)
         if ingested:
             metrics.INGESTED.inc(ingested)
+            metrics.REPRESENTED.inc(represented)
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
         if unadmitted:

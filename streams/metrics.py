@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 INGESTED = Counter("headroom_telemetry_ingested", "Valid telemetry records processed.")
+REPRESENTED = Counter("headroom_telemetry_requests_represented", "Completed requests the valid telemetry records "
+                      "stand for: the sum of their sample weights (the records themselves when routers send all).")
 DEAD_LETTERS = Counter("headroom_telemetry_dead_letters", "Invalid telemetry records sent to the dead-letter topic.")
 DEAD_LETTER_FAILURES = Counter("headroom_telemetry_dead_letter_failures",
                                "Dead letters the broker did not store at first (each is sent again), by error.",
