@@ -176,10 +176,9 @@ _SPEC_FIELDS = {"holderIdentity": "holder_identity", "acquireTime": "acquire_tim
 
 def lease_api(namespace: str, name: str, api_client: Any = None) -> KubernetesLeases:
     """The Lease through the in-cluster (or kubeconfig) configuration, unless ``api_client`` is given."""
-    from kubernetes import client, config
+    from kubernetes import client
+
+    from headroom.router.state.pods import configure_kubernetes
     if api_client is None:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
+        configure_kubernetes("leader election")
     return KubernetesLeases(client.CoordinationV1Api(api_client), namespace, name)

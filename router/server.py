@@ -105,8 +105,7 @@ class RouterServer:
         self.proxy = Proxy(self.service, timeouts=UpstreamTimeouts(
             s.upstream_connect_timeout_s, s.upstream_first_byte_timeout_s, s.upstream_idle_timeout_s,
             s.upstream_timeout_s), retries=s.upstream_retries, metrics_routes=s.metrics_port < 0,
-            strip_authorization=self.tokens is not None,
-            ready=(lambda: self.elector.leading) if self.elector else (lambda: True))
+            strip_authorization=self.tokens is not None, ready=self._ready)
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
         self._runners: list[web.AppRunner] = []
@@ -123,6 +122,10 @@ class RouterServer:
         self.metrics.registry.register(ModelUpdateCollector(runtime))
         self._tailer = ModelUpdateTailer(runtime, self.kafka)
         return EmbeddedPredictor(runtime)
+
+    def _ready(self) -> bool:
+        """Whether this router should get traffic: always, or with leader election while it leads."""
+        return self.elector is None or self.elector.leading
 
     def _leader_elector(self) -> LeaderElector:
         s = self.config.settings

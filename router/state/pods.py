@@ -200,14 +200,21 @@ class PodWatcher:
         self._stop.wait(self.retry_s)
 
 
-def _core_api() -> Any:
-    from kubernetes import client, config
+def configure_kubernetes(purpose: str) -> None:
+    """Point the Kubernetes client at the cluster: in-cluster, else the kubeconfig (``KUBECONFIG`` or
+    ``~/.kube/config``); :class:`ConfigError` naming ``purpose`` when neither is there."""
+    from kubernetes import config
     try:
         config.load_incluster_config()
     except config.ConfigException:
         try:  # the client's own KUBECONFIG, read now rather than when the client was imported
             config.load_kube_config(config_file=os.environ.get("KUBECONFIG", config.KUBE_CONFIG_DEFAULT_LOCATION))
         except (config.ConfigException, OSError) as err:
-            raise ConfigError(f"pods: no access to the Kubernetes API: not in a cluster, and no kubeconfig "
+            raise ConfigError(f"{purpose}: no access to the Kubernetes API: not in a cluster, and no kubeconfig "
                               f"(KUBECONFIG or ~/.kube/config): {err}") from err
+
+
+def _core_api() -> Any:
+    from kubernetes import client
+    configure_kubernetes("pods")
     return client.CoreV1Api()

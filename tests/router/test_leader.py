@@ -1,12 +1,20 @@
 """Leader election among router replicas through a real Lease on a real API server."""
 
+import asyncio
 import datetime
 import time
 
+import aiohttp
 import pytest
 from kubernetes import client
 
+from headroom.contract.settings import from_env
+from headroom.contract.topics import KafkaSettings
 from headroom.router.leader import ElectionTiming, LeaderElector, lease_api
+from headroom.router.server import RouterServer
+from tests.router.routercases import router_config
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first use builds the API server
 
 NAMESPACE = "routers"
 FAST = ElectionTiming(lease_s=3.0, renew_deadline_s=2.0, retry_s=0.2)
@@ -76,3 +84,39 @@ def test_a_leader_that_cannot_reach_the_api_steps_down_at_its_renew_deadline(adm
         assert lost < FAST.renew_deadline_s + 1.0
     finally:
         elector.stop()
+
+
+def test_of_two_routers_only_the_leader_is_ready_and_the_other_is_once_it_stops(admin, kube_api, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig("admin")))
+    routers = [RouterServer(router_config([], leaderElection=True, leaderNamespace=NAMESPACE, leaderLease="pair",
+                                          identity=f"router-{i}"), from_env(KafkaSettings, {})) for i in range(2)]
+
+    async def readiness(session) -> list[int]:
+        statuses = []
+        for router in routers:
+            async with session.get(f"http://127.0.0.1:{router.http_port}/readyz") as response:
+                statuses.append(response.status)
+        return statuses
+
+    async def scenario():
+        for router in routers:
+            await router.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                while sorted(await readiness(session)) != [200, 503]:
+                    await asyncio.sleep(0.1)
+                leader = (await readiness(session)).index(200)
+                await routers[leader].stop()
+                standby = routers[1 - leader]
+                while True:
+                    async with session.get(f"http://127.0.0.1:{standby.http_port}/readyz") as response:
+                        if response.status == 200:
+                            return leader
+                    await asyncio.sleep(0.1)
+        finally:
+            for router in routers:
+                await router.stop()
+
+    leader = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease("pair", NAMESPACE)
+    assert lease.spec.holder_identity in (None, f"router-{1 - leader}")  # released by the last one to stop
