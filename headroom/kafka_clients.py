@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headroom.contract.partitions import PARTITIONER
@@ -110,8 +110,10 @@ def watermarks(client: Consumer, topic: str, partition_ids: list[int], timeout_s
 
 
 def read_to_end(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> list[Message]:
-    """Every message of ``topic`` (all partitions, each in order) up to its end offsets when called."""
-    client = consumer(kafka, "headroom-reader", {"fetch.max.bytes": 64 << 20})
+    """Every message of ``topic`` (all partitions, each in order) up to its end offsets when called. A
+    partition ends at its end-of-partition event too: written in transactions, its last offset is a commit
+    marker no message stands at."""
+    client = consumer(kafka, "headroom-reader", {"fetch.max.bytes": 64 << 20, "enable.partition.eof": True})
     try:
         found = wait_for_partitions(client, topic, 10.0)
         ends = {p: high for p, (low, high) in watermarks(client, topic, found, 10.0).items() if high > low}
@@ -119,6 +121,8 @@ def read_to_end(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> li
         messages, deadline = [], time.monotonic() + timeout_s
         while ends and time.monotonic() < deadline:
             message = client.poll(0.5)
+            if message is not None and message.error() and message.error().code() == KafkaError._PARTITION_EOF:
+                ends.pop(message.partition(), None)
             if message is None or message.error():
                 continue
             messages.append(message)

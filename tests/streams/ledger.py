@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-
-from confluent_kafka import Consumer, TopicPartition
 
 from headroom import kafka_clients
 from headroom.contract.model_update import decode_update
@@ -68,23 +64,7 @@ def produce(kafka: KafkaSettings, records: list[TelemetryRecord],
 
 def read_committed(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> list:
     """Every committed message of ``topic`` (all partitions), read up to each partition's end."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"ledger-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    remaining, messages = set(partitions), []
-    deadline = time.monotonic() + timeout_s
-    while remaining and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            remaining.discard(message.partition())
-        else:
-            messages.append(message)
-    consumer.close()
-    assert not remaining, f"could not read {topic} to its end"
-    return messages
+    return kafka_clients.read_to_end(kafka, topic, timeout_s)
 
 
 def window_rows(kafka: KafkaSettings, changelog_topic: str) -> tuple[Counter, dict[int, int]]:

@@ -15,6 +15,7 @@ from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.state_topic import state_spec, state_topic
 from headroom.trainer.live import LiveModels
+from tests.contract.records import recent_record
 from tests.keys import TEST_KEY, TRUST
 
 pytestmark = pytest.mark.kafka
