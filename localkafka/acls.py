@@ -18,8 +18,8 @@ def bindings(kafka: KafkaSettings, worker_app_id: str) -> list[AclBinding]:
     """The grants of every component as ACL bindings, the principal being ``User:<user name>``."""
     from headroom.localkafka.strimzi import grants
 
-    return [AclBinding(ResourceType[grant.kind.upper()], grant.name, ResourcePatternType[_PATTERNS[grant.pattern]],
-                       f"User:{user}", "*", AclOperation[_operation(operation)], AclPermissionType.ALLOW)
+    return [AclBinding(ResourceType[_constant(grant.kind)], grant.name, ResourcePatternType[_PATTERNS[grant.pattern]],
+                       f"User:{user}", "*", AclOperation[_constant(operation)], AclPermissionType.ALLOW)
             for user, user_grants in grants(kafka, worker_app_id).items()
             for grant in user_grants for operation in grant.operations]
 
@@ -36,6 +36,7 @@ def apply(admin_kafka: KafkaSettings, kafka: KafkaSettings, worker_app_id: str, 
 _PATTERNS = {"literal": "LITERAL", "prefix": "PREFIXED"}
 
 
-def _operation(strimzi_name: str) -> str:
-    """``DescribeConfigs`` (Strimzi's spelling) -> ``DESCRIBE_CONFIGS`` (the admin client's)."""
+def _constant(strimzi_name: str) -> str:
+    """``DescribeConfigs``, ``transactionalId`` (Strimzi's spelling) -> ``DESCRIBE_CONFIGS``, ``TRANSACTIONAL_ID``
+    (the admin client's)."""
     return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", strimzi_name).upper()

@@ -13,9 +13,17 @@ def test_every_grant_becomes_one_binding_per_operation():
     made = bindings(kafka, "app")
     assert len(made) == expected
     assert {b.principal for b in made} == {f"User:{user}" for user in grants(kafka, "app")}
-    changelog = [b for b in made if b.principal == "User:headroom-worker" and b.name == "app-"]
+    changelog = [b for b in made if b.principal == "User:headroom-worker" and b.name == "app-"
+                 and b.restype == ResourceType.TOPIC]
     assert {b.operation for b in changelog} >= {AclOperation.CREATE, AclOperation.DESCRIBE_CONFIGS}
-    assert {(b.restype, b.resource_pattern_type) for b in changelog} == {(ResourceType.TOPIC, ResourcePatternType.PREFIXED)}
+    assert {b.resource_pattern_type for b in changelog} == {ResourcePatternType.PREFIXED}
+
+
+def test_only_the_worker_may_use_transactional_ids_and_only_its_app_ids():
+    transactional = [b for b in bindings(KafkaSettings(), "app") if b.restype == ResourceType.TRANSACTIONAL_ID]
+    assert {(b.principal, b.name, b.resource_pattern_type) for b in transactional} == {
+        ("User:headroom-worker", "app-", ResourcePatternType.PREFIXED)}
+    assert {b.operation for b in transactional} == {AclOperation.WRITE, AclOperation.DESCRIBE}
 
 
 def test_only_the_worker_may_write_model_updates_and_routers_and_llm_d_training_api_telemetry():
