@@ -155,6 +155,7 @@ class Retrainer:
                 log.info("rejected %s candidate over %d rows: %s", outcome.key, outcome.train_rows,
                          outcome.decision.reason)
                 continue
+            log.info("publishing %s v%d", outcome.key, outcome.update.version)  # logged before it can be committed
             try:
                 self.publisher.publish(outcome.update)
             except PublishFenced as fenced:

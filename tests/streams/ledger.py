@@ -6,7 +6,8 @@ scale-out tests check.
 - Ownership: each worker's ``owning telemetry partitions`` / ``released telemetry partitions`` log lines,
   as intervals per partition (a killed worker's end at its kill).
 - Versions: every message of ``model-updates`` in topic order with the time its producer wrote it, and each
-  worker's ``promoted <key> v<N>`` lines (which say who wrote it).
+  worker's ``publishing <key> v<N>`` lines, logged before the version's transaction commits (which say who
+  may have written it: a worker killed right after committing has not logged ``promoted`` yet).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[
 OWNING = re.compile(r"^owning telemetry partitions \[([\d, ]*)\]")
 RELEASED = re.compile(r"^released telemetry partitions \[([\d, ]*)\]")
 PROMOTED = re.compile(r"^promoted (\S+) v(\d+) ")
+PUBLISHING = re.compile(r"^publishing (\S+) v(\d+)\s*$")
 
 
 def pools_covering(partitions: int, per_partition: int) -> list[str]:
@@ -116,7 +118,7 @@ def versions_by_key(kafka: KafkaSettings) -> dict[str, list[int]]:
 class Event:
     time: float
     pid: int
-    kind: str  # own | release | promote
+    kind: str  # own | release | publish (attempted) | promote (committed)
     partitions: frozenset[int] = frozenset()
     key: str = ""
     version: int = 0
@@ -137,6 +139,8 @@ def events(log: str) -> list[Event]:
             found.append(Event(stamp, pid, "release", _partitions(released[1])))
         elif promoted := PROMOTED.match(message):
             found.append(Event(stamp, pid, "promote", key=promoted[1], version=int(promoted[2])))
+        elif publishing := PUBLISHING.match(message):
+            found.append(Event(stamp, pid, "publish", key=publishing[1], version=int(publishing[2])))
     return found
 
 
