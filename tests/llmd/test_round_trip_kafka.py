@@ -23,7 +23,7 @@ from headroom.model_topic import read_latest
 from tests.keys import TEST_KEY, TRUST
 from tests.llmd.http import call
 from tests.predictor.models import message, train
-from tests.streams.test_pipeline_kafka import read_topic
+from tests.streams.ledger import read_committed
 from tests.streams.worker_process import WorkerProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -111,7 +111,7 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
         latest, rejected = read_latest(pipeline_kafka, TRUST)
         assert rejected == [] and latest["llama/ttft/quantile"].window_stats["rows"] >= 150
 
-        letters = read_topic(pipeline_kafka, pipeline_kafka.dlq_topic)
+        letters = read_committed(pipeline_kafka, pipeline_kafka.dlq_topic)
         assert sorted(dict(m.headers())[REASON_HEADER].decode()[:34] for m in letters) == [
             "encoder_matched_size 4 exceeds enc", "the sample observes neither TTFT n"]
 
