@@ -103,21 +103,24 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     held: set[int] = set()  # partitions owned now
     previously: set[int] = set()  # partitions owned before the latest revocation
 
+    refused: set[tuple[int, int]] = set()  # (partition, offset) of records whose letters go without their bytes
+
     async def write(partition: int, entries: Entries, letters: Letters) -> None:
+        sources = [(delivery.partition, delivery.offset) for delivery, _ in letters]
         dead = [letter_of(delivery, reason, kafka.telemetry_topic) for delivery, reason in letters]
+        dead = [without_original(letter) if source in refused else letter for source, letter in zip(sources, dead)]
         changes = [Message(windows_topic, entry_key(key), value, partition) for key, value in entries]
         try:
             await asyncio.to_thread(ownership.write, partition, [*map(dead_letter_message, dead), *changes])
-        except PublishFenced:
-            raise
         except PublishError as err:
-            if not dead or not refused_for_size(err):
-                raise
-            metrics.DEAD_LETTER_FAILURES.labels("too_large").inc()
-            log.warning("telemetry partition %d: the dead-letter topic refused a dead letter for its size; "
-                        "writing its reason, source, size and checksum without the original's bytes", partition)
-            await asyncio.to_thread(ownership.write, partition,
-                                    [*(dead_letter_message(without_original(letter)) for letter in dead), *changes])
+            if dead and not isinstance(err, PublishFenced) and refused_for_size(err):
+                refused.update(sources)  # the loop writes them again at its next flush, smaller
+                metrics.DEAD_LETTER_FAILURES.labels("too_large").inc()
+                log.warning("telemetry partition %d: the dead-letter topic refused a dead letter for its size; its "
+                            "reason, source, size and checksum are written again without the original's bytes",
+                            partition)
+            raise
+        refused.difference_update(sources)
 
     def dead_letter_message(letter: Letter) -> Message:
         return Message(kafka.dlq_topic, letter.key, letter.value, headers=letter.headers)

@@ -49,6 +49,7 @@ class IngestLoop:
         self.owned: frozenset[int] = frozenset()
         self._generation = 0  # bumped on every ownership change; a fetch that spans one is dropped
         self._owned_changed = asyncio.Event()
+        self._flushing = asyncio.Lock()
         self._unflushed: dict[int, int] = {}  # partition -> records processed since its last flush
         self._oldest: dict[int, float] = {}  # partition -> when its oldest unflushed record was processed
         self._letters: dict[int, Letters] = {}  # partition -> dead letters since its last write
@@ -134,15 +135,18 @@ class IngestLoop:
 
     async def flush(self, *, force: bool = False) -> dict[int, int]:
         """Write every partition that is due (all with ``force``); returns, per partition written, the next
-        offset to read (for the reader's commit)."""
+        offset to read (for the reader's commit). One flush at a time: a release waits for a write in flight,
+        then writes again whatever that one could not."""
+        async with self._flushing:
+            return await self._flush(force)
+
+    async def _flush(self, force: bool) -> dict[int, int]:
         now = self._clock()
         due = [p for p in self._oldest if p in self.owned and (
             force or self._unflushed[p] >= self.flush_records or now - self._oldest[p] >= self.flush_interval_s)]
         windows = self.ingestor.windows
         written: dict[int, int] = {}
         for partition in due:
-            if partition not in self._oldest:  # written meanwhile, by a release
-                continue
             oldest, unflushed = self._oldest.pop(partition), self._unflushed.pop(partition)
             entries = self._pending.pop(partition, []) + windows.flush(partition)
             letters = self._letters.pop(partition, [])

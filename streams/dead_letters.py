@@ -1,4 +1,4 @@
-"""Dead letters: rejected telemetry in the dead-letter topic, bounded in size and sent until stored.
+"""Dead letters: rejected telemetry in the dead-letter topic, bounded in size, with what the record was.
 
 A letter (:func:`letter_of`) keeps the original's key and at most :data:`MAX_LETTER_BYTES` of its bytes;
 its headers say why the record was rejected (:data:`REASON_HEADER`), where it came from
@@ -15,15 +15,12 @@ record. A letter the dead-letter topic refuses for its size is written again wit
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass, replace
 
 from confluent_kafka import KafkaError, KafkaException
 
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER
 from headroom.streams.reader import Delivery
-
-log = logging.getLogger(__name__)
 
 BYTES_HEADER = "headroom-original-bytes"
 SHA256_HEADER = "headroom-original-sha256"

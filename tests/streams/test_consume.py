@@ -61,7 +61,6 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
         app, loop = pipeline.app, pipeline.loop
         app.finalize()
         task = asyncio.ensure_future(loop.run())
-        deliveries = asyncio.ensure_future(pipeline.dead_letters.run())
         try:
             await asyncio.to_thread(pipeline.ownership.fence, partitions)
             pipeline.ownership.open()
@@ -73,7 +72,6 @@ def run_loop(pipeline, partitions: set[int], until) -> list[dict[int, int]]:
             written.append(await loop.flush(force=True))
         finally:
             task.cancel()
-            deliveries.cancel()
             await loop.reader.close()
 
     event_loop = pipeline.app.loop
