@@ -7,6 +7,7 @@ import pytest
 
 from headroom.sim.pool import SimulationError, run, uniform_pool
 from headroom.sim.request import SimRequest
+from headroom.sim.view import Shed
 
 
 def recorder(seen: list, router: int, choose=lambda view: view.snapshots[0].server_id):
@@ -54,3 +55,33 @@ def test_routers_need_one_pick_function_each():
     requests = [SimRequest("r0", 0.0, 100, 2)]
     with pytest.raises(SimulationError, match="2 routers need as many pick functions"):
         run(requests, uniform_pool(1), [lambda r, v: v.snapshots[0].server_id] * 3, routers=2)
+
+
+def test_each_router_holds_only_the_streams_it_relays_and_their_lengths():
+    requests = [SimRequest(f"r{i}", 0.01 * i, 500, 20 + i % 7, slo_tpot_ms=40.0 + i) for i in range(200)]
+    seen: list = []
+
+    def pick(router):
+        def choose(request, view):
+            seen.append((router, request.request_id, view.now, sorted(x for s in view.running_tpot_slos for x in s),
+                         len(view.lengths), view.tpot_at_risk(0)))
+            return view.snapshots[0].server_id
+        return choose
+
+    result = run(requests, uniform_pool(1), [pick(r) for r in range(2)], routers=2, seed=3, lengths=[10] * 5)
+    done = {o.request.request_id: o for o in result.outcomes}
+    routed = {rid: router for router, rid, *_ in seen}
+    assert set(routed.values()) == {0, 1}
+    for router, rid, now, slos, lengths, _ in seen:
+        own = [r for r, by in routed.items() if by == router and r != rid]
+        running = sorted(40.0 + int(r[1:]) for r in own if float(r[1:]) * 0.01 < now < done[r].completion_s)
+        assert slos == running
+        assert lengths == 5 + sum(1 for r in own if done[r].completion_s <= now)
+
+
+def test_a_shed_request_is_dropped_with_its_reason_whichever_router_sheds_it():
+    requests = [SimRequest(f"r{i}", 0.1 * i, 100, 2) for i in range(40)]
+    sheds = [lambda request, view: Shed("router 0 sheds"), lambda request, view: view.snapshots[0].server_id]
+    result = run(requests, uniform_pool(1), sheds, routers=2, seed=2)
+    assert {d.reason for d in result.dropped} == {"router 0 sheds"}
+    assert 0 < len(result.dropped) < 40 and len(result.dropped) + len(result.outcomes) == 40
