@@ -147,8 +147,14 @@ def test_a_large_body_in_chunks_is_parsed_whole_and_a_malformed_one_refused():
                 ep.ProcessingRequest(request_body=ep.HttpBody(body=body[70_000:], end_of_stream=True))]
 
     async def scenario(router, servers):
-        routed = await exchange(router, chunks(raw))
-        tokens = sum(load.prompt_tokens for load in router.pool.inflight.load().values())
+        async with ext_proc_channel(router) as channel:  # the dispatch is in flight until the stream ends
+            call = ep_grpc.ExternalProcessorStub(channel).Process()
+            routed = []
+            for message in chunks(raw):
+                await call.write(message)
+                routed.append(await call.read())
+            tokens = sum(load.prompt_tokens for load in router.pool.inflight.load().values())
+            await call.done_writing()
         refused = await exchange(router, chunks(raw[:-1]))
         return routed[-1], tokens, refused[-1].immediate_response
     (routed, tokens, refused), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
