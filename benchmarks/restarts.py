@@ -121,13 +121,17 @@ def predictor_restart(python: str, env: dict[str, str], folder: Path, name: str,
     port = free_port()
     args = ["predictor", "serve", "--port", str(port), "--metrics-port", "-1"]
     first = Process(python, args, env, folder / f"{name}.log")
-    assert wait_until(lambda: serving(port), 300) is not None, f"{name} never served"
-    first.kill()
+    try:
+        assert wait_until(lambda: serving(port), 300) is not None, f"{name} never served"
+    finally:
+        first.kill()
     times = []
     for _ in range(rounds):
         process = Process(python, args, env, folder / f"{name}.log")
-        seconds = wait_until(lambda: serving(port), 300)
-        process.kill()
+        try:
+            seconds = wait_until(lambda: serving(port), 300)
+        finally:
+            process.kill()
         times.append(float("inf") if seconds is None else seconds)
     return times
 
@@ -138,15 +142,17 @@ def worker_restart(python: str, env: dict[str, str], folder: Path, name: str, ro
            "HEADROOM_PIPELINE_METRICS_PORT": str(port), "HEADROOM_PIPELINE_DATA_DIR": str(folder / name),
            "HEADROOM_RETRAIN_MIN_SAMPLES": str(10**9)}
     process = Process(python, ["worker", "start"], env, folder / f"{name}.log")
-    assert wait_until(lambda: processed(port) > 0, 300) is not None, f"{name} never processed a record"
     times = []
-    for _ in range(rounds):
-        killed = time.monotonic()
+    try:
+        assert wait_until(lambda: processed(port) > 0, 300) is not None, f"{name} never processed a record"
+        for _ in range(rounds):
+            killed = time.monotonic()
+            process.kill()
+            process = Process(python, ["worker", "start"], env, folder / f"{name}.log")
+            recovered = wait_until(lambda: processed(port) > 0, 300) is not None
+            times.append(time.monotonic() - killed if recovered else float("inf"))
+    finally:
         process.kill()
-        process = Process(python, ["worker", "start"], env, folder / f"{name}.log")
-        recovered = wait_until(lambda: processed(port) > 0, 300) is not None
-        times.append(time.monotonic() - killed if recovered else float("inf"))
-    process.kill()
     return times
 
 
