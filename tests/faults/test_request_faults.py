@@ -12,7 +12,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from headroom.router.proto import router_pb2, router_pb2_grpc
-from tests.router.routercases import TablePredictor, in_flight
+from tests.router.routercases import TablePredictor, in_flight, wait_for
 from tests.router.test_ext_proc import exchange, header_map
 from tests.router.test_pick_api import candidates
 from tests.router.test_proxy_e2e import run, started
@@ -119,7 +119,7 @@ def test_pick_candidates_with_bad_slos_duplicate_ids_or_no_address_are_refused()
 
 def test_an_underscored_priority_is_refused_and_a_reused_request_id_keeps_each_dispatch_in_flight():
     async def scenario():
-        async with upstreams(Upstream("a", first_token_delay_s=0.5), Upstream("b", first_token_delay_s=0.5)) \
+        async with upstreams(Upstream("a", first_token_delay_s=2.0), Upstream("b", first_token_delay_s=2.0)) \
                 as servers:
             router = await started(servers)
             url = f"http://127.0.0.1:{router.http_port}/v1/completions"
@@ -127,7 +127,7 @@ def test_an_underscored_priority_is_refused_and_a_reused_request_id_keeps_each_d
                 underscored = await post(http, url, json={"prompt": "x"}, headers={"x-request-priority": "1_0"})
                 same_id = [asyncio.create_task(post(http, url, json={"prompt": "x", "max_tokens": 2, "stream": True},
                                                     headers={"x-request-id": "shared"})) for _ in range(6)]
-                await asyncio.sleep(0.3)  # all six dispatched, none has its first token
+                await wait_for(lambda: in_flight(router)[0] == 6, timeout_s=1.5)  # before any first token
                 during = in_flight(router)[0]
                 await asyncio.gather(*same_id)
             await router.stop()
