@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from headroom.contract.model_update import InvalidUpdate, ModelUpdate, load_update
+from headroom.contract.model_update import InvalidUpdate, ModelUpdate, check_succession, load_update
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
@@ -54,8 +54,10 @@ class ModelShelf(BackgroundThread):
         if held is not None and held.update.version >= update.version:
             return False
         try:
+            check_succession(update, held and held.update.version, self.kafka.max_version_jump)
             booster = load_update(update)
         except InvalidUpdate as err:
+            self.rejected[getattr(err, "reason", "invalid")] += 1
             log.warning("model %s v%d is not listed: %s", update.key, update.version, err)
             return False
         self.models = {**self.models, update.key: ShelvedModel(update, booster)}

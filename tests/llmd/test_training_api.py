@@ -121,3 +121,17 @@ def test_models_are_listed_and_dumped_from_model_updates(api):
     status, text = call(base, "/metrics")
     assert status == 200 and 'headroom_llmd_model_version{model_key="llama/ttft/quantile"} 2.0' in text
     assert call(base, "/healthz") == (200, {"status": "ok"})
+
+
+def test_a_version_far_ahead_of_the_shelved_one_is_not_listed(api):
+    api, _, _, base = api
+    booster = train("ttft", objective="quantile", trees=3)
+    jump = api.shelf.kafka.max_version_jump
+
+    def update(version):
+        return decode_update(message(booster, version, pool_key="llama", target="ttft", objective="quantile"), TRUST)
+    assert api.shelf.put(update(2))
+    assert not api.shelf.put(update(2 + jump + 1))  # what read_latest and the predictor refuse too
+    assert api.shelf.put(update(2 + jump))
+    assert api.shelf.get("llama", "ttft", "quantile").update.version == 2 + jump
+    assert api.shelf.rejected == {"version": 1}
