@@ -22,9 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from headroom.contract.features import RAW_COLUMNS, RAW_DEFAULTS, RAW_FIELDS, feature_matrix
+from headroom.contract.server_state import KIND_RANGES
 from headroom.predictor.errors import InvalidBatch
-
-_RULES = {"count": "must not be negative", "latency": "must not be negative", "fraction": "must be within [0, 1]"}
 
 
 def raw_rows(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
@@ -52,11 +51,12 @@ def raw_rows(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
 
 def _checked(name: str, column: np.ndarray, n: int) -> np.ndarray:
     field = RAW_FIELDS[name]
-    low, high = (0.0, 1.0) if field.kind == "fraction" else (0.0, np.inf)
+    low, high = KIND_RANGES[field.kind]
     bad = ~(np.isfinite(column) & (column >= low) & (column <= high))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise InvalidBatch(f"raw column {name!r} {_RULES[field.kind]} and be finite, got {column[row]} in row {row}")
+        raise InvalidBatch(f"raw column {name!r} is a {field.kind} and must be finite and within [{low:g}, {high:g}], "
+                           f"got {column[row]} in row {row}")
     if field.cap is not None:
         column = np.minimum(column, field.cap)
     return np.broadcast_to(column, (n,))

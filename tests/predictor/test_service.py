@@ -108,11 +108,13 @@ def _bad_rows():
     (lambda: raw_request({**RAW, "num_waiting": [1.0, 2.0]}), grpc.StatusCode.INVALID_ARGUMENT,
      "different numbers of rows"),
     (lambda: raw_request({**RAW, "kv_cache_usage": [0.5] * 29 + [1.5]}), grpc.StatusCode.INVALID_ARGUMENT,
-     "raw column 'kv_cache_usage' must be within [0, 1] and be finite, got 1.5 in row 29"),
+     "raw column 'kv_cache_usage' is a fraction and must be finite and within [0, 1], got 1.5 in row 29"),
     (lambda: raw_request({**RAW, "num_running": [-1.0]}), grpc.StatusCode.INVALID_ARGUMENT,
-     "'num_running' must not be negative"),
+     "'num_running' is a count and must be finite and within [0, 1e+09], got -1.0"),
+    (lambda: raw_request({**RAW, "num_waiting": [2e9]}), grpc.StatusCode.INVALID_ARGUMENT,
+     "'num_waiting' is a count and must be finite and within [0, 1e+09], got 2000000000.0"),
 ], ids=["feature-count", "ragged-bytes", "non-finite", "no-rows", "no-rows-field", "unknown-pool", "schema",
-        "raw-unknown", "raw-missing", "raw-ragged", "raw-range", "raw-negative"])
+        "raw-unknown", "raw-missing", "raw-ragged", "raw-range", "raw-negative", "raw-over-the-contract-bound"])
 def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_server, boosters, make, code, text):
     server = start_server(runtime=runtime_with(boosters))
     channel, stub = stub_of(server)
