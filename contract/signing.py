@@ -131,9 +131,6 @@ class TrustedKeys:
     def __repr__(self) -> str:
         return f"TrustedKeys({sorted(self.keys)}, allow_unsigned={self.allow_unsigned})"
 
-    def with_key(self, public_key: Ed25519PublicKey) -> TrustedKeys:
-        return TrustedKeys([*self.keys.values(), public_key], allow_unsigned=self.allow_unsigned)
-
     def open(self, raw: bytes) -> tuple[bytes, str | None]:
         """The message inside ``raw`` and the id of the key that signed it (None: unsigned, and allowed).
         Raises :class:`~contract.model_update.RejectedUpdate` with reason ``unsigned``, ``unknown-key`` or
