@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import random
 import time
 import uuid
 
@@ -73,14 +74,19 @@ def test_a_dead_letter_the_topic_refuses_is_retried_smaller_counted_and_never_fa
                                    model_topic=f"model-updates-{tag}", telemetry_partitions=2)
     admin.ensure_topics(settings, [TopicSpec(settings.dlq_topic, 1, {"max.message.bytes": "2048"})])
     admin.ensure_topics(settings)
-    garbage = b"\xff" + b"g" * 8000  # under the record limit, over what the dead-letter topic takes
+    # under the record limit, over what the dead-letter topic takes even compressed (random bytes do not shrink)
+    garbage = b"\xff" + random.Random(7).randbytes(8000)
     send(settings, [{"value": garbage, "key": b"pool-a"}] + valid_payloads(400, seed=3))
     worker = WorkerProcess(settings, f"refused-{tag}", tmp_path, extra_env=LEARN_FAST).start()
     try:
         wait_for_version(settings, "pool-a/ttft/mean", 0, worker, timeout_s=120)
-        samples = worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= 400, 60, "all records")
-        failures = sum(v for k, v in samples.items() if k.startswith("headroom_telemetry_dead_letter_failures_total"))
-        assert failures >= 1
+        worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= 400, 60, "all records")
+        worker.wait_for(lambda m: sum(v for k, v in m.items()
+                                      if k.startswith("headroom_telemetry_dead_letter_failures_total")) >= 1,
+                        60, "the dead-letter topic refusing the letter (at the partition's next flush)")
+        deadline = time.monotonic() + 60  # written again, smaller, at a later flush of the running worker
+        while not letters_of(settings) and time.monotonic() < deadline:
+            time.sleep(0.5)
     finally:
         worker.stop()
     assert "dead letter" in worker.log()
