@@ -23,8 +23,8 @@ model through :func:`load_update`, the one place that decides whether a model ma
 
 Versions are integers from 1 to :data:`MAX_VERSION` (what every JSON reader and proto field holds
 exactly), and they only grow: each reader keeps, per model key, the newest version it accepted, and
-:func:`check_succession` refuses one that jumps more than a configured distance ahead of it — one bad
-message must not outrank every honest version that follows it on the compacted topic.
+:func:`refusal` says whether an update may follow it — newer, and not more than a configured distance ahead
+of it: one bad message must not outrank every honest version that follows it on the compacted topic.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ OUTPUT_TRANSFORMS = ("identity", "log")
 TRANSFORM_ATTRIBUTE = "headroom_output_transform"  # booster attribute holding the output transform
 MAX_VERSION = 2**53 - 1
 MAX_VERSION_JUMP = 1000  # default farthest a version may lead the live one (trainers publish live + 1)
+STALE, REPLAYED = "stale", "replayed"  # refusal reasons of a version that is not newer than the held one
 _HEADER_LEN = struct.Struct(">I")
 
 
@@ -63,7 +64,8 @@ class InvalidUpdate(HeadroomError, ValueError):
 
 class RejectedUpdate(InvalidUpdate):
     """An update whose model must not be used; ``reason`` is its category: ``unsigned``, ``unknown-key`` or
-    ``bad-signature`` (:mod:`contract.signing`), ``version``, ``schema``, ``model`` or ``transform``."""
+    ``bad-signature`` (:mod:`contract.signing`), ``version``, ``stale`` or ``replayed`` (:func:`refusal`),
+    ``schema``, ``model`` or ``transform``."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -183,12 +185,21 @@ def _check(update: ModelUpdate) -> None:
                             f"{str(update.sha256)[:12]}…")
 
 
-def check_succession(update: ModelUpdate, live: int | None, max_jump: int = MAX_VERSION_JUMP) -> None:
-    """Raise :class:`RejectedUpdate` (``version``) if ``update`` leads the ``live`` version of its key (None:
-    no version yet) by more than ``max_jump``. Whether it is newer at all is the caller's question."""
-    if live is not None and update.version - live > max_jump:
-        raise RejectedUpdate("version", f"version {update.version} of {update.key} is {update.version - live} "
-                                        f"ahead of the live version {live} (at most {max_jump} allowed)")
+def refusal(update: ModelUpdate, held: int | None, max_jump: int = MAX_VERSION_JUMP) -> RejectedUpdate | None:
+    """Why ``update`` may not follow ``held``, the newest version of its key the reader accepted (None: none
+    yet), or None when it may: ``stale`` (that version again), ``replayed`` (an older one) or ``version``
+    (more than ``max_jump`` ahead of it)."""
+    if held is None:
+        return None
+    if update.version == held:
+        return RejectedUpdate(STALE, f"version {update.version} of {update.key} is the one held already")
+    if update.version < held:
+        return RejectedUpdate(REPLAYED, f"version {update.version} of {update.key} is older than version {held}, "
+                                        f"accepted already")
+    if update.version - held > max_jump:
+        return RejectedUpdate("version", f"version {update.version} of {update.key} is {update.version - held} "
+                                         f"ahead of the live version {held} (at most {max_jump} allowed)")
+    return None
 
 
 def load_update(update: ModelUpdate) -> xgboost.Booster:

@@ -23,7 +23,15 @@ from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
-from headroom.contract.model_update import InvalidUpdate, ModelUpdate, RejectedUpdate, check_succession, decode_update
+from headroom.contract.model_update import (
+    REPLAYED,
+    STALE,
+    InvalidUpdate,
+    ModelUpdate,
+    RejectedUpdate,
+    decode_update,
+    refusal,
+)
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
 from headroom.kafka_clients import consumer, partitions, wait_for_partitions, watermarks
@@ -127,7 +135,7 @@ def read_all(kafka: KafkaSettings, trust: TrustedKeys, timeout_s: float = 30.0,
 def read_latest(kafka: KafkaSettings, trust: TrustedKeys,
                 timeout_s: float = 30.0) -> tuple[dict[str, ModelUpdate], list[Received]]:
     """The newest valid, trusted version per model key, and the messages that were rejected (a version too
-    far ahead of the one before it, :func:`~contract.model_update.check_succession`, included)."""
+    far ahead of the one before it, :func:`~contract.model_update.refusal`, included; an older one is skipped)."""
     latest: dict[str, ModelUpdate] = {}
     rejected = []
     for item in read_all(kafka, trust, timeout_s):
@@ -136,14 +144,11 @@ def read_latest(kafka: KafkaSettings, trust: TrustedKeys,
             rejected.append(item)
             continue
         held = latest.get(update.key)
-        if held is not None and held.version >= update.version:
-            continue
-        try:
-            check_succession(update, held and held.version, kafka.max_version_jump)
-        except RejectedUpdate as err:
-            rejected.append(Received(item.offset, None, str(err), err.reason))
-            continue
-        latest[update.key] = update
+        refused = refusal(update, held and held.version, kafka.max_version_jump)
+        if refused is None:
+            latest[update.key] = update
+        elif refused.reason not in (STALE, REPLAYED):
+            rejected.append(Received(item.offset, None, refused.detail, refused.reason))
     return latest, rejected
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from headroom.contract.model_update import InvalidUpdate, ModelUpdate, check_succession, load_update
+from headroom.contract.model_update import REPLAYED, STALE, InvalidUpdate, ModelUpdate, load_update, refusal
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
@@ -51,10 +51,12 @@ class ModelShelf(BackgroundThread):
         """Shelve ``update`` if it is newer than the shelved version and loadable; True when shelved."""
         self.published[update.key] += 1
         held = self.models.get(update.key)
-        if held is not None and held.update.version >= update.version:
-            return False
         try:
-            check_succession(update, held and held.update.version, self.kafka.max_version_jump)
+            refused = refusal(update, held and held.update.version, self.kafka.max_version_jump)
+            if refused is not None:
+                if refused.reason in (STALE, REPLAYED):
+                    return False
+                raise refused
             booster = load_update(update)
         except InvalidUpdate as err:
             self.rejected[getattr(err, "reason", "invalid")] += 1

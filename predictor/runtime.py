@@ -3,7 +3,7 @@
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
 check: a signature by a trusted key and the checksum (:func:`contract.model_update.decode_update` with the
 runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one and not too far ahead
-of it (:func:`contract.model_update.check_succession`), the checks every consumer makes
+of it (:func:`contract.model_update.refusal`), the checks every consumer makes
 (:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform), that
 its trees are supported and its objective matches the message, and a probe prediction that must be finite,
 non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A failing update is
@@ -33,13 +33,14 @@ import numpy as np
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.model_update import (
     MAX_VERSION_JUMP,
+    STALE,
     InvalidUpdate,
     ModelUpdate,
     RejectedUpdate,
-    check_succession,
     decode_update,
     load_update,
     model_key,
+    refusal,
     to_milliseconds,
 )
 from headroom.contract.signing import TrustedKeys
@@ -203,18 +204,13 @@ class ModelRuntime:
         it), else the outcome: rejected as replayed (older than that) or too far ahead, or stale (the same)."""
         live_version = self.version(update.pool_key, update.target, update.objective)
         newest = max(live_version or 0, (staged or {}).get(update.key, 0)) or None
-        if newest is not None and update.version < newest:
-            return self._reject("replayed", f"version {update.version} is older than version {newest}, already "
-                                            f"{'live' if newest == live_version else 'read'}", update.key,
-                                update.version)
-        if newest is not None and update.version == newest:
+        refused = refusal(update, newest, self.max_version_jump)
+        if refused is None:
+            return update
+        if refused.reason == STALE:
             self.stale += 1
             return ApplyResult(ApplyOutcome.STALE, update.key, update.version)
-        try:
-            check_succession(update, newest, self.max_version_jump)
-        except RejectedUpdate as err:
-            return self._reject(err.reason, err.detail, update.key, update.version)
-        return update
+        return self._reject(refused.reason, refused.detail, update.key, update.version)
 
     def install(self, update: ModelUpdate) -> ApplyResult:
         """Verify a screened update's model and swap it in."""
