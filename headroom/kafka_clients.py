@@ -8,7 +8,7 @@ would (:data:`contract.partitions.PARTITIONER`), so a pool's telemetry lands on 
 :func:`~contract.partitions.home_partition`.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
-topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now.
+topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now, :func:`until_ends` partitions up to their ends.
 :func:`librdkafka_logger` is the logger a client hands librdkafka's own log lines to, with the notes about a
 broker still starting (which librdkafka retries by itself) lowered to debug.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -110,26 +110,38 @@ def watermarks(client: Consumer, topic: str, partition_ids: list[int], timeout_s
 
 
 def read_to_end(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> list[Message]:
-    """Every message of ``topic`` (all partitions, each in order) up to its end offsets when called. A
-    partition ends at its end-of-partition event too: written in transactions, its last offset is a commit
-    marker no message stands at."""
+    """Every message of ``topic`` (all partitions, each in order) up to its end offsets when called; errors the
+    consumer reports on the way are skipped."""
     client = consumer(kafka, "headroom-reader", {"fetch.max.bytes": 64 << 20, "enable.partition.eof": True})
     try:
         found = wait_for_partitions(client, topic, 10.0)
         ends = {p: high for p, (low, high) in watermarks(client, topic, found, 10.0).items() if high > low}
-        client.assign([TopicPartition(topic, p, 0) for p in ends])
-        messages, deadline = [], time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            message = client.poll(0.5)
-            if message is not None and message.error() and message.error().code() == KafkaError._PARTITION_EOF:
-                ends.pop(message.partition(), None)
-            if message is None or message.error():
-                continue
-            messages.append(message)
-            if message.offset() + 1 >= ends.get(message.partition(), 0):
-                ends.pop(message.partition(), None)
-        if ends:
-            raise TimeoutError(f"could not read {topic!r} to its end within {timeout_s} s")
-        return messages
+        return [m for m in until_ends(client, topic, ends, timeout_s) if not m.error()]
     finally:
         client.close()
+
+
+def until_ends(client: Consumer, topic: str, ends: Mapping[int, int | None], timeout_s: float) -> Iterator[Message]:
+    """The messages (and the errors reported on the way) of the partitions of ``topic`` that ``ends`` lists, read
+    from their start until each is at its end: its end-of-partition event (the consumer must have
+    ``enable.partition.eof`` set), or the message before its end offset in ``ends`` (None: the event only).
+    A partition written in transactions may end at a commit marker no message stands at: the event ends it.
+    Raises TimeoutError if that takes over ``timeout_s``."""
+    remaining = dict(ends)
+    if not remaining:
+        return
+    client.assign([TopicPartition(topic, p, 0) for p in remaining])
+    deadline = time.monotonic() + timeout_s
+    while remaining:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading partitions {sorted(remaining)} of {topic!r} to their end took over "
+                               f"{timeout_s} s")
+        for message in client.consume(10_000, 0.5):
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                remaining.pop(message.partition(), None)
+                continue
+            yield message
+            end = remaining.get(message.partition())
+            if error is None and end is not None and message.offset() + 1 >= end:
+                remaining.pop(message.partition(), None)

@@ -11,13 +11,12 @@ fenced worker attempted — is never part of what it restores.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Collection
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from headroom.contract.topics import KafkaSettings, TopicSpec
-from headroom.kafka_clients import consumer
+from headroom.kafka_clients import consumer, until_ends
 
 WINDOWS = "windows"
 
@@ -44,22 +43,13 @@ def read_state(kafka: KafkaSettings, topic: str, partitions: Collection[int],
         return table
     client = consumer(kafka, topic, {"enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
-        client.assign([TopicPartition(topic, p, 0) for p in partitions])
-        remaining = set(partitions)
-        deadline = time.monotonic() + timeout_s
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading partitions {sorted(remaining)} of {topic!r} took over {timeout_s} s")
-            for message in client.consume(10_000, 0.5):
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(error)
-                    remaining.discard(message.partition())
-                elif message.value() is None:
-                    table.pop(json.loads(message.key()), None)
-                else:
-                    table[json.loads(message.key())] = message.value()
+        for message in until_ends(client, topic, dict.fromkeys(partitions), timeout_s):
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            if message.value() is None:
+                table.pop(json.loads(message.key()), None)
+            else:
+                table[json.loads(message.key())] = message.value()
     finally:
         client.close()
     return table

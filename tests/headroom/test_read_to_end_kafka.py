@@ -1,0 +1,49 @@
+"""Reading partitions to their end on the real broker: a plain topic up to its end offsets, and a
+transactional one read committed up to its end-of-partition events (its last offset is a commit marker)."""
+
+import json
+import uuid
+
+import pytest
+
+from headroom.contract.topics import TopicSpec
+from headroom.kafka_clients import producer, read_to_end
+from headroom.localkafka.admin import ensure_topics
+from headroom.streams.state_topic import read_state
+
+pytestmark = pytest.mark.kafka
+
+
+def test_read_to_end_reads_every_partition_up_to_the_end_offsets_of_the_call(kafka):
+    topic = f"to-end-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 3, {})])
+    sender = producer(kafka)
+    for i in range(30):
+        sender.produce(topic, value=str(i).encode(), partition=i % 2)  # partition 2 stays empty
+    sender.flush(10)
+    messages = read_to_end(kafka, topic, timeout_s=30)
+    assert sorted(int(m.value()) for m in messages) == list(range(30))
+    assert [int(m.value()) for m in messages if m.partition() == 1] == list(range(1, 30, 2))  # in order
+
+
+def test_read_state_sees_only_committed_entries_and_stops_at_the_commit_markers(kafka):
+    topic = f"state-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 2, {"cleanup.policy": "compact"})])
+    writer = producer(kafka, {"transactional.id": f"writer-{topic}"})
+    writer.init_transactions(10)
+    transactions = [({"a": b"1", "b": b"1"}, {"d": b"1"}, True),  # per partition: key -> value (None: delete)
+                    ({"c": b"2"}, {"d": None}, False),
+                    ({"a": b"3", "b": None}, {}, True)]
+    for first, second, commit in transactions:
+        writer.begin_transaction()
+        for partition, entries in enumerate((first, second)):
+            for key, value in entries.items():
+                writer.produce(topic, key=json.dumps(key).encode(), value=value, partition=partition)
+        if commit:
+            writer.commit_transaction(10)
+        else:
+            writer.flush(10)
+            writer.abort_transaction(10)
+    assert read_state(kafka, topic, [0, 1], timeout_s=30) == {"a": b"3", "d": b"1"}
+    assert read_state(kafka, topic, [1], timeout_s=30) == {"d": b"1"}
+    assert read_state(kafka, topic, [], timeout_s=30) == {}
