@@ -2,8 +2,9 @@
 them, with FastAPI's 422 body for what fails, and the responses' JSON (:func:`json_response`, :func:`iso_time`).
 
 A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINING_FIELDS`): counts are
-integers ≥ 0 (a number with no fractional part counts as one), fractions numbers within [0, 1], latencies
-numbers ≥ 0, ``pod_type`` one of ``""``, ``"prefill"``, ``"decode"`` or null, ``timestamp`` an RFC 3339
+integers (a number with no fractional part counts as one), fractions and latencies numbers, each within the
+range of its kind that telemetry and every other API hold it to (:data:`contract.server_state.KIND_RANGES`:
+a count up to a billion, a latency up to an hour), ``pod_type`` one of ``""``, ``"prefill"``, ``"decode"`` or null, ``timestamp`` an RFC 3339
 time or unix seconds. Unknown fields are ignored, as FastAPI does. Unlike the reference's lax mode,
 numbers written as strings and booleans are refused: a row says what it means or gets a 422 naming the
 field.
@@ -26,7 +27,7 @@ from aiohttp import web
 
 from headroom.contract.features import RAW_FIELDS
 from headroom.contract.llmd import POD_TYPES, RAW_COLUMN_OF
-from headroom.contract.telemetry import MAX_INTEGER
+from headroom.contract.server_state import KIND_RANGES
 
 MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
 MISSING = msgspec.UNSET
@@ -54,9 +55,9 @@ PREDICTION_FIELDS = {**_SERVER_STATE, **_SAMPLE, **_OPTIONAL}
 TRAINING_FIELDS = {**_SERVER_STATE, "actual_ttft_ms": Field("latency"), "actual_tpot_ms": Field("latency"), **_SAMPLE,
                    **_OPTIONAL, "timestamp": Field("time", None)}
 
-_TYPES = {"count": Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)],
-          "fraction": Annotated[float, msgspec.Meta(ge=0.0, le=1.0)],
-          "latency": Annotated[float, msgspec.Meta(ge=0.0)],
+_TYPES = {"count": Annotated[int, msgspec.Meta(ge=0, le=KIND_RANGES["count"][1])],
+          **{kind: Annotated[float, msgspec.Meta(ge=low, le=high)] for kind, (low, high) in KIND_RANGES.items()
+             if kind != "count"},
           "pod_type": Literal[POD_TYPES] | None,  # type: ignore[valid-type]
           "time": datetime | float | None}
 
@@ -197,29 +198,26 @@ def _count(value: Any) -> tuple[Any, tuple | None]:
         return None, ("int_from_float", "Input should be a valid integer, got a number with a fractional part")
     if type(value) is not int:
         return None, ("int_type", "Input should be a valid integer")
-    if value < 0:
-        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0})
-    if value > MAX_INTEGER:
-        return None, ("less_than_equal", f"Input should be less than or equal to {MAX_INTEGER}", {"le": MAX_INTEGER})
+    return _within(value, "count")
+
+
+def _number_of(kind: str) -> Any:
+    def check(value: Any) -> tuple[Any, tuple | None]:
+        if not _number(value):
+            return None, ("float_type", "Input should be a valid number")
+        return _within(float(value), kind)
+    return check
+
+
+def _within(value: float, kind: str) -> tuple[Any, tuple | None]:
+    """``value`` if it is within the range of its kind (:data:`contract.server_state.KIND_RANGES`), else the
+    error FastAPI gives for a bound it crossed."""
+    low, high = KIND_RANGES[kind]
+    if value < low:
+        return None, ("greater_than_equal", f"Input should be greater than or equal to {low:.10g}", {"ge": low})
+    if value > high:
+        return None, ("less_than_equal", f"Input should be less than or equal to {high:.10g}", {"le": high})
     return value, None
-
-
-def _fraction(value: Any) -> tuple[Any, tuple | None]:
-    if not _number(value):
-        return None, ("float_type", "Input should be a valid number")
-    if value < 0:
-        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0.0})
-    if value > 1:
-        return None, ("less_than_equal", "Input should be less than or equal to 1", {"le": 1.0})
-    return float(value), None
-
-
-def _latency(value: Any) -> tuple[Any, tuple | None]:
-    if not _number(value):
-        return None, ("float_type", "Input should be a valid number")
-    if value < 0:
-        return None, ("greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0.0})
-    return float(value), None
 
 
 def _pod_type(value: Any) -> tuple[Any, tuple | None]:
@@ -236,7 +234,8 @@ def _time(value: Any) -> tuple[Any, tuple | None]:
         return None, ("datetime_type", "Input should be a valid datetime (RFC 3339) or unix seconds")
 
 
-_CHECKS = {"count": _count, "fraction": _fraction, "latency": _latency, "pod_type": _pod_type, "time": _time}
+_CHECKS = {"count": _count, "fraction": _number_of("fraction"), "latency": _number_of("latency"),
+           "pod_type": _pod_type, "time": _time}
 
 
 def _error(kind: str, loc: tuple[Any, ...], msg: str, value: Any, ctx: dict[str, Any] | None = None) -> dict[str, Any]:

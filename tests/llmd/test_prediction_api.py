@@ -129,7 +129,11 @@ ROW = rows(1, seed=5)[0]
     ({"requests": [dict(ROW, encoder_input_size=1, encoder_matched_size=2)]},
      [{"type": "value_error", "loc": ["body", "requests", 0], "msg": "Value error, encoder_matched_size 2 exceeds "
        "encoder_input_size 1", "input": dict(ROW, encoder_input_size=1, encoder_matched_size=2, pod_type="")}]),
-], ids=["above-range", "missing", "several", "string-number", "empty", "no-requests", "encoder-match"])
+    ({"requests": [dict(ROW, num_request_running=10**9 + 1)]},
+     [{"type": "less_than_equal", "loc": ["body", "requests", 0, "num_request_running"],
+       "msg": "Input should be less than or equal to 1000000000", "input": 10**9 + 1, "ctx": {"le": 10**9}}]),
+], ids=["above-range", "missing", "several", "string-number", "empty", "no-requests", "encoder-match",
+        "count-above-a-billion"])
 def test_strict_bulk_refuses_any_invalid_row_with_fastapis_422_body(start_server, boosters, body, detail):
     server = start_server(runtime=runtime_with(boosters), http_port=0)
     assert call(base(server), "/predict/bulk/strict", body) == (422, {"detail": detail})

@@ -84,7 +84,11 @@ def test_an_invalid_entry_refuses_the_whole_body_with_fastapis_422(api):
     assert telemetry.records == [] and letters.letters == []
     assert call(base, "/add_training_data_bulk", {"entries": [dict(ENTRY, timestamp="yesterday")]})[1]["detail"][0][
         "type"] == "datetime_type"
-    assert call(base, "/data/status")[1]["telemetry"]["bodies_rejected"] == 2
+    status, body = call(base, "/add_training_data_bulk", {"entries": [dict(ENTRY, actual_tpot_ms=3_600_000.5)]})
+    assert status == 422 and body["detail"] == [  # the contract's bound for a latency: an hour
+        {"type": "less_than_equal", "loc": ["body", "entries", 0, "actual_tpot_ms"],
+         "msg": "Input should be less than or equal to 3600000", "input": 3_600_000.5, "ctx": {"le": 3_600_000.0}}]
+    assert telemetry.records == [] and call(base, "/data/status")[1]["telemetry"]["bodies_rejected"] == 3
 
 
 def test_a_sample_timestamp_is_its_completion_time(api):
