@@ -30,7 +30,8 @@ BENCH_TRUST = TrustedKeys([BENCH_KEY.public_key])
 
 def candidates(n: int, seed: int = 0) -> np.ndarray:
     """Feature rows of ``n`` plausible candidate servers (synthetic, for benchmarks and tests); a raw feature
-    without a distribution of its own here is drawn over its probe range."""
+    without a distribution of its own here is drawn over its probe range (a server's encoder match held to the
+    request's encoder input)."""
     rng = np.random.default_rng(seed)
     inflight_tokens = rng.integers(0, 200_000, n)
     columns = {
@@ -43,6 +44,7 @@ def candidates(n: int, seed: int = 0) -> np.ndarray:
     for name, raw in RAW_FIELDS.items():
         if name not in columns:
             columns[name] = raw.draw(rng, n)
+    columns["encoder_matched_size"] = np.minimum(columns["encoder_matched_size"], columns["encoder_input_size"])
     return feature_matrix(columns)
 
 

@@ -39,7 +39,6 @@ def llmd_rows(n: int, seed: int = 1) -> list[dict]:
             field = _FIELD_OF.get(column)
             if field is not None:
                 row[field] = min(1.0, float(value)) if field in _FRACTIONS else int(value)
-        row["encoder_matched_size"] = min(row["encoder_matched_size"], row["encoder_input_size"])
         rows.append(row)
     return rows
 

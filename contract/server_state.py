@@ -92,3 +92,22 @@ SERVER_FIELDS: dict[str, RawField] = {f.name: f.metadata["raw"] for f in datacla
 def state_values(source: object) -> dict[str, Any]:
     """The :class:`ServerState` fields of ``source`` (any object that has them), by name."""
     return {name: getattr(source, name) for name in SERVER_FIELDS}
+
+
+def encoder_excess(matched: Any, input_size: Any) -> dict[int, str]:
+    """The rows in which a server is said to hold more of a request's multimodal encoder input
+    (``encoder_matched_size``) than the request has (``encoder_input_size``), each with the error that says so:
+    numbers are one row, columns (of equal length, or one value for every row) one row per value.
+
+    >>> encoder_excess(2, 3), encoder_excess([1, 4], 3)
+    ({}, {1: 'encoder_matched_size 4 exceeds encoder_input_size 3'})
+    """
+    if isinstance(matched, int | float) and isinstance(input_size, int | float):  # one record: no arrays
+        return {} if matched <= input_size else {0: _excess(matched, input_size)}
+    matched, input_size = np.broadcast_arrays(np.ravel(np.asarray(matched, dtype=np.float64)),
+                                              np.ravel(np.asarray(input_size, dtype=np.float64)))
+    return {int(row): _excess(matched[row], input_size[row]) for row in np.flatnonzero(matched > input_size)}
+
+
+def _excess(matched: float, input_size: float) -> str:
+    return f"encoder_matched_size {matched:.10g} exceeds encoder_input_size {input_size:.10g}"

@@ -34,7 +34,14 @@ from typing import Annotated, Any
 
 import msgspec
 
-from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS, ServerState
+from headroom.contract.server_state import (
+    KIND_RANGES,
+    MAX_COUNT,
+    MAX_LATENCY_MS,
+    SERVER_FIELDS,
+    ServerState,
+    encoder_excess,
+)
 from headroom.errors import HeadroomError
 
 SCHEMA_VERSION = 1
@@ -267,9 +274,8 @@ def _check_consistency(record: TelemetryRecord) -> None:
         raise InvalidRecord(f"ttft_ms {record.ttft_ms} exceeds e2e_ms {record.e2e_ms}")
     if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
         raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
-    if record.encoder_matched_size > record.encoder_input_size:
-        raise InvalidRecord(f"encoder_matched_size {record.encoder_matched_size} exceeds encoder_input_size "
-                            f"{record.encoder_input_size}")
+    for error in encoder_excess(record.encoder_matched_size, record.encoder_input_size).values():
+        raise InvalidRecord(error)
 
 
 _WIRE_CONSTRAINTS = {

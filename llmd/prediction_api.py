@@ -38,6 +38,7 @@ from aiohttp import web
 
 from headroom.contract.features import feature_matrix
 from headroom.contract.llmd import POD_TYPES, pool_key_of, raw_values
+from headroom.contract.server_state import encoder_excess
 from headroom.llmd.schema import (
     PREDICTION_FIELDS,
     PredictionRow,
@@ -168,10 +169,9 @@ class PredictionApi:
                for name, value in raw_values(columns).items()}
         features = feature_matrix(raw)
         errors: list[str | None] = [None] * n
-        invalid = np.flatnonzero(columns["encoder_matched_size"] > columns["encoder_input_size"]).tolist()
-        for i in invalid:
-            errors[i] = (f"encoder_matched_size {int(columns['encoder_matched_size'][i])} exceeds "
-                         f"encoder_input_size {int(columns['encoder_input_size'][i])}")
+        invalid = encoder_excess(columns["encoder_matched_size"], columns["encoder_input_size"])
+        for i, error in invalid.items():
+            errors[i] = error
         values = {target: np.full(n, np.nan) for target in TARGETS}
         loaded = 0.0
         for role, index in _by_role([r.pod_type or "" for r in rows], set(invalid)):

@@ -3,8 +3,9 @@
 A caller names each column as :data:`contract.features.RAW_COLUMNS` does and gives one value per row, or
 one value for every row (a request's own fields); a column it leaves out takes the contract's default
 (:data:`contract.features.RAW_DEFAULTS`) or, without one, is an error. Values must be finite and within
-their kind's range (a count or latency not negative, a fraction within [0, 1]); a value above a field's
-cap means the cap. The derived features are computed here, by :func:`contract.features.feature_matrix`:
+their kind's range (a count or latency not negative, a fraction within [0, 1]), and a server cannot hold
+more of a request's encoder input than it has (:func:`contract.server_state.encoder_excess`); a value above
+a field's cap means the cap. The derived features are computed here, by :func:`contract.features.feature_matrix`:
 a client never computes one.
 
 >>> from headroom.contract.features import FEATURE_NAMES
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from headroom.contract.features import RAW_COLUMNS, RAW_DEFAULTS, RAW_FIELDS, feature_matrix
-from headroom.contract.server_state import KIND_RANGES
+from headroom.contract.server_state import KIND_RANGES, encoder_excess
 from headroom.predictor.errors import InvalidBatch
 
 
@@ -46,6 +47,8 @@ def raw_rows(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
     for name in RAW_COLUMNS:
         column = values.get(name)
         full[name] = np.full(n, RAW_DEFAULTS[name], dtype=np.float64) if column is None else _checked(name, column, n)
+    for row, error in encoder_excess(full["encoder_matched_size"], full["encoder_input_size"]).items():
+        raise InvalidBatch(f"{error} in row {row}")
     return feature_matrix(full)
 
 

@@ -4,7 +4,8 @@ An adapter only: proto → domain (headers, prompt, optional caller-supplied can
 :class:`~router.service.RouterService` → proto. Domain errors map to status codes in :data:`STATUS_OF`.
 Every input is checked before anything is scheduled or recorded, within the :mod:`router.limits`: a
 candidate's values within the ranges of their kinds (:data:`contract.server_state.KIND_RANGES`), its
-running TPOT SLOs positive milliseconds, its server id unique in the call and its address set; a report's
+running TPOT SLOs positive milliseconds, its server id unique in the call, its address set and its
+``encoder_matched_size`` no more than the request's ``encoder_input_size``; a report's
 measurements as the telemetry validator takes them (an invalid report releases the request, which then
 sends no telemetry). A picked request waits for its report in a bounded table (oldest forgotten first, its
 in-flight accounting released).
@@ -17,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS
+from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS, encoder_excess
 from headroom.contract.telemetry import InvalidRecord, check_field
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge, RouterError
 from headroom.router.headers import parse_headers
@@ -91,7 +92,11 @@ class PickServicer(router_pb2_grpc.RouterServicer):
         repeated = [sid for sid, n in Counter(s.server_id for s in servers or ()).items() if n > 1]
         if repeated:
             raise RequestError(f"candidate server_id {repeated[0]!r} appears more than once")
-        return self.service.pick(self.service.request_of(request.request_id, headers, prompt), servers)
+        scheduled = self.service.request_of(request.request_id, headers, prompt)
+        for server in servers or ():
+            for error in encoder_excess(server.encoder_matched_size, scheduled.encoder_input_size).values():
+                raise RequestError(f"candidate {server.server_id!r}: {error} (the request's distinct media items)")
+        return self.service.pick(scheduled, servers)
 
 
 def snapshot_of(state: router_pb2.ServerState) -> ServerSnapshot:

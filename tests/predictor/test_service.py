@@ -75,9 +75,10 @@ def test_raw_columns_get_their_features_computed_by_the_server(start_server, boo
     packed = ROWS.copy()
     packed[:, RAW_COLUMNS.index("prompt_tokens")] = 700.0
     packed[:, FEATURE_NAMES.index("effective_prompt_tokens")] = 700.0 * (1 - packed[:, RAW_COLUMNS.index("prefix_match")])
-    defaults = {k: v for k, v in RAW.items() if k not in ("token_interval_ms", "encoder_input_size")}
+    left_out = ("token_interval_ms", "encoder_input_size", "encoder_matched_size")
+    defaults = {k: v for k, v in RAW.items() if k not in left_out}
     no_rhythm = ROWS.copy()
-    no_rhythm[:, [RAW_COLUMNS.index("token_interval_ms"), RAW_COLUMNS.index("encoder_input_size")]] = 0.0
+    no_rhythm[:, [RAW_COLUMNS.index(name) for name in left_out]] = 0.0
     with channel:
         for columns, rows in ((RAW, ROWS), (shared, packed), (defaults, no_rhythm)):
             by_raw = stub.Predict(raw_request(columns), timeout=5)
@@ -113,8 +114,11 @@ def _bad_rows():
      "'num_running' is a count and must be finite and within [0, 1e+09], got -1.0"),
     (lambda: raw_request({**RAW, "num_waiting": [2e9]}), grpc.StatusCode.INVALID_ARGUMENT,
      "'num_waiting' is a count and must be finite and within [0, 1e+09], got 2000000000.0"),
+    (lambda: raw_request({**RAW, "encoder_input_size": [2.0], "encoder_matched_size": [0.0] * 29 + [3.0]}),
+     grpc.StatusCode.INVALID_ARGUMENT, "encoder_matched_size 3 exceeds encoder_input_size 2 in row 29"),
 ], ids=["feature-count", "ragged-bytes", "non-finite", "no-rows", "no-rows-field", "unknown-pool", "schema",
-        "raw-unknown", "raw-missing", "raw-ragged", "raw-range", "raw-negative", "raw-over-the-contract-bound"])
+        "raw-unknown", "raw-missing", "raw-ragged", "raw-range", "raw-negative", "raw-over-the-contract-bound",
+        "raw-encoder-match-beyond-the-input"])
 def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_server, boosters, make, code, text):
     server = start_server(runtime=runtime_with(boosters))
     channel, stub = stub_of(server)

@@ -84,6 +84,10 @@ def test_body_gives_the_prompt():
         router_pb2.ServerState(server_id="c", address="a:1", token_interval_ms=-3.0)]),
         grpc.StatusCode.INVALID_ARGUMENT, "token_interval_ms must be within [0, 3.6e+06], got -3.0",
         id="bad-token-interval"),
+    pytest.param(router_pb2.PickRequest(request_id="x", prompt_tokens=5, media_hashes=[7, 8], candidates=[
+        router_pb2.ServerState(server_id="c", address="a:1", encoder_matched_size=3)]),
+        grpc.StatusCode.INVALID_ARGUMENT, "candidate 'c': encoder_matched_size 3 exceeds encoder_input_size 2",
+        id="encoder-match-beyond-the-input"),
 ])
 def test_pick_errors(request_, code, text):
     async def calls(stub):
