@@ -1,12 +1,14 @@
 """Prometheus metrics of one prediction server, in its own registry so instances never share state.
 
-Request metrics are recorded as calls are served; model versions, ages and update outcomes are read
-from the runtime at scrape time.
+Request metrics are recorded as calls are served, the outcomes of the start-up replay of the model topic
+(:mod:`predictor.replay`) once it ends; model versions, ages and update outcomes are read from the runtime
+at scrape time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +36,9 @@ class PredictorMetrics:
                                       "From a model update's publication to its verdict here.",
                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300),
                                       registry=self.registry)
+        self.replayed_updates = Counter("headroom_predictor_replayed_updates", "Model-update messages read in the "
+                                        "start-up replay of the model topic, by outcome and rejection reason.",
+                                        ["outcome", "reason"], registry=self.registry)
         self.registry.register(_RuntimeCollector(runtime))
         self._ok = self.requests.labels("OK")
 
@@ -49,6 +54,11 @@ class PredictorMetrics:
 
     def update_applied(self, result: ApplyResult, delay_seconds: float) -> None:
         self.update_delay.observe(delay_seconds)
+
+    def replayed(self, outcomes: Mapping[tuple[str, str], int]) -> None:
+        """Count the start-up replay's messages, by (outcome, rejection reason or "")."""
+        for (outcome, reason), count in outcomes.items():
+            self.replayed_updates.labels(outcome, reason).inc(count)
 
 
 def update_outcomes(name: str, runtime: ModelRuntime) -> CounterMetricFamily:

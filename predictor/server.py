@@ -57,7 +57,8 @@ class PredictorServer:
         self.metrics = PredictorMetrics(self.runtime)
         tail = kafka is not None and (not settings.models or settings.tail_with_models)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
-                                        on_result=self.metrics.update_applied) if tail else None
+                                        on_result=self.metrics.update_applied,
+                                        on_replay=self.metrics.replayed) if tail else None
         self.files = ModelFileSource(self.runtime, Path(settings.models), poll_s=settings.models_poll_s) \
             if settings.models else None
         self.llmd = PredictionApi(self.runtime, pool_key=settings.http_pool_key, objective=settings.http_objective,

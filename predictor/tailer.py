@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Message
 
@@ -32,12 +32,14 @@ class ModelUpdateTailer(BackgroundThread):
     thread_name = "model-update-tailer"
 
     def __init__(self, runtime: ModelRuntime, kafka: KafkaSettings, *, fetch_wait_ms: int = 20,
-                 on_result: Callable[[ApplyResult, float], None] | None = None) -> None:
+                 on_result: Callable[[ApplyResult, float], None] | None = None,
+                 on_replay: Callable[[Mapping[tuple[str, str], int]], None] | None = None) -> None:
         super().__init__()
         self.runtime = runtime
         self.kafka = kafka
         self.fetch_wait_ms = fetch_wait_ms
         self._on_result = on_result  # (result, seconds from publish to applied)
+        self._on_replay = on_replay  # the start-up replay's messages by (outcome, reason), once it ends
         self._ready = threading.Event()
         self.consumed = 0
         self.error: BaseException | None = None
@@ -58,6 +60,8 @@ class ModelUpdateTailer(BackgroundThread):
                     return
                 if item is CAUGHT_UP and not self._ready.is_set():
                     replay.finish()
+                    if self._on_replay is not None:
+                        self._on_replay(replay.outcomes)
                     log.info("model-update tailer caught up: %d messages, %d models live",
                              self.consumed, len(self.runtime.live()))
                     self._ready.set()

@@ -43,6 +43,10 @@ def test_a_fresh_instance_replays_the_topic_then_follows_new_versions(kafka, fre
     server = start_server(kafka=settings)
     assert server.tailer.wait_ready(30)
     assert server.runtime.rejected == {"unsigned": 1, "replayed": 1}  # b"corrupt", then version 1 after 2
+    replayed = {(outcome, reason): server.metrics.registry.get_sample_value(
+        "headroom_predictor_replayed_updates_total", {"outcome": outcome, "reason": reason})
+        for outcome, reason in (("applied", ""), ("stale", ""), ("rejected", "unsigned"), ("rejected", "replayed"))}
+    assert replayed == {("applied", ""): 2, ("stale", ""): 1, ("rejected", "unsigned"): 1, ("rejected", "replayed"): 1}
     channel = grpc.insecure_channel(server.address)
     with channel:
         stub = prediction_pb2_grpc.PredictionServiceStub(channel)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.replay import Replay
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from tests.keys import TRUST
@@ -22,6 +23,7 @@ def test_of_many_versions_only_the_newest_is_verified(booster):
     results = replay.finish()
     assert [(r.outcome, r.version) for r in results] == [(ApplyOutcome.APPLIED, 30)]
     assert runtime.applied == 1 and runtime.stale == 29 and runtime.version("pool-a", "ttft", "mean") == 30
+    assert replay.outcomes == {("applied", ""): 1, ("stale", ""): 29}  # every message counted once
 
 
 def test_a_newest_version_that_fails_verification_falls_back_to_the_one_before(booster):
@@ -34,3 +36,10 @@ def test_a_newest_version_that_fails_verification_falls_back_to_the_one_before(b
     outcomes = [(r.outcome, r.version, r.reason) for r in replay.finish()]
     assert outcomes == [(ApplyOutcome.REJECTED, 3, "schema"), (ApplyOutcome.APPLIED, 2, None)]
     assert runtime.rejected == {"version": 1, "schema": 1} and runtime.version("pool-a", "ttft", "mean") == 2
+    assert replay.outcomes == {("applied", ""): 1, ("stale", ""): 1, ("rejected", "version"): 1,
+                               ("rejected", "schema"): 1}
+    metrics = PredictorMetrics(runtime)
+    metrics.replayed(replay.outcomes)
+    assert {key: metrics.registry.get_sample_value("headroom_predictor_replayed_updates_total",
+                                                   {"outcome": key[0], "reason": key[1]})
+            for key in replay.outcomes} == replay.outcomes
