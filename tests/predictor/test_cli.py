@@ -60,6 +60,17 @@ def test_serve_becomes_healthy_and_stops_gracefully_on_sigterm(kafka, fresh_topi
                  id="mtls-without-tls"),
 ])
 def test_serve_reports_a_bad_setting_without_a_traceback(env, message):
+    assert_refused_at_start(env, message)
+
+
+def test_serve_refuses_a_trusted_keys_directory_with_no_key_in_it(tmp_path):
+    (tmp_path / ".hidden.pub").write_text("a dotfile is not a key")  # as a mounted Secret's ..data entries
+    (tmp_path / "keys").mkdir()  # nor is a directory
+    assert_refused_at_start({"HEADROOM_MODEL_TRUSTED_KEYS": str(tmp_path)},
+                            f"HEADROOM_MODEL_TRUSTED_KEYS={tmp_path}: the directory holds no key file")
+
+
+def assert_refused_at_start(env, message):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_MODEL_")}, **env}
     result = subprocess.run([HEADROOM, "predictor", "serve"], env=env,
                             capture_output=True, text=True, timeout=60)

@@ -1,3 +1,4 @@
+import threading
 import urllib.request
 
 import grpc
@@ -128,6 +129,37 @@ def test_bad_requests_get_precise_status_and_the_server_keeps_serving(start_serv
         assert failure.value.code() == code
         assert text in failure.value.details()
         assert stub.Predict(request(), timeout=5).n_rows == len(ROWS)
+
+
+def test_calls_beyond_max_concurrent_calls_are_refused_with_resource_exhausted(start_server, boosters):
+    server = start_server(runtime=runtime_with(boosters), max_concurrent_calls=2, workers=2, reflection=True)
+    channel, stub = stub_of(server)
+    release = threading.Event()
+
+    def asking():  # one question, then the stream stays open until released
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        release.wait(30)
+
+    with channel:
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo
+        held = [reflect(asking(), timeout=30) for _ in range(2)]
+        for call in held:
+            next(call)  # its first answer: the call is being served, and holds its slot
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Predict(request(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        release.set()
+        for call in held:
+            assert list(call) == []  # the streams end
+        for _ in range(100):  # the server frees the slots as the held calls complete
+            try:
+                assert stub.Predict(request(), timeout=5).n_rows == len(ROWS)
+                break
+            except grpc.RpcError as err:
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                server.wait(0.05)
+        else:
+            pytest.fail("the held calls' slots were never freed")
 
 
 def test_unavailable_and_not_serving_before_the_first_model(start_server, boosters):
