@@ -30,6 +30,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 
+import numpy as np
+
 
 def tpot_deficit_ms(first_s: float, tokens: int, last_s: float, now: float, slo_ms: float) -> float:
     """How far (ms) a stream is behind its TPOT SLO at ``now``; negative when it is ahead."""
@@ -42,6 +44,16 @@ def tpot_deficit_ms(first_s: float, tokens: int, last_s: float, now: float, slo_
 def tpot_at_risk(first_s: float, tokens: int, last_s: float, now: float, slo_ms: float) -> bool:
     """Whether a stream is behind its TPOT SLO by at most one SLO interval at ``now`` (times in seconds)."""
     return 0.0 < tpot_deficit_ms(first_s, tokens, last_s, now, slo_ms) <= slo_ms
+
+
+def tpot_at_risk_columns(first_s: np.ndarray, tokens: np.ndarray, last_s: np.ndarray, now: float,
+                         slo_ms: np.ndarray) -> np.ndarray:
+    """:func:`tpot_at_risk` of many streams at once (a column per argument but ``now``), as a boolean array: the
+    same float64 operations in the same order, so the same answers."""
+    behind = (now - first_s) * 1000.0 - slo_ms * np.maximum(tokens, 1)
+    behind = np.where(tokens >= 2, np.maximum(behind, (last_s - first_s) * 1000.0 - slo_ms * (tokens - 1)), behind)
+    at_risk: np.ndarray = (0.0 < behind) & (behind <= slo_ms)
+    return at_risk
 
 
 HORIZON_TOKENS = 4  # how many tokens a new prefill keeps a server's next step without prefill away, roughly

@@ -9,9 +9,9 @@ lost connection) expires ``ttl_s`` after it started. Per-server totals are kept 
 reading them costs nothing. Time is passed in, never read here.
 
 The tokens of a streaming request with a TPOT SLO are followed as they are relayed (:meth:`Inflight.token`;
-one relayed chunk counts as one token), so :meth:`Inflight.tpot_at_risk` can say, per server, how many of
-its streams are at risk of missing their TPOT SLO right now (:func:`contract.slo.tpot_at_risk`), each weighted
-by the chance that it ends soon.
+one relayed chunk counts as one token, :mod:`router.state.stream_table`), so :meth:`Inflight.tpot_at_risk`
+can say, per server, how many of its streams are at risk of missing their TPOT SLO right now
+(:func:`contract.slo.tpot_at_risk`), each weighted by the chance that it ends soon.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from headroom.contract.slo import tpot_at_risk
+from headroom.router.state.stream_table import StreamTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,26 +45,12 @@ class ServerLoad:
 IDLE = ServerLoad()
 
 
-class StreamProgress:
-    """What relaying a stream has shown of it: its first and last token times and its tokens so far."""
-
-    __slots__ = ("first_s", "last_s", "tokens", "slo_ms")
-
-    def __init__(self, now: float, slo_ms: float):
-        self.first_s = self.last_s = now
-        self.tokens = 1
-        self.slo_ms = slo_ms
-
-    def at_risk(self, now: float) -> bool:
-        return tpot_at_risk(self.first_s, self.tokens, self.last_s, now, self.slo_ms)
-
-
 class Inflight:
     def __init__(self, ttl_s: float = 600.0):
         self.ttl_s = ttl_s
         self._requests: dict[str, InflightRequest] = {}  # in start order
         self._load: dict[str, ServerLoad] = {}
-        self._streams: dict[str, dict[str, StreamProgress]] = {}  # server -> request id -> its stream
+        self._streams = StreamTable()  # the streams with a TPOT SLO, from their first token on
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
               now: float, stream: bool = False, max_tokens: int = 0) -> None:
@@ -93,32 +79,19 @@ class Inflight:
         entry = self._requests.get(request_id)
         if entry is None or entry.tpot_slo_ms is None:
             return self.first_token(request_id)
-        streams = self._streams.setdefault(entry.server_id, {})
-        progress = streams.get(request_id)
-        if progress is None:
-            streams[request_id] = StreamProgress(now, entry.tpot_slo_ms)
-        else:
-            progress.tokens += 1
-            progress.last_s = now
+        self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now)
         return self.first_token(request_id)
 
     def tpot_at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:
         """Per server with any: its streams at risk of missing their TPOT SLO at ``now``, each counted as
         ``weight(tokens so far)``."""
-        counts = {}
-        for server_id, streams in self._streams.items():
-            n = sum(weight(progress.tokens) for progress in streams.values() if progress.at_risk(now))
-            if n:
-                counts[server_id] = n
-        return counts
+        return self._streams.at_risk(now, weight)
 
     def finish(self, request_id: str) -> InflightRequest | None:
         entry = self._requests.pop(request_id, None)
         if entry is None:
             return None
-        streams = self._streams.get(entry.server_id)
-        if streams is not None and streams.pop(request_id, None) is not None and not streams:
-            del self._streams[entry.server_id]
+        self._streams.drop(request_id)
         load = self._load[entry.server_id]
         if load.requests <= 1:
             del self._load[entry.server_id]
