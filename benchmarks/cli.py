@@ -37,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                     "per second of the router's CPU time.")
     _live_router_args(ext_proc, servers=16, seconds=10.0)
     ext_proc.add_argument("--streams", type=int, default=16, help="concurrent ext_proc streams")
+    ext_proc.add_argument("--floor", nargs="*", metavar="VARIANT",
+                          help="instead: an empty servicer served each way named (all when none is named; the first "
+                               "one is also split into per-stream and per-message cost), CPU ms per exchange")
+    ext_proc.add_argument("--rounds", type=int, default=3, help="--floor: interleaved rounds")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -127,8 +131,15 @@ def _proxy(args: argparse.Namespace) -> int:
 def _ext_proc(args: argparse.Namespace) -> int:
     from headroom.benchmarks.ext_proc import bench_ext_proc
 
-    if args.servers < 1 or args.streams < 1 or args.seconds <= 0:
-        raise CommandError("--servers, --streams and --seconds must be positive")
+    if args.servers < 1 or args.streams < 1 or args.seconds <= 0 or args.rounds < 1:
+        raise CommandError("--servers, --streams, --seconds and --rounds must be positive")
+    if args.floor is not None:
+        from headroom.benchmarks.ext_proc_floor import VARIANTS, bench_floor
+        unknown = sorted(set(args.floor) - set(VARIANTS))
+        if unknown:
+            raise CommandError(f"unknown --floor variants {unknown}; known: {', '.join(VARIANTS)}")
+        print(json.dumps(bench_floor(args.floor or list(VARIANTS), args.rounds, args.seconds, args.streams)))
+        return 0
     print(json.dumps(bench_ext_proc(args.servers, args.streams, args.seconds, args.predictor, args.profile)))
     return 0
 

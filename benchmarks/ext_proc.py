@@ -5,6 +5,11 @@ process, with embedded prediction by default. This process plays Envoy: ``stream
 streams, each exchange sending the request headers, the request body (one decision), then the response
 headers and a JSON body carrying ``usage`` (the completion: telemetry and in-flight release), for
 ``seconds``. The result is the router's decisions per second of its own CPU time, and per wall second.
+
+Four messages is the fewest Envoy sends per request in the reference's configuration (the Gateway API
+Inference Extension's Envoy config streams both bodies, ``FULL_DUPLEX_STREAMED``, with header and trailer
+messages sent: request headers, at least one request body chunk, response headers, at least one response
+body chunk); a streamed response sends one more message per chunk.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from headroom.benchmarks.live import load_average, start_pool, start_router
 
@@ -26,50 +33,59 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
         with tempfile.TemporaryDirectory(prefix="headroom-bench-ext-proc-") as scratch:
             router, port = start_router(addresses, Path(scratch), predictor=predictor, ext_proc=True, profile=profile)
             try:
-                asyncio.run(_drive(port, streams, 1.0))  # warm-up: connections, caches, compiled kernels
+                asyncio.run(drive(port, streams, 1.0))  # warm-up: connections, caches, compiled kernels
                 before, began = router.cpu, time.monotonic()
-                decisions, rejected = asyncio.run(_drive(port, streams, seconds))
+                exchanges, rejected = asyncio.run(drive(port, streams, seconds))
                 cpu, wall = router.cpu - before, time.monotonic() - began
             finally:
                 router.stop()
     finally:
         pool.stop()
+    decisions = exchanges - rejected
     return {"servers": servers, "streams": streams, "predictor": predictor, "decisions": decisions,
             "rejected": rejected, "decisions_per_cpu_s": decisions / cpu if cpu else float("inf"),
             "decisions_per_s": decisions / wall, "router_cpu_ms_per_decision": 1000 * cpu / max(1, decisions),
             "load_average": f"{started_load} → {load_average()}"}
 
 
-async def _drive(port: int, streams: int, seconds: float) -> tuple[int, int]:
-    import grpc
+def exchange_messages() -> list[Any]:
+    """What Envoy sends for one completion request: request headers and body, response headers and a JSON body
+    with ``usage``."""
     from envoy.config.core.v3 import base_pb2
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-    def headers(pairs: dict[str, str], end: bool) -> ep.HttpHeaders:
+    def headers(pairs: dict[str, str]) -> ep.HttpHeaders:
         return ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
-            base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]), end_of_stream=end)
+            base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]))
 
     body = json.dumps({"model": "m", "prompt": "Summarize: " + "lorem ipsum " * 40, "max_tokens": 16}).encode()
     answer = json.dumps({"choices": [{"text": "x" * 16}], "usage": {"prompt_tokens": 90, "completion_tokens": 16}})
-    exchange = [ep.ProcessingRequest(request_headers=headers({":path": "/v1/completions", ":method": "POST"}, False)),
-                ep.ProcessingRequest(request_body=ep.HttpBody(body=body, end_of_stream=True)),
-                ep.ProcessingRequest(response_headers=headers({":status": "200"}, False)),
-                ep.ProcessingRequest(response_body=ep.HttpBody(body=answer.encode(), end_of_stream=True))]
+    return [ep.ProcessingRequest(request_headers=headers({":path": "/v1/completions", ":method": "POST"})),
+            ep.ProcessingRequest(request_body=ep.HttpBody(body=body, end_of_stream=True)),
+            ep.ProcessingRequest(response_headers=headers({":status": "200"})),
+            ep.ProcessingRequest(response_body=ep.HttpBody(body=answer.encode(), end_of_stream=True))]
+
+
+async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> tuple[int, int]:
+    """``streams`` concurrent ext_proc streams, one after another for ``seconds``, each sending ``messages``
+    (default :func:`exchange_messages`) one at a time as Envoy does; returns the streams completed and how
+    many of them were answered with an immediate response."""
+    import grpc
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+    exchange = list(messages or exchange_messages())
     end = time.monotonic() + seconds
     counts = [0, 0]
 
     async def one_stream(stub: ep_grpc.ExternalProcessorStub) -> None:
         while time.monotonic() < end:
             call = stub.Process()
-            for i, message in enumerate(exchange):
+            for message in exchange:
                 await call.write(message)
-                reply = await call.read()
-                if reply.HasField("immediate_response"):
+                if (await call.read()).HasField("immediate_response"):
                     counts[1] += 1
                     break
-                if i == 1:
-                    counts[0] += 1
+            counts[0] += 1
             await call.done_writing()
             await call.wait_for_connection()
             call.cancel()
