@@ -12,7 +12,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from headroom.contract.prompt import count_tokens
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.ext_proc import DESTINATION_HEADER
+from headroom.router.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, ExtProcServicer
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
@@ -160,3 +160,31 @@ def test_a_large_body_in_chunks_is_parsed_whole_and_a_malformed_one_refused():
     (routed, tokens, refused), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
     assert routed.request_body.response.clear_route_cache and tokens == count_tokens(prompt)
     assert refused.status.code == 400 and json.loads(refused.body)["error"]["code"] == "invalid_request"
+
+
+def test_routed_answers_are_built_once_per_address_and_never_shared_with_the_unchanged_ones():
+    servicer = ExtProcServicer(service=None)
+    first, second = servicer.routed("request_body", "10.0.0.1:8000"), servicer.routed("request_body", "10.0.0.2:8000")
+    assert servicer.routed("request_body", "10.0.0.1:8000") is first
+    for reply, address in ((first, "10.0.0.1:8000"), (second, "10.0.0.2:8000")):
+        (header,) = reply.request_body.response.header_mutation.set_headers
+        assert (header.header.key, header.header.raw_value.decode()) == (DESTINATION_HEADER, address)
+        assert reply.dynamic_metadata.fields["envoy.lb"].struct_value.fields[DESTINATION_HEADER].string_value == address
+    headers_only = servicer.routed("request_headers", "10.0.0.1:8000")
+    assert headers_only.WhichOneof("response") == "request_headers" and headers_only.request_headers.response.clear_route_cache
+    for i in range(MAX_ROUTED_REPLIES):
+        servicer.routed("request_body", f"10.1.{i // 250}.{i % 250}:8000")
+    assert len(servicer._routed) <= MAX_ROUTED_REPLIES
+
+
+def test_a_request_without_a_body_is_routed_on_its_headers_and_the_next_stream_starts_unchanged():
+    async def scenario(router, servers):
+        bodiless = ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+            {":method": "GET", ":path": "/v1/completions", "x-request-id": "get-1"}), end_of_stream=True))
+        routed = await exchange(router, [bodiless])
+        following = await exchange(router, request_messages({}, {"prompt": "x"}))
+        return routed[0], following[0], {s.address for s in servers}
+    (routed, following, addresses), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    (header,) = routed.request_headers.response.header_mutation.set_headers
+    assert header.header.raw_value.decode() in addresses
+    assert following.HasField("request_headers") and not following.request_headers.HasField("response")
