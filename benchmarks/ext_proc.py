@@ -68,7 +68,7 @@ def exchange_messages() -> list[Any]:
 
 async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> tuple[int, int]:
     """``streams`` concurrent ext_proc streams, one after another for ``seconds``, each sending ``messages``
-    (default :func:`exchange_messages`) one at a time as Envoy does; returns the streams completed and how
+    (default :func:`exchange_messages`) one at a time as Envoy does, then half-closing it; returns the streams completed and how
     many of them were answered with an immediate response."""
     import grpc
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
@@ -86,9 +86,8 @@ async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any]
                     counts[1] += 1
                     break
             counts[0] += 1
-            await call.done_writing()
-            await call.wait_for_connection()
-            call.cancel()
+            await call.done_writing()  # as Envoy ends a stream: half-closed, then the server's status awaited
+            await call.code()
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = ep_grpc.ExternalProcessorStub(channel)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from headroom.benchmarks.ext_proc import drive, exchange_messages
 from headroom.benchmarks.live import cpu_seconds, free_port, load_average
@@ -94,21 +95,21 @@ def serve(name: str, port: int) -> None:
     empty = ep.ProcessingResponse()
 
     class Iterating(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-        async def Process(self, requests, context):  # noqa: N802 - the generated name
+        async def Process(self, requests: Any, context: Any) -> Any:
             async for _ in requests:
                 yield empty
 
     class ReadWriting(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-        async def Process(self, requests, context):  # noqa: N802
+        async def Process(self, requests: Any, context: Any) -> Any:
             while await context.read() is not grpc.aio.EOF:
                 await context.write(empty)
 
     class Threaded(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-        def Process(self, requests, context):  # noqa: N802
+        def Process(self, requests: Any, context: Any) -> Any:
             for _ in requests:
                 yield empty
 
-    async def raw(requests, context):
+    async def raw(requests: Any, context: Any) -> Any:
         answer = empty.SerializeToString()
         async for _ in requests:
             yield answer
