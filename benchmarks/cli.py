@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="instead: an empty servicer served each way named (all when none is named; the first "
                                "one is also split into per-stream and per-message cost), CPU ms per exchange")
     ext_proc.add_argument("--rounds", type=int, default=3, help="--floor: interleaved rounds")
+    ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
+                          help="instead: the router's own work per exchange without gRPC, over this many exchanges")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -133,6 +135,10 @@ def _ext_proc(args: argparse.Namespace) -> int:
 
     if args.servers < 1 or args.streams < 1 or args.seconds <= 0 or args.rounds < 1:
         raise CommandError("--servers, --streams, --seconds and --rounds must be positive")
+    if args.in_process is not None:
+        from headroom.benchmarks.ext_proc_in_process import bench_in_process
+        print(json.dumps(bench_in_process(args.servers, max(1, args.in_process), args.predictor)))
+        return 0
     if args.floor is not None:
         from headroom.benchmarks.ext_proc_floor import VARIANTS, bench_floor
         unknown = sorted(set(args.floor) - set(VARIANTS))

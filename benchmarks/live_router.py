@@ -29,14 +29,8 @@ def main() -> None:
 
     predictor = None
     if args.predictor == "embedded":
-        from headroom.benchmarks.predictor import BENCH_TRUST
-        from headroom.benchmarks.router import _model_update
-        from headroom.predictor.runtime import ModelRuntime
-        from headroom.router.predictors import EmbeddedPredictor
-        runtime = ModelRuntime(trust=BENCH_TRUST)  # the models are signed with this process's bench key
-        for version, target in enumerate(("ttft", "tpot"), start=1):
-            runtime.apply(_model_update(target, 200, 6, version))
-        predictor = EmbeddedPredictor(runtime)
+        from headroom.benchmarks.router import embedded_predictor
+        predictor = embedded_predictor()
     server = RouterServer(load_config(args.config), from_env(KafkaSettings), predictor=predictor)
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:

@@ -70,15 +70,22 @@ def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
         window_stats={"rows": len(x)}, holdout_metrics={})))
 
 
-def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
-                     slo: bool = False, seed: int = 0) -> BenchResult:
+def embedded_predictor(trees: int = 200, depth: int = 6) -> EmbeddedPredictor:
+    """An in-process predictor with TTFT and TPOT models of ``trees`` trees of ``depth`` (the reference's size by
+    default), signed with this process's bench key."""
     from headroom.predictor.runtime import ModelRuntime
     runtime = ModelRuntime(trust=BENCH_TRUST)
     for version, target in enumerate(("ttft", "tpot"), start=1):
         result = runtime.apply(_model_update(target, trees, depth, version))
         if result.outcome.value != "applied":
             raise RuntimeError(f"the benchmark's {target} model was not applied: {result}")
-    predictor = EmbeddedPredictor(runtime)
+    return EmbeddedPredictor(runtime)
+
+
+def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
+                     slo: bool = False, seed: int = 0) -> BenchResult:
+    predictor = embedded_predictor(trees, depth)
+    runtime = predictor.runtime
     rng = random.Random(seed)
     specs = tuple(ServerSpec(f"s{i}", f"10.0.{i // 250}.{i % 250}:8000") for i in range(candidates))
     pool = PoolState(specs)

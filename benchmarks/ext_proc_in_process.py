@@ -1,0 +1,71 @@
+"""The router's own work per ext_proc exchange, without gRPC (``headroom bench ext-proc --in-process``).
+
+:meth:`router.ext_proc.ExtProcServicer.Process` driven directly, in this process, with the four messages of
+:func:`benchmarks.ext_proc.exchange_messages` (each parsed from its bytes and each answer serialized, as gRPC
+would): header parsing, body parsing, the decision over ``servers`` servers with embedded prediction (the
+models of ``headroom bench router``), metering and the completion (metrics, telemetry record). Servers are
+re-scraped every ``SCRAPE_EVERY`` exchanges, as the router's scraper would. Beside ``--floor`` (what grpcio
+costs per exchange), this is the other part of a live decision's CPU time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from headroom.benchmarks.ext_proc import exchange_messages
+from headroom.benchmarks.live import load_average
+
+SCRAPE_EVERY = 200
+
+
+def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str = "embedded") -> dict[str, object]:
+    from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+    from headroom.benchmarks.router import embedded_predictor
+    from headroom.router.engine import Engine
+    from headroom.router.ext_proc import ExtProcServicer
+    from headroom.router.metrics import RouterMetrics
+    from headroom.router.pipeline import load_pipeline
+    from headroom.router.service import RouterService
+    from headroom.router.state.pool import PoolState
+    from headroom.router.state.server_metrics import ServerMetrics
+    from headroom.router.state.servers import ServerSpec
+    from headroom.router.telemetry_sink import MemoryTelemetry
+
+    rng = random.Random(0)
+    specs = tuple(ServerSpec(f"s{i}", f"127.0.0.1:{8000 + i}") for i in range(servers))
+    pool = PoolState(specs)
+
+    def scrape() -> None:
+        for spec in specs:
+            pool.scraped(spec.server_id, ServerMetrics(rng.uniform(0, 0.9), rng.randrange(8), rng.randrange(1, 40)),
+                         time.monotonic())
+
+    service = RouterService(Engine(load_pipeline(None)), pool, MemoryTelemetry(limit=1), RouterMetrics(),
+                            predictor=embedded_predictor() if predictor == "embedded" else None, rng=rng)
+    servicer = ExtProcServicer(service)
+    raw = [message.SerializeToString() for message in exchange_messages()]
+
+    async def requests() -> AsyncIterator[Any]:
+        for message in raw:
+            yield ep.ProcessingRequest.FromString(message)
+
+    async def run(count: int) -> float:
+        started = time.process_time()
+        for i in range(count):
+            if i % SCRAPE_EVERY == 0:
+                scrape()
+            async for answer in servicer.Process(requests(), None):
+                answer.SerializeToString()
+        return time.process_time() - started
+
+    load = load_average()
+    asyncio.run(run(500))  # warm-up: caches, compiled kernels
+    cpu = asyncio.run(run(exchanges))
+    return {"servers": servers, "predictor": predictor, "exchanges": exchanges,
+            "cpu_ms_per_exchange": round(1000 * cpu / exchanges, 4), "exchanges_per_cpu_s": round(exchanges / cpu),
+            "load_average": f"{load} → {load_average()}"}
