@@ -2,7 +2,8 @@
 
 An ext_proc servicer that answers every message with an empty response runs in its own process
 (``python -m headroom.benchmarks.ext_proc_floor VARIANT PORT``), served one of several ways (:data:`VARIANTS`:
-how the servicer reads and writes, the server's options, gRPC core experiments, the event loop). This process
+how the servicer reads and writes, the server's options, gRPC core experiments, the event loop; and, for
+comparison, grpc-go: ``benchmarks/ext_proc_go``, built with the Go toolchain). This process
 drives it with :func:`benchmarks.ext_proc.drive` — the bench's four-message exchange over 16 streams, and for
 the first variant also streams of one and eight messages, which split the cost into a per-stream and a
 per-message part — in interleaved rounds, and reports the servicer's CPU time per stream.
@@ -17,10 +18,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from headroom.benchmarks.ext_proc import drive, exchange_messages
-from headroom.benchmarks.live import cpu_seconds, free_port, load_average
+from headroom.benchmarks.live import build_go, cpu_seconds, free_port, load_average
 
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 
@@ -28,7 +30,8 @@ SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 @dataclass(frozen=True)
 class Variant:
     style: str = "iterator"  # iterator: `async for` over the requests (the router's); read-write: context.read/write;
-    # raw-bytes: a generic handler without protobuf, answering with bytes serialized once; sync: grpc.server threads
+    # raw-bytes: a generic handler without protobuf, answering with bytes serialized once; sync: grpc.server threads;
+    # go: grpc-go (benchmarks/ext_proc_go), for comparison
     options: tuple[tuple[str, int | str], ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     loop: str = "uvloop"
@@ -45,7 +48,9 @@ VARIANTS = {
     "no-reuseport": Variant(options=(("grpc.so_reuseport", 0),)),
     "max-streams-1000": Variant(options=(("grpc.max_concurrent_streams", 1000),)),
     "iomgr-listener": Variant(env={"GRPC_EXPERIMENTS": "-event_engine_listener"}),
+    "go-grpc": Variant("go"),
 }
+GO_SOURCE = Path(__file__).resolve().parent / "ext_proc_go"
 
 
 def bench_floor(names: Sequence[str], rounds: int = 3, seconds: float = 4.0, streams: int = 16) -> dict[str, object]:
@@ -70,7 +75,9 @@ def bench_floor(names: Sequence[str], rounds: int = 3, seconds: float = 4.0, str
 
 def _cpu_ms_per_stream(name: str, messages: Sequence[object], seconds: float, streams: int) -> float:
     port = free_port()
-    popen = subprocess.Popen([sys.executable, "-m", "headroom.benchmarks.ext_proc_floor", name, str(port)],
+    command = ([str(build_go(GO_SOURCE, "ext_proc_go"))] if VARIANTS[name].style == "go"
+               else [sys.executable, "-m", "headroom.benchmarks.ext_proc_floor", name])
+    popen = subprocess.Popen([*command, str(port)],
                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                              env={**os.environ, **VARIANTS[name].env})
     try:
