@@ -77,19 +77,17 @@ def _cpu_ms_per_stream(name: str, messages: Sequence[object], seconds: float, st
     port = free_port()
     command = ([str(build_go(GO_SOURCE, "ext_proc_go"))] if VARIANTS[name].style == "go"
                else [sys.executable, "-m", "headroom.benchmarks.ext_proc_floor", name])
-    popen = subprocess.Popen([*command, str(port)],
-                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                             env={**os.environ, **VARIANTS[name].env})
-    try:
-        if popen.stdout is None or popen.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the {name} servicer exited with code {popen.wait()}")
-        asyncio.run(drive(port, streams, 0.5, messages))  # warm-up
-        before = cpu_seconds(popen.pid)
-        done, _ = asyncio.run(drive(port, streams, seconds, messages))
-        return 1000 * (cpu_seconds(popen.pid) - before) / max(1, done)
-    finally:
-        popen.terminate()
-        popen.wait(10)
+    with subprocess.Popen([*command, str(port)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                          env={**os.environ, **VARIANTS[name].env}) as popen:
+        try:
+            if popen.stdout is None or popen.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the {name} servicer exited with code {popen.wait()}")
+            asyncio.run(drive(port, streams, 0.5, messages))  # warm-up
+            before = cpu_seconds(popen.pid)
+            done, _ = asyncio.run(drive(port, streams, seconds, messages))
+            return 1000 * (cpu_seconds(popen.pid) - before) / max(1, done)
+        finally:
+            popen.terminate()
 
 
 def serve(name: str, port: int) -> None:

@@ -54,6 +54,8 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
         for message in raw:
             yield ep.ProcessingRequest.FromString(message)
 
+    refused = [0]
+
     async def run(count: int) -> float:
         started = time.process_time()
         for i in range(count):
@@ -61,11 +63,13 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
                 scrape()
             async for answer in servicer.Process(requests(), None):
                 answer.SerializeToString()
+                refused[0] += answer.HasField("immediate_response")
         return time.process_time() - started
 
     load = load_average()
     asyncio.run(run(500))  # warm-up: caches, compiled kernels
+    refused[0] = 0
     cpu = asyncio.run(run(exchanges))
-    return {"servers": servers, "predictor": predictor, "exchanges": exchanges,
+    return {"servers": servers, "predictor": predictor, "exchanges": exchanges, "refused": refused[0],
             "cpu_ms_per_exchange": round(1000 * cpu / exchanges, 4), "exchanges_per_cpu_s": round(exchanges / cpu),
             "load_average": f"{load} → {load_average()}"}

@@ -37,7 +37,8 @@ def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> N
     (("router", "--candidates", "0"), "must be positive"),
     (("proxy", "--concurrency", "32", "0"), "must be positive"),
     (("ext-proc", "--servers", "0"), "must be positive"),
-], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers"])
+    (("ext-proc", "--floor", "iterator", "nope"), "unknown --floor variants \\['nope'\\]"),
+], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers", "ext-proc-floor-variant"])
 def test_user_errors_are_command_errors(argv, message) -> None:
     with pytest.raises(CommandError, match=message):
         _invoke(*argv)
@@ -57,3 +58,17 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
     assert row["throughput_ratio"] == 0.7  # median of 0.9, 0.5, 0.7
     assert row["added_p99_ms"] == 30.0  # median of 3, 30, 30
     assert row["router_cpu_ms_per_request"] == 0.5
+
+
+def test_ext_proc_floor_serves_an_empty_servicer_and_splits_its_cost(capsys) -> None:
+    assert _invoke("ext-proc", "--floor", "iterator", "--rounds", "1", "--seconds", "0.2", "--streams", "2") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cpu_ms_per_exchange"]["iterator"] > 0
+    assert set(result["samples"]) == {"iterator", "iterator ×1", "iterator ×8"}
+    assert result["split"]["variant"] == "iterator" and result["split"]["per_stream_ms"] != 0
+
+
+def test_ext_proc_in_process_routes_every_exchange(capsys) -> None:
+    assert _invoke("ext-proc", "--in-process", "50", "--servers", "4", "--predictor", "none") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["exchanges"] == 50 and result["refused"] == 0 and result["exchanges_per_cpu_s"] > 0
