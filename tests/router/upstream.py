@@ -4,7 +4,9 @@ Streams ``max_tokens`` tokens (default 6) from ``first_token_delay_s`` after the
 per SSE chunk, ``token_delay_s`` apart, ends with a ``usage`` chunk when asked (``stream_options.include_usage``),
 serves vLLM metrics and lists its ``models`` at ``/v1/models``. Every answer carries an ``x-request-id``
 and rate-limit headers, as hosted OpenAI-compatible servers send, and ``response_headers`` besides. Faults
-on demand: ``fail_status`` answers every completion with that status, ``hang`` never answers.
+on demand: ``fail_status`` answers every completion with that status (and ``fail_body``, when given),
+``hang`` never answers, ``stall_after`` falls silent after that many chunks of a stream, ``hang_models`` never
+answers ``/v1/models``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ class Upstream:
     def __init__(self, name: str, *, waiting: int = 0, running: int = 0, kv: float = 0.1,
                  tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0,
                  models: tuple[str, ...] = ("m",), fail_status: int | None = None, hang: bool = False,
-                 response_headers: dict | None = None):
+                 response_headers: dict | None = None, fail_body: bytes | None = None,
+                 stall_after: int | None = None, hang_models: bool = False):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
@@ -28,6 +31,7 @@ class Upstream:
         self.first_token_delay_s = first_token_delay_s
         self.models = models
         self.fail_status, self.hang = fail_status, hang
+        self.fail_body, self.stall_after, self.hang_models = fail_body, stall_after, hang_models
         self.response_headers = response_headers or {}
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self._stopping = asyncio.Event()  # lets a hanging handler go when the server stops
@@ -65,6 +69,8 @@ class Upstream:
             f'vllm:kv_cache_usage_perc{{model_name="m"}} {self.kv}\n'))
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.hang_models:
+            await self._stopping.wait()
         return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": self.name}
                                                              for m in self.models]})
 
@@ -78,6 +84,8 @@ class Upstream:
         if self.hang:
             await self._stopping.wait()
             return web.Response(status=503)
+        if self.fail_status is not None and self.fail_body is not None:
+            return web.Response(body=self.fail_body, status=self.fail_status, content_type="application/json")
         if self.fail_status is not None:
             return web.json_response({"error": {"message": "engine dead"}}, status=self.fail_status)
         tokens = body.get("max_tokens") or 6
@@ -94,6 +102,9 @@ class Upstream:
         await asyncio.sleep(self.first_token_delay_s)
         sent = 0
         while sent < tokens:
+            if self.stall_after is not None and sent >= self.stall_after * self.tokens_per_chunk:
+                await self._stopping.wait()
+                return response
             n = min(self.tokens_per_chunk, tokens - sent)
             piece = "tok" * n
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
