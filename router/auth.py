@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from aiohttp import web
+import msgspec
 
 from headroom.router.errors import ConfigError
+from headroom.router.http_server import Reply, Request
 from headroom.router.openai_api import error_body
 
 HEADER = "authorization"
@@ -59,17 +60,17 @@ class BearerTokens:
         return matched and scheme.lower() == "bearer"
 
 
-def http_middleware(tokens: BearerTokens, refused: Callable[[], None]) -> Any:
-    """An aiohttp middleware answering 401 to requests without a valid token (``refused`` counts them)."""
+def http_guard(tokens: BearerTokens, refused: Callable[[], None]) -> Callable[[Request, Reply], bool]:
+    """A guard for the router's HTTP server: answers 401 to a request without a valid token (``refused``
+    counts them) and returns whether the request may go on."""
+    body = msgspec.json.encode(error_body(401, "invalid_api_key", "missing or invalid bearer token"))
 
-    @web.middleware
-    async def authenticate(request: web.Request,
-                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if not tokens.allows(request.headers.get(HEADER)):
-            refused()
-            return web.json_response(error_body(401, "invalid_api_key", "missing or invalid bearer token"),
-                                     status=401, headers={"www-authenticate": "Bearer"})
-        return await handler(request)
+    def authenticate(request: Request, reply: Reply) -> bool:
+        if tokens.allows(request.header(HEADER)):
+            return True
+        refused()
+        reply.send(401, {"content-type": "application/json", "www-authenticate": "Bearer"}, body)
+        return False
 
     return authenticate
 

@@ -168,8 +168,9 @@ class _Exchange:
             return
         now = self.service.monotonic()
         if self.meter is not None:
-            if self.meter.feed(body.body, now):
-                self.service.streamed(self.dispatch, now)
+            texts = self.meter.text_chunks
+            if self.meter.feed(body.body, now):  # once per text event, however the bytes were cut
+                self.service.streamed(self.dispatch, now, self.meter.text_chunks - texts)
         elif len(self.json_body) < MAX_METERED_JSON:
             self.json_body += body.body
         if body.end_of_stream:

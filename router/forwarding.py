@@ -8,16 +8,15 @@ forwarded either: the router meters the response as it passes, so it asks for it
 client's address is appended to ``X-Forwarded-For`` (after any addresses the client brought). Which of the
 model server's response headers reach the client is :func:`router.openai_api.relayed_headers`' question.
 
->>> from multidict import CIMultiDict
->>> sent = CIMultiDict([("Connection", "keep-alive, x-secret"), ("X-Secret", "1"), ("TE", "trailers"),
-...                     ("X-Forwarded-For", "10.0.0.9"), ("Authorization", "Bearer k"), ("X-Request-Id", "r1")])
->>> sorted(upstream_request_headers(sent, "192.0.2.7").items())
-[('Authorization', 'Bearer k'), ('X-Forwarded-For', '10.0.0.9, 192.0.2.7'), ('X-Request-Id', 'r1')]
+>>> sent = [("Connection", "keep-alive, x-secret"), ("X-Secret", "1"), ("TE", "trailers"),
+...         ("X-Forwarded-For", "10.0.0.9"), ("Authorization", "Bearer k"), ("X-Request-Id", "r1")]
+>>> upstream_request_headers(sent, "192.0.2.7")
+[('Authorization', 'Bearer k'), ('X-Request-Id', 'r1'), ('X-Forwarded-For', '10.0.0.9, 192.0.2.7')]
 """
 
 from __future__ import annotations
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from collections.abc import Sequence
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "proxy-connection",
                         "te", "trailer", "transfer-encoding", "upgrade"})
@@ -25,24 +24,21 @@ _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-f
 FORWARDED_FOR = "X-Forwarded-For"
 
 
-Headers = CIMultiDictProxy[str] | CIMultiDict[str]
-
-
-def _connection_named(headers: Headers) -> set[str]:
-    """The headers a ``Connection`` header names: hop-by-hop too."""
-    return {token.strip().lower() for value in headers.getall("connection", []) for token in value.split(",")
-            if token.strip()}
-
-
-def upstream_request_headers(headers: Headers, peer: str | None,
-                             not_forwarded: frozenset[str] = frozenset()) -> CIMultiDict[str]:
-    """The client's request headers as the model server gets them, from the client at address ``peer``,
-    without the (lowercase) names in ``not_forwarded`` either."""
-    dropped = _NOT_FORWARDED | not_forwarded | _connection_named(headers)
-    forwarded = CIMultiDict((name, value) for name, value in headers.items() if name.lower() not in dropped)
-    chain = [value for value in headers.getall("x-forwarded-for", []) if value.strip()]
+def upstream_request_headers(headers: Sequence[tuple[str, str]], peer: str | None,
+                             not_forwarded: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """The client's request headers (name, value pairs) as the model server gets them, from the client at
+    address ``peer``, without the (lowercase) names in ``not_forwarded`` either."""
+    dropped = _NOT_FORWARDED | not_forwarded
+    chain = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "connection":  # the headers it names are hop-by-hop too
+            dropped = dropped | {token.strip().lower() for token in value.split(",") if token.strip()}
+        elif lowered == "x-forwarded-for" and value.strip():
+            chain.append(value)
+    forwarded = [(name, value) for name, value in headers if name.lower() not in dropped]
     if peer:
         chain.append(peer)
     if chain:
-        forwarded[FORWARDED_FOR] = ", ".join(chain)
+        forwarded.append((FORWARDED_FOR, ", ".join(chain)))
     return forwarded

@@ -13,56 +13,61 @@ included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models`
 server that answers. ``GET /metrics`` serves the router's Prometheus metrics, ``GET /healthz`` its
 liveness, the servers ejected by outlier detection and the requests in flight, and ``GET /readyz`` whether it
 should get traffic (with leader election, only the leader: :mod:`router.leader`), on the proxy's port or on an
-app of their own (:meth:`Proxy.metrics_app`). When the router authenticates its clients, their
+port of their own (:meth:`Proxy.metrics_only`). When the router authenticates its clients, their
 ``authorization`` header is theirs to the router and is not forwarded to the model servers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
-import aiohttp
 import msgspec
-from aiohttp import web
 
 from headroom.router.errors import AdmissionRejected, InvalidJson, NoCandidates, RequestError, RequestTooLarge
 from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
+from headroom.router.http_server import Handler, Reply, Request, Routes, whole_response
 from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.openai_api import error_body, merge_models, relayed_headers
+from headroom.router.openai_api import merge_models, relayed_headers
 from headroom.router.prompt import parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
-from headroom.router.upstreams import Upstreams, UpstreamTimeouts
+from headroom.router.upstream_client import UpstreamResponse
+from headroom.router.upstreams import Answer, Upstreams, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
 
 SERVER_HEADER = "x-headroom-server"
-
-
 MODELS_TIMEOUT_S = 2.0  # each server's share of a /v1/models call
+_JSON = msgspec.json.encode
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response(error_body(status, code, message), status=status)
+def send(reply: Reply, answer: Answer, headers: dict[str, str] | None = None) -> None:
+    reply.send(answer.status, {"content-type": answer.content_type, **(headers or {})}, answer.body)
 
 
-@web.middleware
-async def openai_errors(request: web.Request,
-                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """aiohttp's own errors (unknown path, wrong method, body too large) in OpenAI's error shape."""
-    try:
-        return await handler(request)
-    except web.HTTPException as err:
-        if err.status < 400:
-            raise
-        message = f"{err.reason}: {request.method} {request.path}" if err.status in (404, 405) else err.reason
-        return error_response(err.status, err.reason.lower().replace(" ", "_"), message)
+def send_json(reply: Reply, status: int, document: Any) -> None:
+    send(reply, Answer(status, _JSON(document)))
+
+
+def _unmatched(request: Request, status: int) -> Handler:
+    """404 for an unknown path, 405 for a method the path does not take, in OpenAI's error shape."""
+    reason = HTTPStatus(status).phrase
+
+    async def answer(request: Request, reply: Reply) -> None:
+        send(reply, Answer.error(status, reason.lower().replace(" ", "_"), f"{reason}: {request.method} {request.path}"))
+    return answer
+
+
+def _failed(status: int, message: str) -> bytes:
+    """A malformed request's answer (400), or the router's own failure's (500)."""
+    answer = Answer.error(status, "invalid_request" if status == 400 else "internal_error", message)
+    return whole_response(status, {"content-type": "application/json"}, answer.body, close=True)
 
 
 class Proxy:
@@ -72,170 +77,169 @@ class Proxy:
         self.service = service
         self.ready = ready
         self.upstreams = Upstreams(service, timeouts or UpstreamTimeouts(total_s=upstream_timeout_s), retries)
-        self.metrics_routes = metrics_routes  # /metrics and /healthz on the proxy's app
-        self.not_forwarded = frozenset({"authorization"} if strip_authorization else ())
-        self.session: aiohttp.ClientSession | None = None
+        self.metrics_routes = metrics_routes  # /metrics and /healthz on the proxy's port
+        # the body always goes on as JSON; the client's credentials to the router stay with the router
+        self.not_forwarded = frozenset({"content-type"} | ({"authorization"} if strip_authorization else set()))
         self._ids = map(f"{uuid.uuid4().hex[:12]}-{{}}".format, itertools.count())  # unique across routers
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.service.limits.max_body_bytes, middlewares=[openai_errors])
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.chat_completions)
-        app.router.add_get("/v1/models", self.models)
+    def routes(self, guard: Callable[[Request, Reply], bool] | None = None) -> Routes:
+        """The proxy's routes (``guard``: e.g. authentication, before any of them)."""
+        routes = self._routes(guard)
+        routes.add("POST", "/v1/completions", self.completions)
+        routes.add("POST", "/v1/chat/completions", self.chat_completions)
+        routes.add("GET", "/v1/models", self.models)
         if self.metrics_routes:
-            self._add_metrics_routes(app)
-        app.on_startup.append(self._open)
-        app.on_cleanup.append(self._close)
-        return app
+            self._add_metrics_routes(routes)
+        return routes
 
-    def metrics_app(self) -> web.Application:
-        """``/metrics`` and ``/healthz`` alone, for a port of their own."""
-        app = web.Application()
-        self._add_metrics_routes(app)
-        return app
+    def metrics_only(self) -> Routes:
+        """``/metrics``, ``/healthz`` and ``/readyz`` alone, for a port of their own."""
+        routes = self._routes(None)
+        self._add_metrics_routes(routes)
+        return routes
 
-    def _add_metrics_routes(self, app: web.Application) -> None:
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
+    def _routes(self, guard: Callable[[Request, Reply], bool] | None) -> Routes:
+        return Routes(_unmatched, self.too_large, _failed, guard)
 
-    async def _open(self, app: web.Application) -> None:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             timeout=self.upstreams.timeouts.client_timeout())
+    def _add_metrics_routes(self, routes: Routes) -> None:
+        routes.add("GET", "/metrics", self.metrics)
+        routes.add("GET", "/healthz", self.healthz)
+        routes.add("GET", "/readyz", self.readyz)
 
-    async def _close(self, app: web.Application) -> None:
-        if self.session is not None:
-            await self.session.close()
+    def close(self) -> None:
+        self.upstreams.close()
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=False)
+    async def too_large(self, request: Request, reply: Reply) -> None:
+        send(reply, Answer.error(413, "request_too_large", f"request body is over the limit of "
+                                 f"{self.service.limits.max_body_bytes} bytes (max_body_bytes)"))
 
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=True)
+    async def completions(self, request: Request, reply: Reply) -> None:
+        await self._handle(request, reply, chat=False)
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def chat_completions(self, request: Request, reply: Reply) -> None:
+        await self._handle(request, reply, chat=True)
+
+    async def metrics(self, request: Request, reply: Reply) -> None:
         self.service.metrics.telemetry_buffered.set(getattr(self.service.telemetry, "buffered", 0))
-        return web.Response(body=self.service.metrics.exposition(), content_type="text/plain", charset="utf-8")
+        send(reply, Answer(200, self.service.metrics.exposition(), "text/plain; charset=utf-8"))
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    async def healthz(self, request: Request, reply: Reply) -> None:
         pool, now = self.service.pool, self.service.monotonic()
-        return web.json_response({"servers": len(pool.servers), "inflight": len(pool.inflight),
-                                  "ejected": {sid: round(until - now, 1) for sid, until in pool.outliers.ejected(now).items()}})
+        send_json(reply, 200, {"servers": len(pool.servers), "inflight": len(pool.inflight), "ejected": {
+            sid: round(until - now, 1) for sid, until in pool.outliers.ejected(now).items()}})
 
-    async def readyz(self, request: web.Request) -> web.Response:
+    async def readyz(self, request: Request, reply: Reply) -> None:
         """200 when this router should get traffic: always, or with leader election only while it leads."""
         ready = self.ready()
-        return web.json_response({"ready": ready, "servers": len(self.service.pool.servers)},
-                                 status=200 if ready else 503)
+        send_json(reply, 200 if ready else 503, {"ready": ready, "servers": len(self.service.pool.servers)})
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: Request, reply: Reply) -> None:
         """Every model the servers list; 503 when none answers."""
         servers = list(self.service.pool.servers.values())
         answers = await asyncio.gather(*(self._models_of(spec.address) for spec in servers))
         lists = [models for models in answers if models is not None]
         if not lists:
-            return error_response(503, "no_servers", f"none of the {len(servers)} servers listed its models")
-        return web.json_response(merge_models(lists))
+            send(reply, Answer.error(503, "no_servers", f"none of the {len(servers)} servers listed its models"))
+        else:
+            send_json(reply, 200, merge_models(lists))
 
     async def _models_of(self, address: str) -> list[dict[str, Any]] | None:
-        assert self.session is not None
+        response: UpstreamResponse | None = None
         try:
-            async with self.session.get(f"http://{address}/v1/models",
-                                        timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S)) as response:
-                if response.status != 200:
-                    return None
-                data = (await response.json(content_type=None)).get("data")
-        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+            async with asyncio.timeout(MODELS_TIMEOUT_S):
+                response = await self.upstreams.pool.request(address, "GET", "/v1/models", [], b"")
+                body = b"".join([chunk async for chunk in self.upstreams.chunks(response)])
+            data = msgspec.json.decode(body).get("data") if response.status == 200 else None
+        except (OSError, msgspec.DecodeError, AttributeError):
             return None
+        finally:
+            if response is not None:
+                response.release()
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
 
-    async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _handle(self, request: Request, reply: Reply, chat: bool) -> None:
+        raw = request.body
         try:
-            raw = await request.read()
-            headers = parse_headers(request.headers.items())
+            headers = parse_headers(request.headers)
             doc, prompt = await parse_body_off_loop(raw, chat, self.service.limits)
-        except web.HTTPRequestEntityTooLarge as err:
-            return error_response(413, "request_too_large", f"request body is over the limit of "
-                                  f"{self.service.limits.max_body_bytes} bytes (max_body_bytes): {err.text}")
         except RequestTooLarge as err:
-            return error_response(413, "request_too_large", str(err))
+            return send(reply, Answer.error(413, "request_too_large", str(err)))
         except InvalidJson as err:
-            return error_response(400, "invalid_json", str(err))
+            return send(reply, Answer.error(400, "invalid_json", str(err)))
         except RequestError as err:
-            return error_response(400, "invalid_request", str(err))
+            return send(reply, Answer.error(400, "invalid_request", str(err)))
         options = doc.get("stream_options")
         if prompt.stream and not (isinstance(options, dict) and options.get("include_usage") is True):
-            raw = msgspec.json.encode({**doc, "stream_options": {**(options or {}), "include_usage": True}})
+            raw = _JSON({**doc, "stream_options": {**(options or {}), "include_usage": True}})
         request_id = headers.request_id or next(self._ids)
         try:
             dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt))
         except AdmissionRejected as err:
-            return error_response(429, "admission_rejected", err.reason)
+            return send(reply, Answer.error(429, "admission_rejected", err.reason))
         except NoCandidates as err:
-            return error_response(503, "no_servers", str(err))
-        return await self._forward(request, dispatch, raw)
+            return send(reply, Answer.error(503, "no_servers", str(err)))
+        await self._forward(request, reply, dispatch, raw)
 
-    async def _forward(self, request: web.Request, dispatch: Dispatch, body: bytes) -> web.StreamResponse:
+    async def _forward(self, request: Request, reply: Reply, dispatch: Dispatch, body: bytes) -> None:
         """Send the request on and relay the answer; the dispatch is released on every path."""
-        assert self.session is not None
-        forward = upstream_request_headers(request.headers, request.remote, self.not_forwarded)
-        forward["content-type"] = "application/json"
+        forward = upstream_request_headers(request.headers, request.peer, self.not_forwarded)
+        forward.append(("content-type", "application/json"))
         released = False
         try:
-            opened = await self.upstreams.open(self.session, request.path, dispatch, body, forward)
+            opened = await self.upstreams.open(request.path.partition("?")[0], dispatch, body, forward)
             dispatch, upstream, released = opened.dispatch, opened.response, opened.response is None
             if upstream is None:
                 assert opened.error is not None
-                opened.error.headers[SERVER_HEADER] = dispatch.server.server_id
-                return opened.error
+                return send(reply, opened.error, {SERVER_HEADER: dispatch.server.server_id})
             try:
-                headers = {**relayed_headers(upstream.headers.items()), SERVER_HEADER: dispatch.server.server_id}
+                headers = {**relayed_headers(upstream.headers), SERVER_HEADER: dispatch.server.server_id}
                 if upstream.content_type == "text/event-stream" and upstream.status == 200:
-                    response = await self._relay_stream(request, dispatch, upstream, headers)
-                    released = True
-                    return response
+                    released = True  # from here on by the relay, on every path
+                    return await self._relay_stream(reply, dispatch, upstream, headers)
                 try:
                     body = b"".join([chunk async for chunk in self.upstreams.chunks(upstream)])
-                except (aiohttp.ClientError, TimeoutError) as err:  # nothing of it reached the client yet
+                except OSError as err:  # nothing of it reached the client yet
                     self.service.upstream_failed(dispatch, "body-broken")
                     released = True
-                    return error_response(502, "upstream_error", f"server {dispatch.server.server_id}: "
-                                                                 f"{type(err).__name__}: {err}")
+                    return send(reply, Answer.error(502, "upstream_error", f"server {dispatch.server.server_id}: "
+                                                                            f"{type(err).__name__}: {err}"))
                 if upstream.status == 200:
                     self.service.complete(dispatch, meter_json(body, dispatch.dispatch_mono, self.service.monotonic()))
                 else:
                     self.service.abandon(dispatch, f"upstream-{upstream.status}")
                 released = True
-                return web.Response(body=body, status=upstream.status, headers=headers,
-                                    content_type=upstream.content_type or "application/json")
+                send(reply, Answer(upstream.status, body, upstream.content_type or "application/json"), headers)
             finally:
                 upstream.release()
         finally:
             if not released:  # the client went away, or anything else cut the request short
                 self.service.abandon(dispatch, "client-disconnected")
 
-    async def _relay_stream(self, request: web.Request, dispatch: Dispatch, upstream: aiohttp.ClientResponse,
-                            headers: dict[str, str]) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
-                                                            "cache-control": "no-cache", **headers})
-        await response.prepare(request)
+    async def _relay_stream(self, reply: Reply, dispatch: Dispatch, upstream: UpstreamResponse,
+                            headers: dict[str, str]) -> None:
+        """Relay an SSE stream chunk by chunk, metered; releases the dispatch on every path."""
+        reply.start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
         meter = StreamMeter(dispatch.dispatch_mono)
         chunks = self.upstreams.chunks(upstream)
-        while True:
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except (aiohttp.ClientError, TimeoutError) as err:
-                self.service.upstream_failed(dispatch, "idle-timeout" if isinstance(err, TimeoutError)
-                                             else "stream-broken")
-                return response
-            now = self.service.monotonic()
-            if meter.feed(chunk, now):
-                self.service.streamed(dispatch, now)
-            await response.write(chunk)  # a client gone raises: the caller releases the dispatch
+        try:
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except OSError as err:  # the client gets the stream's end: the server's failure is counted
+                    self.service.upstream_failed(dispatch, "idle-timeout" if isinstance(err, TimeoutError)
+                                                 else "stream-broken")
+                    return reply.end()
+                now = self.service.monotonic()
+                texts = meter.text_chunks
+                if meter.feed(chunk, now):  # once per text event, however the bytes were cut
+                    self.service.streamed(dispatch, now, meter.text_chunks - texts)
+                await reply.write(chunk)
+        except BaseException:  # the client went away (a failed write, or its connection's loss cancelled this)
+            self.service.abandon(dispatch, "client-disconnected")
+            raise
+        finally:
+            await chunks.aclose()
         self.service.complete(dispatch, meter.finish(self.service.monotonic()))
-        with contextlib.suppress(ConnectionError):  # the client left after the last byte: it was served
-            await response.write_eof()
-        return response
+        reply.end()

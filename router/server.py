@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING
 
 import grpc
 import uvloop
-from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.certificates import KeyPair
 from headroom.contract.topics import KafkaSettings
-from headroom.router.auth import BearerTokens, GrpcBearerAuth, http_middleware
+from headroom.router.auth import BearerTokens, GrpcBearerAuth, http_guard
 from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
+from headroom.router.http_server import HttpServer, Routes
 from headroom.router.ext_proc import ExtProcServicer
 from headroom.router.leader import LeaderElector, lease_api
 from headroom.router.limits import RequestLimits
@@ -108,7 +108,7 @@ class RouterServer:
             strip_authorization=self.tokens is not None, ready=self._ready)
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
-        self._runners: list[web.AppRunner] = []
+        self._http: list[HttpServer] = []
         self._grpc: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
@@ -153,12 +153,10 @@ class RouterServer:
             self.elector.start()
         if self.pods is not None:
             await asyncio.to_thread(self.pods.start)
-        app = self.proxy.app()
-        if self.tokens is not None:
-            app.middlewares.append(http_middleware(self.tokens, self.metrics.unauthenticated.labels("http").inc))
-        self.http_port = await self._serve_http(app, s.http_port, tls=True)
+        guard = http_guard(self.tokens, self.metrics.unauthenticated.labels("http").inc) if self.tokens else None
+        self.http_port = await self._serve_http(self.proxy.routes(guard), s.http_port, tls=True)
         if s.metrics_port >= 0:
-            self.metrics_port = await self._serve_http(self.proxy.metrics_app(), s.metrics_port, tls=False)
+            self.metrics_port = await self._serve_http(self.proxy.metrics_only(), s.metrics_port, tls=False)
         pair = server_pair(s.tls)
         # a message holds at most a body within the limit and its scheduling inputs (router.limits)
         grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024)]
@@ -186,15 +184,12 @@ class RouterServer:
                  "TLS" if self.ext_proc_certificate else "plaintext",
                  self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
 
-    async def _serve_http(self, app: web.Application, port: int, *, tls: bool) -> int:
-        """Serve ``app`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        self._runners.append(runner)
+    async def _serve_http(self, routes: Routes, port: int, *, tls: bool) -> int:
+        """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
         s = self.config.settings
-        await web.TCPSite(runner, s.host, port, ssl_context=ssl_server_context(s.tls) if tls else None).start()
-        bound: int = runner.addresses[-1][1]
-        return bound
+        server = HttpServer(routes, s.max_body_bytes)
+        self._http.append(server)
+        return await server.start(s.host, port, ssl_server_context(s.tls) if tls else None)
 
     def _bind(self, server: grpc.aio.Server, port: int, pair: KeyPair | None) -> int:
         address = f"{self.config.settings.host}:{port}"
@@ -235,8 +230,8 @@ class RouterServer:
         if self.elector is not None:  # give the lease up first: a standby takes the traffic while this drains
             await asyncio.to_thread(self.elector.stop)
         await asyncio.gather(*(server.stop(grace_s) for server in self._grpc))
-        for runner in self._runners:
-            await runner.cleanup()
+        await asyncio.gather(*(server.close(grace_s) for server in self._http))
+        self.proxy.close()
         self._stop.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._tailer is not None:

@@ -154,10 +154,11 @@ class RouterService:
             self.telemetry.send(record)
         return record
 
-    def streamed(self, dispatch: Dispatch, now: float) -> None:
-        """Tokens of the request went by at ``now`` (monotonic): the server's step rhythm, the stream's progress
-        against its TPOT SLO, and its prompt no longer counts as prefill queued there (from its first tokens on)."""
-        self.pool.token(dispatch.key, now)
+    def streamed(self, dispatch: Dispatch, now: float, events: int = 1) -> None:
+        """``events`` chunks of the request's text went by at ``now`` (monotonic): the server's step rhythm, the
+        stream's progress against its TPOT SLO, and its prompt no longer counts as prefill queued there (from
+        its first tokens on)."""
+        self.pool.token(dispatch.key, now, events)
         self.pool.token_seen(dispatch.server.server_id, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:

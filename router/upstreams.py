@@ -8,7 +8,8 @@ server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier d
 ``retries`` allow and another server is left, the request goes there
 (:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
 the last failure is the answer: the server's own 5xx, or 502 / 504 naming the server and the cause.
-:meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart. Each limit
+:meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart, all within
+``total_s`` (:mod:`router.upstream_client` keeps the connections to each server alive between requests). Each limit
 costs one timer per request (:class:`IdleWatch` for the body), not one per chunk: a stream's chunks are
 the proxy's most frequent event.
 """
@@ -19,13 +20,12 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
+import msgspec
 
 from headroom.router.errors import NoCandidates
 from headroom.router.openai_api import error_body
 from headroom.router.service import Dispatch, RouterService
+from headroom.router.upstream_client import ConnectFailed, UpstreamPool, UpstreamResponse
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 MAX_ERROR_BODY = 64 * 1024  # of a failed answer, relayed when no other server is left
@@ -38,9 +38,19 @@ class UpstreamTimeouts:
     idle_s: float = 30.0  # between chunks of a response body
     total_s: float = 600.0
 
-    def client_timeout(self) -> aiohttp.ClientTimeout:
-        """aiohttp's limits; ``first_byte_s`` and ``idle_s`` are kept by :class:`Upstreams` (no timer per read)."""
-        return aiohttp.ClientTimeout(total=self.total_s, sock_connect=self.connect_s)
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer for the client: the router's own, or a server's failure relayed."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @classmethod
+    def error(cls, status: int, code: str, message: str) -> Answer:
+        """An error in OpenAI's shape (:func:`~router.openai_api.error_body`)."""
+        return cls(status, msgspec.json.encode(error_body(status, code, message)))
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,8 @@ class Opened:
     """The dispatch that answered with ``response``, or the last one that failed with ``error`` (released)."""
 
     dispatch: Dispatch
-    response: aiohttp.ClientResponse | None = None
-    error: web.Response | None = None
+    response: UpstreamResponse | None = None
+    error: Answer | None = None
 
 
 class Upstreams:
@@ -57,17 +67,27 @@ class Upstreams:
         self.service = service
         self.timeouts = timeouts
         self.retries = retries
+        self._pool: UpstreamPool | None = None
 
-    async def open(self, session: aiohttp.ClientSession, path: str, dispatch: Dispatch, body: bytes,
-                   headers: CIMultiDict[str]) -> Opened:
+    @property
+    def pool(self) -> UpstreamPool:
+        """The keep-alive connections to the servers (made on the running loop at first use)."""
+        if self._pool is None:
+            self._pool = UpstreamPool(self.timeouts.connect_s)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    async def open(self, path: str, dispatch: Dispatch, body: bytes, headers: list[tuple[str, str]]) -> Opened:
         """Post ``body`` to the dispatch's server (and on failure to others); see the module docstring."""
         while True:
             server = dispatch.server
             try:
-                async with asyncio.timeout(self.timeouts.first_byte_s):
-                    response = await session.post(f"http://{server.address}{path}", data=body, headers=headers,
-                                                  timeout=self.timeouts.client_timeout())
-            except (aiohttp.ClientError, TimeoutError) as err:
+                async with asyncio.timeout(min(self.timeouts.first_byte_s, self.timeouts.total_s)):
+                    response = await self.pool.request(server.address, "POST", path, headers, body)
+            except OSError as err:  # refused, reset, timed out
                 reason, error = _failure(server.server_id, err)
             else:
                 if response.status not in RETRY_STATUSES:
@@ -81,12 +101,13 @@ class Upstreams:
             except NoCandidates:
                 return Opened(dispatch, error=error)
 
-    async def chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one."""
-        watch = IdleWatch(self.timeouts.idle_s)
+    async def chunks(self, response: UpstreamResponse) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one, or when the
+        whole response takes over ``total_s``."""
+        watch = IdleWatch(self.timeouts.idle_s, self.timeouts.total_s)
         try:
             while True:
-                chunk = await watch.read(response.content.readany())
+                chunk = await watch.read(response.read())
                 if not chunk:
                     return
                 yield chunk
@@ -99,13 +120,15 @@ class IdleWatch:
     ``idle_s`` (an ``asyncio.timeout`` per read schedules and cancels a timer per chunk). Only the wait in
     :meth:`read` is timed: a client slow to take a chunk is not the server's silence."""
 
-    def __init__(self, idle_s: float):
+    def __init__(self, idle_s: float, total_s: float = float("inf")):
         self.idle_s = idle_s
         self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + total_s
+        self._why = ""
         self._task = asyncio.current_task()
         self._since: float | None = None  # start of the read in progress
         self._expired = False
-        self._timer = self._loop.call_later(idle_s, self._check)
+        self._timer = self._loop.call_later(min(idle_s, total_s), self._check)
 
     async def read(self, pending: Awaitable[bytes]) -> bytes:
         self._since = self._loop.time()
@@ -113,43 +136,50 @@ class IdleWatch:
             return await pending
         except asyncio.CancelledError:
             if self._expired and self._task is not None and self._task.uncancel() == 0:
-                raise TimeoutError(f"no data from the server for {self.idle_s:g} s") from None
+                raise TimeoutError(self._why) from None
             raise
         finally:
             self._since = None
 
     def _check(self) -> None:
-        waited = 0.0 if self._since is None else self._loop.time() - self._since
-        if waited >= self.idle_s and self._task is not None:
+        now = self._loop.time()
+        waited = 0.0 if self._since is None else now - self._since
+        if self._since is not None and self._task is not None and (waited >= self.idle_s or now >= self._deadline):
+            self._why = (f"no data from the server for {self.idle_s:g} s" if waited >= self.idle_s
+                         else "the response took longer than the total limit")
             self._expired = True
             self._task.cancel()
         else:
-            self._timer = self._loop.call_later(self.idle_s - waited, self._check)
+            delay = self.idle_s - waited
+            if now < self._deadline:
+                delay = min(delay, self._deadline - now)
+            self._timer = self._loop.call_later(delay, self._check)
 
     def close(self) -> None:
         self._timer.cancel()
 
 
-def _failure(server_id: str, err: BaseException) -> tuple[str, web.Response]:
+def _failure(server_id: str, err: OSError) -> tuple[str, Answer]:
     """The reason label of a failed attempt and the answer the client gets if no other server is left."""
-    if isinstance(err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+    if isinstance(err, ConnectFailed):
         reason, status = "connect", 502
     elif isinstance(err, TimeoutError):
         reason, status = "first-byte-timeout", 504
     else:
         reason, status = "reset", 502
     message = f"server {server_id}: {reason}: {type(err).__name__}: {err}"
-    return reason, web.json_response(error_body(status, "upstream_timeout" if status == 504 else "upstream_unreachable",
-                                                message), status=status)
+    return reason, Answer.error(status, "upstream_timeout" if status == 504 else "upstream_unreachable", message)
 
 
-async def _relayed_failure(response: aiohttp.ClientResponse, idle_s: float) -> web.Response:
+async def _relayed_failure(response: UpstreamResponse, idle_s: float) -> Answer:
     """A server's failed answer as the client would get it (its body cut at ``MAX_ERROR_BODY``)."""
+    body = b""
     try:
         async with asyncio.timeout(idle_s):
-            body = await response.content.read(MAX_ERROR_BODY)
-    except (aiohttp.ClientError, TimeoutError):
-        body = b""
+            while len(body) < MAX_ERROR_BODY and (chunk := await response.read()):
+                body += chunk
+    except OSError:
+        pass
     finally:
         response.release()
-    return web.Response(body=body, status=response.status, content_type=response.content_type or "application/json")
+    return Answer(response.status, body[:MAX_ERROR_BODY], response.content_type or "application/json")

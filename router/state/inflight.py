@@ -74,12 +74,13 @@ class Inflight:
         self._load[entry.server_id] = replace(load, prefill_tokens=load.prefill_tokens - entry.prompt_tokens)
         return entry
 
-    def token(self, request_id: str, now: float) -> InflightRequest | None:
-        """A token of a streaming request was relayed at ``now``; returns the entry when it was the first."""
+    def token(self, request_id: str, now: float, count: int = 1) -> InflightRequest | None:
+        """``count`` tokens of a streaming request were relayed at ``now``; returns the entry when they were the
+        first."""
         entry = self._requests.get(request_id)
         if entry is None or entry.tpot_slo_ms is None:
             return self.first_token(request_id)
-        self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now)
+        self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now, count)
         return self.first_token(request_id)
 
     def tpot_at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:

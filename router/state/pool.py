@@ -162,9 +162,10 @@ class PoolState:
             self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
         self._last_token[i] = now
 
-    def token(self, key: str, now: float) -> None:
-        """A token of the request dispatched under ``key`` was relayed at ``now`` (the first one ends its prefill)."""
-        entry = self.inflight.token(key, now)
+    def token(self, key: str, now: float, count: int = 1) -> None:
+        """``count`` tokens of the request dispatched under ``key`` were relayed at ``now`` (the first one ends its
+        prefill)."""
+        entry = self.inflight.token(key, now, count)
         if entry is not None:
             self._store_load(entry.server_id)
 

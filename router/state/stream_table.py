@@ -33,11 +33,12 @@ class StreamTable:
     def __len__(self) -> int:
         return len(self._slot)
 
-    def token(self, request_id: str, server_id: str, slo_ms: float, now: float) -> None:
-        """A token of the stream ``request_id`` (on ``server_id``, held to ``slo_ms``) was relayed at ``now``."""
+    def token(self, request_id: str, server_id: str, slo_ms: float, now: float, count: int = 1) -> None:
+        """``count`` tokens of the stream ``request_id`` (on ``server_id``, held to ``slo_ms``) were relayed at
+        ``now``."""
         slot = self._slot.get(request_id)
         if slot is not None:
-            self._tokens[slot] += 1
+            self._tokens[slot] += count
             self._last[slot] = now
             return
         slot = self._free.pop() if self._free else self._grow()
@@ -45,7 +46,7 @@ class StreamTable:
         self._server_of[slot] = server_id
         self._seen += 1
         self._first[slot] = self._last[slot] = now
-        self._tokens[slot], self._slo[slot], self._order[slot] = 1, slo_ms, self._seen
+        self._tokens[slot], self._slo[slot], self._order[slot] = count, slo_ms, self._seen
 
     def drop(self, request_id: str) -> None:
         """The stream ended (unknown ids: nothing happens)."""

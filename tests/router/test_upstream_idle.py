@@ -1,11 +1,11 @@
 """The body of a server's answer is read within ``idle_s`` between chunks — a silent server fails the read
-with TimeoutError, a slow client does not count against the server — from a real aiohttp server."""
+with TimeoutError, a slow client does not count against the server — from a real aiohttp server, over the
+router's own upstream client."""
 
 from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -41,13 +41,16 @@ def read_all(chunks: int, client_pause_s: float) -> tuple[list[bytes], BaseExcep
         loop = asyncio.get_running_loop()
         got, error, started, took = [], None, loop.time(), 0.0
         try:
-            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as response:
+            response = await upstreams.pool.request(f"127.0.0.1:{port}", "GET", "/", [], b"")
+            try:
                 try:
                     async for chunk in upstreams.chunks(response):
                         got.append(chunk)
                         await asyncio.sleep(client_pause_s)  # the client taking its time
                 except TimeoutError as err:
                     error, took = err, loop.time() - started
+            finally:
+                response.release()
         finally:
             await runner.cleanup()
         return got, error, took

@@ -1,0 +1,288 @@
+"""The router's HTTP/1.1 server: asyncio protocols and httptools' C parser, for the proxy's hot path.
+
+One :class:`Connection` per client. Requests are parsed as bytes arrive and answered one at a time in the
+order they came (keep-alive and pipelining), by a handler ``async (Request, Reply) -> None`` looked up by
+path and method (:class:`Routes`). A reply is a whole body (:meth:`Reply.send`) or a chunked stream
+(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`), with the transport's flow control. A body
+over ``max_body`` bytes is answered by the :attr:`Routes.too_large` handler at once, and the rest of it is
+read and dropped for up to ``LINGER_S`` before the connection closes (a client still sending would
+otherwise see a reset instead of the answer). A client that goes away cancels its handler, so whatever it
+held is released at once. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the
+requests in progress ``grace_s`` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+
+import httptools
+
+log = logging.getLogger(__name__)
+
+LINGER_S = 10.0  # reading the rest of a refused body
+MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pauses beyond
+
+
+class Request:
+    __slots__ = ("method", "path", "headers", "body", "peer", "keep_alive", "too_large")
+
+    def __init__(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, peer: str | None,
+                 keep_alive: bool, too_large: bool = False):
+        self.method, self.path, self.headers, self.body = method, path, headers, body
+        self.peer, self.keep_alive, self.too_large = peer, keep_alive, too_large
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (lowercase)."""
+        return next((value for key, value in self.headers if key.lower() == name), None)
+
+
+Handler = Callable[[Request, "Reply"], Awaitable[None]]
+
+
+def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(framing)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def whole_response(status: int, headers: dict[str, str], body: bytes, close: bool = False) -> bytes:
+    """A complete response with a ``content-length`` (and ``connection: close`` when ``close``)."""
+    return _head(status, headers, f"content-length: {len(body)}" + ("\r\nconnection: close" if close else "")) + body
+
+
+class Reply:
+    """The answer to one request, written on its connection."""
+
+    __slots__ = ("_connection", "closes", "started", "done")
+
+    def __init__(self, connection: Connection, close: bool):
+        self._connection = connection
+        self.closes = close
+        self.started = self.done = False
+
+    def send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        """The whole answer at once."""
+        self._connection.write(whole_response(status, headers, body, self.closes))
+        self.started = self.done = True
+
+    def start(self, status: int, headers: dict[str, str]) -> None:
+        """The status and headers of a chunked answer; :meth:`write` its chunks, :meth:`end` it."""
+        framing = "transfer-encoding: chunked" + ("\r\nconnection: close" if self.closes else "")
+        self._connection.write(_head(status, headers, framing))
+        self.started = True
+
+    async def write(self, chunk: bytes) -> None:
+        """One chunk, once the client takes it; raises :class:`ConnectionError` when the client is gone."""
+        if chunk:
+            self._connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            await self._connection.drain()
+
+    def end(self) -> None:
+        self._connection.write(b"0\r\n\r\n")
+        self.done = True
+
+
+class Routes:
+    """Handlers by path and method, and the answers to what none serves."""
+
+    def __init__(self, unmatched: Callable[[Request, int], Handler], too_large: Handler,
+                 failed: Callable[[int, str], bytes], guard: Callable[[Request, Reply], bool] | None = None):
+        self.by_path: dict[str, dict[str, Handler]] = {}
+        self.unmatched = unmatched  # (request, 404 or 405) -> the handler answering it
+        self.too_large = too_large
+        self.failed = failed  # (400 or 500, message) -> a whole response, closing the connection
+        self.guard = guard  # answers a request itself and returns False when it may not go on
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        self.by_path.setdefault(path, {})[method] = handler
+
+    def handler(self, request: Request) -> Handler:
+        if request.too_large:
+            return self.too_large
+        methods = self.by_path.get(request.path.partition("?")[0])
+        if methods is None:
+            return self.unmatched(request, 404)
+        return methods.get(request.method) or self.unmatched(request, 405)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, routes: Routes, max_body: int, server: HttpServer):
+        self.routes, self.max_body, self.server = routes, max_body, server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
+        self.pending: deque[Request] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.closing = self.dropping = False  # dropping: the rest of a body over the limit
+        self.refused: str | None = None  # reading stopped: "" after a body over the limit, else why
+        self._url = b""
+        self._headers: list[tuple[str, str]] = []
+        self._body: list[bytes] = []
+        self._size = 0
+        self._drained: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else None
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(ConnectionResetError("the client closed the connection"))
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # the handler releases what it holds
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused is not None:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse("upgrades are not supported")
+        except httptools.HttpParserError as err:
+            self._refuse(f"malformed HTTP request: {err}")
+
+    def _refuse(self, message: str) -> None:
+        """Stop reading: answer what came before, then a 400 with ``message``, and close."""
+        self.refused = message
+        if self.idle:
+            self.task = self.server.loop.create_task(self._serve())
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body, self._size = b"", [], [], 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_body(self, body: bytes) -> None:
+        if self.dropping:
+            return
+        self._size += len(body)
+        if self._size > self.max_body:
+            self.dropping = True  # answered now; the rest is read and dropped for LINGER_S at most
+            self._enqueue(b"", too_large=True)
+            self.server.loop.call_later(LINGER_S, self.close)
+        else:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.dropping:
+            self.refused = ""  # nothing more is read; the connection closes after the answer
+            if self.idle:
+                self.close()
+        else:
+            self._enqueue(b"".join(self._body))
+
+    def _enqueue(self, body: bytes, too_large: bool = False) -> None:
+        method = self.parser.get_method().decode("latin-1")
+        keep_alive = self.parser.should_keep_alive() and not too_large
+        self.pending.append(Request(method, self._url.decode("latin-1"), self._headers, body, self.peer,
+                                    keep_alive, too_large))
+        if len(self.pending) > MAX_PENDING and self.transport is not None:
+            self.transport.pause_reading()
+        if self.idle:
+            self.task = self.server.loop.create_task(self._serve())
+
+    async def _serve(self) -> None:
+        while self.pending and not self.closing:
+            request = self.pending.popleft()
+            if len(self.pending) == MAX_PENDING and self.transport is not None:
+                self.transport.resume_reading()
+            reply = Reply(self, close=not request.keep_alive or self.server.closing)
+            try:
+                if self.routes.guard is None or self.routes.guard(request, reply):
+                    await self.routes.handler(request)(request, reply)
+            except ConnectionError:  # the client went away
+                self.close()
+                return
+            except Exception:
+                log.exception("%s %s failed", request.method, request.path)
+                if not reply.started:
+                    self.write(self.routes.failed(500, "the router failed to answer"))
+                self.close()
+                return
+            if request.too_large and self.refused is None:
+                return  # the body is still arriving: dropped until it ends or LINGER_S
+            if not reply.done or reply.closes:  # a stream cut short cannot be followed by another answer
+                self.close()
+                return
+        if self.refused is not None:
+            if self.refused:
+                self.write(self.routes.failed(400, self.refused))
+            self.close()
+
+    @property
+    def idle(self) -> bool:
+        return self.task is None or self.task.done()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self.closing:
+            raise ConnectionResetError("the client closed the connection")
+        if self._drained is not None:
+            await self._drained
+
+    def pause_writing(self) -> None:
+        self._drained = self.server.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class HttpServer:
+    def __init__(self, routes: Routes, max_body: int):
+        self.routes, self.max_body = routes, max_body
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[Connection] = set()
+        self.closing = False
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """Listen on ``host:port`` (0: any free port); returns the port."""
+        self._server = await self.loop.create_server(lambda: Connection(self.routes, self.max_body, self),
+                                                     host, port, ssl=tls, reuse_address=True)
+        bound: int = self._server.sockets[0].getsockname()[1]
+        return bound
+
+    async def close(self, grace_s: float) -> None:
+        """Stop accepting; idle connections close now, busy ones after their answer or ``grace_s``."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            if connection.idle:
+                connection.close()
+        busy = [c.task for c in self.connections if c.task is not None and not c.task.done()]
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=grace_s)
+            for task in late:
+                task.cancel()
+        for connection in list(self.connections):
+            connection.close()
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
