@@ -41,7 +41,7 @@ class UpstreamResponse(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._sized = False  # the body has a length or chunked framing (else it ends with the connection)
-        self.complete = False
+        self.complete = self._keep_alive = False
         self.lost: Exception | None = None
 
     def send(self, head: bytes, body: bytes) -> asyncio.Future[None]:
@@ -71,7 +71,7 @@ class UpstreamResponse(asyncio.Protocol):
 
     def release(self) -> None:
         """Done with the response: the connection goes back to the pool or is closed."""
-        if self.complete and self.lost is None and self.parser.should_keep_alive() and not self._chunks:
+        if self.complete and self.lost is None and self._keep_alive and not self._chunks:
             self._head = None
             self.pool.give_back(self)
         else:
@@ -86,8 +86,7 @@ class UpstreamResponse(asyncio.Protocol):
             self._waiter.set_result(None)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are no asyncio.Transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool.forget(self)
@@ -137,6 +136,7 @@ class UpstreamResponse(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self._keep_alive = self.parser.should_keep_alive()  # known within the callback only
         self._wake()
 
 

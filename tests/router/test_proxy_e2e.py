@@ -3,6 +3,7 @@
 import asyncio
 
 import aiohttp
+import uvloop
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.settings import from_env
@@ -24,7 +25,8 @@ async def started(servers, predictor=None, **settings):
 
 
 def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    """Run ``scenario`` on uvloop's event loop, as the router serves."""
+    return uvloop.run(asyncio.wait_for(scenario(), timeout=60))
 
 
 def test_non_streaming_request_is_proxied_and_recorded():

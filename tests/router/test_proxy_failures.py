@@ -96,7 +96,7 @@ def test_models_answers_without_a_server_that_never_lists_its_models():
     assert took < 10 * MODELS_TIMEOUT_S  # bounded by the per-server limit, not by the hanging server
 
 
-def test_pipelined_keep_alive_requests_with_chunked_and_sized_bodies_are_answered_in_order():
+def test_pipelined_keep_alive_requests_with_chunked_and_sized_bodies_are_answered_in_order_over_kept_connections():
     body = b'{"prompt": "x", "max_tokens": 2}'
     sized = (b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -126,8 +126,9 @@ def test_pipelined_keep_alive_requests_with_chunked_and_sized_bodies_are_answere
                 answers.append((lines[0], payload))
             writer.close()
             await router.stop()
-            return answers, [len(s.received) for s in servers]
-    answers, received = run(scenario)
+            return answers, [len(s.received) for s in servers], servers[0].peers
+    answers, received, peers = run(scenario)
     assert [status for status, _ in answers] == ["HTTP/1.1 200 OK"] * 4 and received == [3]
+    assert len(set(peers)) == 1  # one connection to the server, kept alive between the requests
     assert [b'"servers"' in payload for _, payload in answers] == [False, False, True, False]
     assert all(b'"choices"' in payload for _, payload in answers[:2] + answers[3:])

@@ -34,6 +34,7 @@ class Upstream:
         self.fail_body, self.stall_after, self.hang_models = fail_body, stall_after, hang_models
         self.response_headers = response_headers or {}
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
+        self.peers: list[tuple] = []  # the address each request came from (one per connection kept alive)
         self._stopping = asyncio.Event()  # lets a hanging handler go when the server stops
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -81,6 +82,7 @@ class Upstream:
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.received.append((request.path, request.headers.copy(), body))
+        self.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         if self.hang:
             await self._stopping.wait()
             return web.Response(status=503)
