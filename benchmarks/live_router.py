@@ -4,13 +4,15 @@ The real :class:`~router.server.RouterServer`, served as ``headroom router serve
 ``--predictor none`` (every request takes the heuristic profile, counted as ``predictor-unavailable``) or
 ``embedded`` (TTFT and TPOT models of the reference's size, 200 trees of depth 6, in process, as
 ``headroom bench router`` trains them); ``--profile FILE`` writes the event loop thread's cProfile
-statistics there when it stops.
+statistics there when it stops, timed in CPU time (on a shared machine, wall time would charge the router's
+waits for a core to whatever ran before them).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import time
 
 from headroom.process import configure
 
@@ -32,7 +34,7 @@ def main() -> None:
         from headroom.benchmarks.router import embedded_predictor
         predictor = embedded_predictor()
     server = RouterServer(load_config(args.config), from_env(KafkaSettings), predictor=predictor)
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = cProfile.Profile(time.thread_time) if args.profile else None
     if profiler is not None:
         profiler.enable()
     serve(server)

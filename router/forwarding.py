@@ -3,8 +3,9 @@
 Hop-by-hop headers describe one connection, not the request (RFC 9110 §7.6.1): ``Connection`` and every
 header it names, ``Keep-Alive``, ``Proxy-Authorization``, ``Proxy-Authenticate``, ``Proxy-Connection``,
 ``TE``, ``Trailer``, ``Transfer-Encoding`` and ``Upgrade``. They are never forwarded, either way, and
-neither are ``Host`` and ``Content-Length`` (each connection has its own). ``Accept-Encoding`` is not
-forwarded either: the router meters the response as it passes, so it asks for it uncompressed. The
+neither are ``Host``, ``Content-Length`` and ``Expect`` (each connection has its own; the router sends the
+body at once). ``Accept-Encoding`` is not forwarded either: the router meters the response as it passes, so
+it asks for it uncompressed. The
 client's address is appended to ``X-Forwarded-For`` (after any addresses the client brought). Which of the
 model server's response headers reach the client is :func:`router.openai_api.relayed_headers`' question.
 
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "proxy-connection",
                         "te", "trailer", "transfer-encoding", "upgrade"})
-_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-forwarded-for"}
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-forwarded-for", "expect"}
 FORWARDED_FOR = "X-Forwarded-For"
 
 

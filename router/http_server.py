@@ -3,10 +3,11 @@
 One :class:`Connection` per client. Requests are parsed as bytes arrive and answered one at a time in the
 order they came (keep-alive and pipelining), by a handler ``async (Request, Reply) -> None`` looked up by
 path and method (:class:`Routes`). A reply is a whole body (:meth:`Reply.send`) or a chunked stream
-(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`), with the transport's flow control. A body
-over ``max_body`` bytes is answered by the :attr:`Routes.too_large` handler at once, and the rest of it is
-read and dropped for up to ``LINGER_S`` before the connection closes (a client still sending would
-otherwise see a reset instead of the answer). A client that goes away cancels its handler, so whatever it
+(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`), with the transport's flow control; a client
+that asks for ``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered
+by the :attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to
+``LINGER_S`` before the connection closes (a client still sending would otherwise see a reset instead of
+the answer); a request httptools cannot parse gets a 400 and the connection closes. A client that goes away cancels its handler, so whatever it
 held is released at once. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the
 requests in progress ``grace_s`` to finish.
 """
@@ -45,8 +46,12 @@ class Request:
 Handler = Callable[[Request, "Reply"], Awaitable[None]]
 
 
+_STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
 def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
-    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    lines = [_STATUS_LINES[status]]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(framing)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -167,6 +172,13 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        """A client waiting for ``100 Continue`` before it sends the body gets it, when nothing is answered on its
+        connection before."""
+        if self.idle and not self.pending and any(name.lower() == "expect" and value.lower() == "100-continue"
+                                                  for name, value in self._headers):
+            self.write(CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         if self.dropping:

@@ -12,9 +12,10 @@ the server for a final ``usage`` chunk so TPOT is measured in tokens. The chosen
 included, has OpenAI's error shape (:mod:`router.openai_api`). ``GET /v1/models`` lists the models of every
 server that answers. ``GET /metrics`` serves the router's Prometheus metrics, ``GET /healthz`` its
 liveness, the servers ejected by outlier detection and the requests in flight, and ``GET /readyz`` whether it
-should get traffic (with leader election, only the leader: :mod:`router.leader`), on the proxy's port or on an
+should get traffic (with leader election, only the leader: :mod:`router.leader`), on the proxy's port or on a
 port of their own (:meth:`Proxy.metrics_only`). When the router authenticates its clients, their
-``authorization`` header is theirs to the router and is not forwarded to the model servers.
+``authorization`` header is theirs to the router and is not forwarded to the model servers. The HTTP is
+:mod:`router.http_server` towards clients and :mod:`router.upstream_client` towards the servers.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class UpstreamResponse(asyncio.Protocol):
         return self._head
 
     async def read(self) -> bytes:
-        """The next chunk of the body; ``b""`` at its end."""
+        """The body's bytes that came since the last read (waiting for some); ``b""`` at its end."""
         while not self._chunks:
             if self.complete:
                 return b""
@@ -62,7 +62,8 @@ class UpstreamResponse(asyncio.Protocol):
                 raise self.lost
             self._waiter = self.pool.loop.create_future()
             await self._waiter
-        chunk = self._chunks.popleft()
+        chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
         self._buffered -= len(chunk)
         if self._paused and self._buffered < HIGH_WATER // 2 and self.transport is not None:
             self._paused = False
@@ -117,6 +118,8 @@ class UpstreamResponse(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        if self.status < 200:  # an interim answer (100 Continue): the response follows
+            return
         for name, value in self.headers:
             lowered = name.lower()
             if lowered == "content-type":
@@ -135,6 +138,9 @@ class UpstreamResponse(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.status < 200:
+            self.headers = []
+            return
         self.complete = True
         self._keep_alive = self.parser.should_keep_alive()  # known within the callback only
         self._wake()

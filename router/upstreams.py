@@ -17,7 +17,7 @@ the proxy's most frequent event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 
 import msgspec
@@ -101,7 +101,7 @@ class Upstreams:
             except NoCandidates:
                 return Opened(dispatch, error=error)
 
-    async def chunks(self, response: UpstreamResponse) -> AsyncIterator[bytes]:
+    async def chunks(self, response: UpstreamResponse) -> AsyncGenerator[bytes, None]:
         """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one, or when the
         whole response takes over ``total_s``."""
         watch = IdleWatch(self.timeouts.idle_s, self.timeouts.total_s)

@@ -1,7 +1,6 @@
 """The proxy when model servers fail: a stream that falls silent, every server failing, an oversized failure
 body, a server that never lists its models. Real aiohttp model servers, the real router, a real client."""
 
-import asyncio
 import time
 
 import aiohttp
@@ -94,41 +93,3 @@ def test_models_answers_without_a_server_that_never_lists_its_models():
     status, body, took = run(scenario)
     assert status == 200 and [m["id"] for m in body["data"]] == ["llama"]
     assert took < 10 * MODELS_TIMEOUT_S  # bounded by the per-server limit, not by the hanging server
-
-
-def test_pipelined_keep_alive_requests_with_chunked_and_sized_bodies_are_answered_in_order_over_kept_connections():
-    body = b'{"prompt": "x", "max_tokens": 2}'
-    sized = (b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
-             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    chunked = (b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (10, body[:10], len(body) - 10, body[10:]))
-    health = b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n"
-
-    async def scenario():
-        async with upstreams(Upstream("a")) as servers:
-            router = await started(servers)
-            reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
-            writer.write(sized + chunked + health + sized)  # four requests at once, one connection
-            await writer.drain()
-            answers = []
-            for _ in range(4):
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
-                headers = dict(line.split(": ", 1) for line in lines[1:] if line)
-                headers = {name.lower(): value for name, value in headers.items()}
-                if "content-length" in headers:
-                    payload = await reader.readexactly(int(headers["content-length"]))
-                else:
-                    payload = b""
-                    while (size := int((await reader.readline()).strip(), 16)) > 0:
-                        payload += await reader.readexactly(size + 2)
-                    await reader.readline()
-                answers.append((lines[0], payload))
-            writer.close()
-            await router.stop()
-            return answers, [len(s.received) for s in servers], servers[0].peers
-    answers, received, peers = run(scenario)
-    assert [status for status, _ in answers] == ["HTTP/1.1 200 OK"] * 4 and received == [3]
-    assert len(set(peers)) == 1  # one connection to the server, kept alive between the requests
-    assert [b'"servers"' in payload for _, payload in answers] == [False, False, True, False]
-    assert all(b'"choices"' in payload for _, payload in answers[:2] + answers[3:])
