@@ -7,9 +7,10 @@ path and method (:class:`Routes`). A reply is a whole body (:meth:`Reply.send`) 
 that asks for ``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered
 by the :attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to
 ``LINGER_S`` before the connection closes (a client still sending would otherwise see a reset instead of
-the answer); a request httptools cannot parse gets a 400 and the connection closes. A client that goes away cancels its handler, so whatever it
-held is released at once. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the
-requests in progress ``grace_s`` to finish.
+the answer); a request httptools cannot parse gets a 400 and the connection closes. A client that goes away
+cancels its handler, so whatever it held is released at once; a connection idle for ``keep_alive_s`` is
+closed. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in progress
+``grace_s`` to finish.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import httptools
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # reading the rest of a refused body
+KEEP_ALIVE_S = 75.0  # a client connection with nothing asked or answered for this long is closed
 MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pauses beyond
 
 
@@ -132,6 +134,7 @@ class Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._size = 0
         self._drained: asyncio.Future[None] | None = None
+        self.active = server.loop.time()  # when bytes last came in or an answer ended
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are no asyncio.Transport
@@ -148,6 +151,7 @@ class Connection(asyncio.Protocol):
             self.task.cancel()  # the handler releases what it holds
 
     def data_received(self, data: bytes) -> None:
+        self.active = self.server.loop.time()
         if self.refused is not None:
             return
         try:
@@ -236,6 +240,7 @@ class Connection(asyncio.Protocol):
             if self.refused:
                 self.write(self.routes.failed(400, self.refused))
             self.close()
+        self.active = self.server.loop.time()
 
     @property
     def idle(self) -> bool:
@@ -265,12 +270,20 @@ class Connection(asyncio.Protocol):
 
 
 class HttpServer:
-    def __init__(self, routes: Routes, max_body: int):
-        self.routes, self.max_body = routes, max_body
+    def __init__(self, routes: Routes, max_body: int, keep_alive_s: float = KEEP_ALIVE_S):
+        self.routes, self.max_body, self.keep_alive_s = routes, max_body, keep_alive_s
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
         self.closing = False
         self._server: asyncio.Server | None = None
+        self._sweep = self.loop.call_later(keep_alive_s / 4, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close the connections idle for ``keep_alive_s`` (one timer for all, not one per request)."""
+        since = self.loop.time() - self.keep_alive_s
+        for connection in [c for c in self.connections if c.idle and c.active < since]:
+            connection.close()
+        self._sweep = self.loop.call_later(self.keep_alive_s / 4, self._close_idle)
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Listen on ``host:port`` (0: any free port); returns the port."""
@@ -282,6 +295,7 @@ class HttpServer:
     async def close(self, grace_s: float) -> None:
         """Stop accepting; idle connections close now, busy ones after their answer or ``grace_s``."""
         self.closing = True
+        self._sweep.cancel()
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):

@@ -1,10 +1,12 @@
 """The proxy's HTTP/1.1 as clients use it: pipelined keep-alive requests with chunked and sized bodies,
-``Expect: 100-continue``, and a graceful stop. The real router, real aiohttp model servers, raw sockets."""
+``Expect: 100-continue``, clients that leave, idle connections, and a graceful stop. The real router, real aiohttp model servers, raw sockets."""
 
 import asyncio
 
 import aiohttp
 
+from headroom.router.http_server import HttpServer, Reply, Request, Routes
+from tests.router.routercases import wait_for
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams
 
@@ -91,3 +93,45 @@ def test_a_stopping_router_finishes_the_streams_in_progress_and_takes_no_new_con
     text, refused, router = run(scenario)
     assert text.count(b"data: {") == 21 and text.endswith(b"data: [DONE]\n\n")  # 20 tokens and the usage
     assert refused and len(router.pool.inflight) == 0
+
+
+def test_a_client_leaving_mid_stream_or_before_the_answer_releases_its_server_at_once():
+    async def scenario():
+        async with upstreams(Upstream("a", token_delay_s=0.2)) as servers:  # 50 tokens: a 10 s answer
+            router = await started(servers)
+            for stream in (True, False):  # one leaves mid-stream, one before the first byte
+                reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+                body = b'{"prompt": "x", "max_tokens": 50, "stream": %s}' % (b"true" if stream else b"false")
+                writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                if stream:
+                    await reader.readuntil(b"\n\n")  # the headers and the first chunk
+                else:
+                    assert await wait_for(lambda: len(router.pool.inflight) == 1)
+                writer.close()
+                released = await wait_for(lambda: len(router.pool.inflight) == 0, timeout_s=2.0)
+                assert released, f"stream={stream}: still in flight"
+            await router.stop()
+            return router
+    router = run(scenario)
+    exposition = router.metrics.exposition().decode()
+    assert 'headroom_router_request_errors_total{kind="client-disconnected"} 2.0' in exposition
+
+
+def test_a_connection_idle_for_keep_alive_s_is_closed():
+    async def scenario():
+        async def hello(request: Request, reply: Reply) -> None:
+            reply.send(200, {"content-type": "text/plain"}, b"hi")
+        routes = Routes(lambda request, status: hello, hello, lambda status, message: b"")
+        routes.add("GET", "/", hello)
+        server = HttpServer(routes, max_body=1024, keep_alive_s=0.2)
+        port = await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        answer = await read_response(reader)
+        rest = await asyncio.wait_for(reader.read(), timeout=5)  # b"" once the server closes the connection
+        writer.close()
+        await server.close(grace_s=1)
+        return answer, rest
+    (status, _, payload), rest = run(scenario)
+    assert status == "HTTP/1.1 200 OK" and payload == b"hi" and rest == b""
