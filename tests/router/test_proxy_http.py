@@ -97,11 +97,11 @@ def test_a_stopping_router_finishes_the_streams_in_progress_and_takes_no_new_con
 
 def test_a_client_leaving_mid_stream_or_before_the_answer_releases_its_server_at_once():
     async def scenario():
-        async with upstreams(Upstream("a", token_delay_s=0.2)) as servers:  # 50 tokens: a 10 s answer
+        async with upstreams(Upstream("a", token_delay_s=0.2)) as servers:  # 20 tokens: a 4 s answer
             router = await started(servers)
             for stream in (True, False):  # one leaves mid-stream, one before the first byte
                 reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
-                body = b'{"prompt": "x", "max_tokens": 50, "stream": %s}' % (b"true" if stream else b"false")
+                body = b'{"prompt": "x", "max_tokens": 20, "stream": %s}' % (b"true" if stream else b"false")
                 writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s"
                              % (len(body), body))
                 if stream:
