@@ -3,7 +3,8 @@
 One :class:`Connection` per client. Requests are parsed as bytes arrive and answered one at a time in the
 order they came (keep-alive and pipelining), by a handler ``async (Request, Reply) -> None`` looked up by
 path and method (:class:`Routes`). A reply is a whole body (:meth:`Reply.send`) or a chunked stream
-(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`), with the transport's flow control; a client
+(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`; unchunked to an HTTP/1.0 client, ending with the
+connection), with the transport's flow control; a client
 that asks for ``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered
 by the :attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to
 ``LINGER_S`` before the connection closes (a client still sending would otherwise see a reset instead of
@@ -33,12 +34,12 @@ MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pa
 
 
 class Request:
-    __slots__ = ("method", "path", "headers", "body", "peer", "keep_alive", "too_large")
+    __slots__ = ("method", "path", "headers", "body", "peer", "keep_alive", "too_large", "http10")
 
     def __init__(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, peer: str | None,
-                 keep_alive: bool, too_large: bool = False):
+                 keep_alive: bool, too_large: bool = False, http10: bool = False):
         self.method, self.path, self.headers, self.body = method, path, headers, body
-        self.peer, self.keep_alive, self.too_large = peer, keep_alive, too_large
+        self.peer, self.keep_alive, self.too_large, self.http10 = peer, keep_alive, too_large, http10
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (lowercase)."""
@@ -67,11 +68,12 @@ def whole_response(status: int, headers: dict[str, str], body: bytes, close: boo
 class Reply:
     """The answer to one request, written on its connection."""
 
-    __slots__ = ("_connection", "closes", "started", "done")
+    __slots__ = ("_connection", "closes", "chunked", "started", "done")
 
-    def __init__(self, connection: Connection, close: bool):
+    def __init__(self, connection: Connection, close: bool, chunked: bool = True):
         self._connection = connection
-        self.closes = close
+        self.closes = close or not chunked
+        self.chunked = chunked  # an HTTP/1.0 client knows no chunks: its stream ends with the connection
         self.started = self.done = False
 
     def send(self, status: int, headers: dict[str, str], body: bytes) -> None:
@@ -81,18 +83,20 @@ class Reply:
 
     def start(self, status: int, headers: dict[str, str]) -> None:
         """The status and headers of a chunked answer; :meth:`write` its chunks, :meth:`end` it."""
-        framing = "transfer-encoding: chunked" + ("\r\nconnection: close" if self.closes else "")
+        framing = "connection: close" if not self.chunked else \
+            "transfer-encoding: chunked" + ("\r\nconnection: close" if self.closes else "")
         self._connection.write(_head(status, headers, framing))
         self.started = True
 
     async def write(self, chunk: bytes) -> None:
         """One chunk, once the client takes it; raises :class:`ConnectionError` when the client is gone."""
         if chunk:
-            self._connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            self._connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
             await self._connection.drain()
 
     def end(self) -> None:
-        self._connection.write(b"0\r\n\r\n")
+        if self.chunked:
+            self._connection.write(b"0\r\n\r\n")
         self.done = True
 
 
@@ -207,7 +211,7 @@ class Connection(asyncio.Protocol):
         method = self.parser.get_method().decode("latin-1")
         keep_alive = self.parser.should_keep_alive() and not too_large
         self.pending.append(Request(method, self._url.decode("latin-1"), self._headers, body, self.peer,
-                                    keep_alive, too_large))
+                                    keep_alive, too_large, self.parser.get_http_version() == "1.0"))
         if len(self.pending) > MAX_PENDING and self.transport is not None:
             self.transport.pause_reading()
         if self.idle:
@@ -218,7 +222,7 @@ class Connection(asyncio.Protocol):
             request = self.pending.popleft()
             if len(self.pending) == MAX_PENDING and self.transport is not None:
                 self.transport.resume_reading()
-            reply = Reply(self, close=not request.keep_alive or self.server.closing)
+            reply = Reply(self, not request.keep_alive or self.server.closing, chunked=not request.http10)
             try:
                 if self.routes.guard is None or self.routes.guard(request, reply):
                     await self.routes.handler(request)(request, reply)

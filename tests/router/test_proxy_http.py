@@ -1,5 +1,5 @@
 """The proxy's HTTP/1.1 as clients use it: pipelined keep-alive requests with chunked and sized bodies,
-``Expect: 100-continue``, clients that leave, idle connections, and a graceful stop. The real router, real aiohttp model servers, raw sockets."""
+``Expect: 100-continue``, HTTP/1.0, clients that leave, idle connections, and a graceful stop. The real router, real aiohttp model servers, raw sockets."""
 
 import asyncio
 
@@ -135,3 +135,19 @@ def test_a_connection_idle_for_keep_alive_s_is_closed():
         return answer, rest
     (status, _, payload), rest = run(scenario)
     assert status == "HTTP/1.1 200 OK" and payload == b"hi" and rest == b""
+
+
+def test_an_http_1_0_client_gets_its_stream_unchunked_until_the_connection_closes():
+    async def scenario():
+        async with upstreams(Upstream("a")) as servers:
+            router = await started(servers)
+            reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+            body = b'{"prompt": "x", "max_tokens": 3, "stream": true}'
+            writer.write(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            answer = await asyncio.wait_for(reader.read(), timeout=10)  # to the end of the connection
+            writer.close()
+            await router.stop()
+            return answer
+    head, _, stream = run(scenario).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"transfer-encoding" not in head.lower()
+    assert stream.startswith(b"data: {") and stream.endswith(b"data: [DONE]\n\n") and stream.count(b"data: {") == 4
