@@ -24,7 +24,7 @@ import grpc
 import msgspec
 
 from headroom.router.errors import ConfigError
-from headroom.router.http_server import Reply, Request
+from headroom.router.http_messages import Reply, Request
 from headroom.router.openai_api import error_body
 
 HEADER = "authorization"

@@ -2,15 +2,14 @@
 
 One :class:`Connection` per client. Requests are parsed as bytes arrive and answered one at a time in the
 order they came (keep-alive and pipelining), by a handler ``async (Request, Reply) -> None`` looked up by
-path and method (:class:`Routes`). A reply is a whole body (:meth:`Reply.send`) or a chunked stream
-(:meth:`Reply.start`, :meth:`Reply.write`, :meth:`Reply.end`; unchunked to an HTTP/1.0 client, ending with the
-connection), with the transport's flow control; a client
-that asks for ``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered
-by the :attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to
-``LINGER_S`` before the connection closes (a client still sending would otherwise see a reset instead of
-the answer); a request httptools cannot parse gets a 400 and the connection closes. A client that goes away
-cancels its handler, so whatever it held is released at once; a connection idle for ``keep_alive_s`` is
-closed. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in progress
+path and method (:mod:`router.http_messages`). A reply is a whole body or a chunked stream (unchunked to an
+HTTP/1.0 client, ending with the connection), with the transport's flow control; a client that asks for
+``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered by the
+:attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to ``LINGER_S``
+before the connection closes (a client still sending would otherwise see a reset instead of the answer); a
+request httptools cannot parse gets a 400 and the connection closes. A client that goes away cancels its
+handler, so whatever it held is released at once; a connection idle for ``keep_alive_s`` is closed.
+:meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in progress
 ``grace_s`` to finish.
 """
 
@@ -21,106 +20,17 @@ import contextlib
 import logging
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 
 import httptools
+
+from headroom.router.http_messages import Reply, Request, Routes
 
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # reading the rest of a refused body
 KEEP_ALIVE_S = 75.0  # a client connection with nothing asked or answered for this long is closed
 MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pauses beyond
-
-
-class Request:
-    __slots__ = ("method", "path", "headers", "body", "peer", "keep_alive", "too_large", "http10")
-
-    def __init__(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, peer: str | None,
-                 keep_alive: bool, too_large: bool = False, http10: bool = False):
-        self.method, self.path, self.headers, self.body = method, path, headers, body
-        self.peer, self.keep_alive, self.too_large, self.http10 = peer, keep_alive, too_large, http10
-
-    def header(self, name: str) -> str | None:
-        """The first value of header ``name`` (lowercase)."""
-        return next((value for key, value in self.headers if key.lower() == name), None)
-
-
-Handler = Callable[[Request, "Reply"], Awaitable[None]]
-
-
-_STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
-    lines = [_STATUS_LINES[status]]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines.append(framing)
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def whole_response(status: int, headers: dict[str, str], body: bytes, close: bool = False) -> bytes:
-    """A complete response with a ``content-length`` (and ``connection: close`` when ``close``)."""
-    return _head(status, headers, f"content-length: {len(body)}" + ("\r\nconnection: close" if close else "")) + body
-
-
-class Reply:
-    """The answer to one request, written on its connection."""
-
-    __slots__ = ("_connection", "closes", "chunked", "started", "done")
-
-    def __init__(self, connection: Connection, close: bool, chunked: bool = True):
-        self._connection = connection
-        self.closes = close or not chunked
-        self.chunked = chunked  # an HTTP/1.0 client knows no chunks: its stream ends with the connection
-        self.started = self.done = False
-
-    def send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        """The whole answer at once."""
-        self._connection.write(whole_response(status, headers, body, self.closes))
-        self.started = self.done = True
-
-    def start(self, status: int, headers: dict[str, str]) -> None:
-        """The status and headers of a chunked answer; :meth:`write` its chunks, :meth:`end` it."""
-        framing = "connection: close" if not self.chunked else \
-            "transfer-encoding: chunked" + ("\r\nconnection: close" if self.closes else "")
-        self._connection.write(_head(status, headers, framing))
-        self.started = True
-
-    async def write(self, chunk: bytes) -> None:
-        """One chunk, once the client takes it; raises :class:`ConnectionError` when the client is gone."""
-        if chunk:
-            self._connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
-            await self._connection.drain()
-
-    def end(self) -> None:
-        if self.chunked:
-            self._connection.write(b"0\r\n\r\n")
-        self.done = True
-
-
-class Routes:
-    """Handlers by path and method, and the answers to what none serves."""
-
-    def __init__(self, unmatched: Callable[[Request, int], Handler], too_large: Handler,
-                 failed: Callable[[int, str], bytes], guard: Callable[[Request, Reply], bool] | None = None):
-        self.by_path: dict[str, dict[str, Handler]] = {}
-        self.unmatched = unmatched  # (request, 404 or 405) -> the handler answering it
-        self.too_large = too_large
-        self.failed = failed  # (400 or 500, message) -> a whole response, closing the connection
-        self.guard = guard  # answers a request itself and returns False when it may not go on
-
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        self.by_path.setdefault(path, {})[method] = handler
-
-    def handler(self, request: Request) -> Handler:
-        if request.too_large:
-            return self.too_large
-        methods = self.by_path.get(request.path.partition("?")[0])
-        if methods is None:
-            return self.unmatched(request, 404)
-        return methods.get(request.method) or self.unmatched(request, 405)
 
 
 class Connection(asyncio.Protocol):

@@ -33,7 +33,7 @@ import msgspec
 from headroom.router.errors import AdmissionRejected, InvalidJson, NoCandidates, RequestError, RequestTooLarge
 from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
-from headroom.router.http_server import Handler, Reply, Request, Routes, whole_response
+from headroom.router.http_messages import Handler, Reply, Request, Routes, whole_response
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import merge_models, relayed_headers
 from headroom.router.prompt import parse_body_off_loop

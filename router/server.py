@@ -37,7 +37,8 @@ from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
 from headroom.router.ext_proc import ExtProcServicer
-from headroom.router.http_server import HttpServer, Routes
+from headroom.router.http_messages import Routes
+from headroom.router.http_server import HttpServer
 from headroom.router.leader import LeaderElector, lease_api
 from headroom.router.limits import RequestLimits
 from headroom.router.metrics import RouterMetrics

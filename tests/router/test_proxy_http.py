@@ -5,7 +5,8 @@ import asyncio
 
 import aiohttp
 
-from headroom.router.http_server import HttpServer, Reply, Request, Routes
+from headroom.router.http_messages import Reply, Request, Routes
+from headroom.router.http_server import HttpServer
 from tests.router.routercases import wait_for
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams
