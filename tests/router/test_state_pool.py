@@ -203,3 +203,17 @@ def test_decode_tokens_in_flight_and_the_encoder_cache_the_router_measures():
     assert pool.snapshots(req(), now=0.2).state["inflight_decode_tokens"].tolist() == [50, 0]
     pool.set_servers((ServerSpec("b", "h:2"),))
     assert pool.encoder.matched((8, 9), ["a"]).tolist() == [0]  # a server that left is forgotten
+
+
+def test_tokens_relayed_together_count_each():
+    def at_risk_after(reads):
+        pool = PoolState((ServerSpec("a", "h:1"),))
+        pool.scraped("a", ServerMetrics(0, 0, 0), now=0.0)
+        pool.dispatched(req(request_id="s", stream=True, slo_tpot_ms=50.0), "a", now=0.0)
+        for t, count in reads:
+            pool.token("s", t, count)
+        return pool.snapshots(req(), 0.45)[0].tpot_at_risk
+
+    together = at_risk_after([(0.10, 3), (0.16, 3)])  # two reads of three SSE events each
+    assert together == at_risk_after([(0.10, 1)] * 3 + [(0.16, 1)] * 3) == 1.0  # 6 tokens: 50 ms behind at 0.45
+    assert at_risk_after([(0.10, 1), (0.16, 1)]) == 0.0  # counted per read, 2 tokens: 250 ms behind, past saving
