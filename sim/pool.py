@@ -288,6 +288,8 @@ class _Run:
             heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
 
     def _first_token(self, srv: _Server, request: SimRequest) -> None:
+        if request.request_id not in srv.prefilling:
+            return  # finished or dropped at the instant of its first token, and forgotten already
         r = self.router_of[request.request_id]
         srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":

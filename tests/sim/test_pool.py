@@ -222,3 +222,11 @@ def test_the_view_counts_the_router_streams_at_risk_of_missing_their_tpot_slo() 
     assert seen["probe"] == 0.5  # of the streams the router saw run past 43 tokens, half ended within 4 more
     run(requests, uniform_pool(1), pick, lengths=[1000] * 60)
     assert seen["probe"] == 0.0  # streams run long here: it has time to catch up
+
+
+def test_a_stream_that_ends_with_its_first_token_is_accounted_once() -> None:
+    requests = generate(poisson_arrivals(80.0, 5.0, 0), Lengths(800, 0.6, high=4000), Lengths(2, 0.5, high=3),
+                        seed=0, stream_fraction=1.0)
+    assert any(r.output_tokens == 1 for r in requests)
+    result = run(requests, uniform_pool(2), policy("least-queue"))
+    assert len(result.outcomes) == len(requests) and not result.dropped
