@@ -20,6 +20,10 @@ Parameters:
     includeTPOT (true): a candidate predicted to miss the request's TPOT SLO counts as late too.
     onlyInABurst (true): concentrate only when every candidate has prefill queued ahead; a request late even
         where none is queued is late by its own size (a long prompt), not by a burst, and keeps everyone.
+    lateCap (inf): how late a server it concentrates onto may be predicted to start the request, a multiple of
+        its TTFT SLO: the servers furthest behind within that cap take it, and when none is within it the
+        request keeps everyone (it goes to the least late). Without a cap the servers furthest behind grow
+        without bound past capacity, and their last requests wait tens of seconds.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class Params:
     late_margin: float = 0.0
     include_tpot: bool = True
     only_in_a_burst: bool = True
+    late_cap: float = math.inf
 
     def __post_init__(self) -> None:
         check_range("late_margin", self.late_margin, -1.0, math.inf)
+        check_range("late_cap", self.late_cap, 1.0, math.inf)
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,10 @@ class LateConcentrationFilter:
         backlog = everyone.server_column("inflight_prefill_tokens")
         if self.params.only_in_a_burst and backlog.min() == 0:
             return everyone
-        keep = backlog == backlog.max()
+        capped = ttft <= self.params.late_cap * slo
+        if not capped.any():
+            return everyone
+        keep = capped & (backlog == backlog[capped].max())
         return everyone if keep.all() else everyone.take(np.flatnonzero(keep))
 
 
