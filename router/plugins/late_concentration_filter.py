@@ -23,7 +23,10 @@ Parameters:
     lateCap (inf): how late a server it concentrates onto may be predicted to start the request, a multiple of
         its TTFT SLO: the servers furthest behind within that cap take it, and when none is within it the
         request keeps everyone (it goes to the least late). Without a cap the servers furthest behind grow
-        without bound past capacity, and their last requests wait tens of seconds.
+        without bound past capacity, and their last requests wait tens of seconds; a cap bounds that wait (p99
+        TTFT ≈ the cap) but spreads the excess over more servers, trading attainment for the tail one for one on
+        the bursty code loads, so none is the default by the worst case (docs/benchmarks.md, "Capping the
+        concentration").
 """
 
 from __future__ import annotations
