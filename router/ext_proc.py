@@ -1,55 +1,56 @@
 """The Envoy ``ext_proc`` server: the router as GKE Inference Gateway's endpoint picker.
 
-One bidirectional stream per HTTP request (Envoy configured to send request headers and the buffered
-request body, and to stream response headers and body):
+One bidirectional stream per HTTP request. Envoy says on the stream's first message
+(``protocol_config``) how it sends each body; both of the endpoint picker's configurations work:
 
-- request headers: remembered (``:path`` tells completions from chat); answered with no change, unless
-  the request has no body, which is then scheduled right away;
-- request body (at end of stream): parsed (off the event loop when large) and scheduled; the answer sets ``x-gateway-destination-endpoint``
-  to the chosen server's address (also as ``envoy.lb`` dynamic metadata) and clears the route cache; a
-  malformed header or body becomes an immediate 400, a body over the size limit an immediate 413 as soon
-  as its buffered chunks pass it (:mod:`router.limits`), a shed request an immediate 429 with the reason,
-  no server an immediate 503;
-- response headers and body chunks: passed through unchanged while metering TTFT / TPOT / E2E; the end
-  of the response body completes the request (telemetry). A stream that ends early releases it.
+- ``FULL_DUPLEX_STREAMED`` (the Gateway API Inference Extension's: bodies streamed, headers and trailers
+  sent), where Envoy forwards only what the answers hand back. The request headers' answer waits for the
+  body's end; then the request is scheduled and answered with the headers' answer (the destination) followed
+  by the body's chunks, handed back unchanged (the last with ``end_of_stream``). Response headers are
+  answered at once, and each response body chunk handed back unchanged as it is metered. Trailers are
+  answered (request trailers ending a body end it as its end of stream would).
+- request body ``BUFFERED`` (or no ``protocol_config``): the request headers are answered with no change and
+  the buffered body with the destination; response messages are answered with no change.
+
+Scheduling: the body (at its end) is parsed (off the event loop when large) and scheduled; the routing answer
+sets ``x-gateway-destination-endpoint`` to the chosen server's address (also as ``envoy.lb`` dynamic
+metadata) and clears the route cache; a request without a body is scheduled on its headers. A malformed
+header or body becomes an immediate 400, a body over the size limit an immediate 413 as soon as its chunks
+pass it (:mod:`router.limits`), a shed request an immediate 429 with the reason, no server an immediate 503.
+Response headers and body chunks meter TTFT / TPOT / E2E; the end of the response body completes the
+request (telemetry). A stream that ends early releases it.
 
 The answers that change nothing are built once and shared; an answer routing to a server is built once per
-address. Each request body chunk is copied once out of its message (a one-chunk body not again).
+address (:mod:`router.ext_proc_answers`). Each request body chunk is copied once out of its message (a
+one-chunk body not again).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
-from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
 
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
+from headroom.router.ext_proc_answers import (CONTINUE, DESTINATION_HEADER, FULL_DUPLEX, NOTHING, immediate,
+                                              refusal, routed, streamed)
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.openai_api import error_body
 from headroom.router.prompt import PromptInfo, parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 
+__all__ = ["DESTINATION_HEADER", "MAX_ROUTED_REPLIES", "ExtProcServicer"]
+
 log = logging.getLogger(__name__)
 
-DESTINATION_HEADER = "x-gateway-destination-endpoint"
 MAX_METERED_JSON = 4 * 1024 * 1024  # non-streaming response bytes kept to read their usage
 MAX_ROUTED_REPLIES = 4096  # answers kept per (message kind, server address), built once each
 _REQUEST_IDS = ("x-request-id",)
 _HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
-# Answers that change nothing, one per message kind: built once, shared by every stream (never mutated).
-_CONTINUE = {kind: ep.ProcessingResponse(**{kind: answer()}) for kind, answer in (
-    ("request_headers", ep.HeadersResponse), ("request_body", ep.BodyResponse),
-    ("response_headers", ep.HeadersResponse), ("response_body", ep.BodyResponse),
-    ("request_trailers", ep.TrailersResponse), ("response_trailers", ep.TrailersResponse))}
-_NOTHING = ep.ProcessingResponse()
+Answers = Sequence[ep.ProcessingResponse]
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
@@ -63,14 +64,17 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         exchange = _Exchange(self)
         try:
             async for message in requests:
+                if message.HasField("protocol_config"):
+                    exchange.configure(message.protocol_config)
                 kind = message.WhichOneof("request")
-                if kind == "request_body":
-                    response = await exchange.request_body(message.request_body)
+                if kind == "request_body" or (kind == "request_trailers" and exchange.holding_headers()):
+                    answers = await exchange.request_body(message)
                 else:
-                    response = exchange.handle(kind, message)
-                yield response
-                if response.HasField("immediate_response"):
-                    return
+                    answers = exchange.handle(kind, message)
+                for answer in answers:
+                    yield answer
+                    if answer.HasField("immediate_response"):
+                        return
         finally:
             exchange.close()
 
@@ -87,7 +91,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         if reply is None:
             if len(self._routed) >= MAX_ROUTED_REPLIES:  # addresses come and go with the pool's pods
                 self._routed.clear()
-            reply = self._routed[kind, address] = _routed(kind, address)
+            reply = self._routed[kind, address] = routed(kind, address)
         return reply
 
 
@@ -97,6 +101,7 @@ class _Exchange:
     def __init__(self, servicer: ExtProcServicer):
         self.servicer = servicer
         self.service = servicer.service
+        self.duplex_request = self.duplex_response = False  # FULL_DUPLEX_STREAMED bodies: hand them back
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []  # the request body's chunks before its last
         self.body_size = 0
@@ -105,50 +110,69 @@ class _Exchange:
         self.json_body = b""
         self.done = False
 
+    def configure(self, config: ep.ProtocolConfiguration) -> None:
+        self.duplex_request = config.request_body_mode == FULL_DUPLEX
+        self.duplex_response = config.response_body_mode == FULL_DUPLEX
+
+    def holding_headers(self) -> bool:
+        """Whether the request headers' answer waits for the body (full duplex, not scheduled yet)."""
+        return self.duplex_request and self.dispatch is None
+
     def _chat(self) -> bool:
         return self.headers.get(":path", "").split("?")[0].endswith("/chat/completions")
 
-    async def request_body(self, chunk: ep.HttpBody) -> ep.ProcessingResponse:
-        """Keep a chunk of the request body; at its end, parse the whole body (off the event loop when it is
-        large: :func:`~router.prompt.parse_body_off_loop`) and schedule the request."""
-        data = chunk.body  # the one copy out of the message
+    async def request_body(self, message: ep.ProcessingRequest) -> Answers:
+        """Keep a chunk of the request body; at its end (or at the request trailers), parse the whole body (off
+        the event loop when it is large: :func:`~router.prompt.parse_body_off_loop`) and schedule the request."""
+        trailers = message.HasField("request_trailers")
+        data = b"" if trailers else message.request_body.body  # the one copy out of the message
         try:
             self.service.limits.check_body_size(self.body_size + len(data))
         except RequestTooLarge as err:
-            return immediate(413, "request_too_large", str(err))
-        if not chunk.end_of_stream:
+            return (immediate(413, "request_too_large", str(err)),)
+        if not trailers and not message.request_body.end_of_stream:
             self.chunks.append(data)
             self.body_size += len(data)
-            return _CONTINUE["request_body"]
-        body = b"".join((*self.chunks, data)) if self.chunks else data
+            return () if self.duplex_request else CONTINUE["request_body"]
+        chunks = self.chunks if trailers else [*self.chunks, data]
         self.chunks = []
+        body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         try:
             prompt = (await parse_body_off_loop(body, self._chat(), self.service.limits))[1]
         except RequestError as err:
-            return _refusal(err)
-        return self._schedule("request_body", prompt)
+            return (refusal(err),)
+        if not self.duplex_request:
+            return (self._schedule("request_body", prompt),)
+        headers = self._schedule("request_headers", prompt)
+        if headers.HasField("immediate_response"):
+            return (headers,)
+        last = len(chunks) - 1  # the body's end of stream, unless the trailers end it
+        answers = [headers, *(streamed("request_body", c, i == last and not trailers) for i, c in enumerate(chunks))]
+        return (*answers, *CONTINUE["request_trailers"]) if trailers else answers
 
-    def handle(self, kind: str | None, message: ep.ProcessingRequest) -> ep.ProcessingResponse:
-        """The answer to any message but a request body chunk (:meth:`request_body`)."""
+    def handle(self, kind: str | None, message: ep.ProcessingRequest) -> Answers:
+        """The answers to any message but a request body chunk (:meth:`request_body`)."""
         if kind == "request_headers":
             self.headers = {h.key.lower(): h.value or h.raw_value.decode("utf-8", "replace")
                             for h in message.request_headers.headers.headers}
             if message.request_headers.end_of_stream:
-                return self._schedule("request_headers", _HEADER_ONLY)
-            return _CONTINUE["request_headers"]
+                return (self._schedule("request_headers", _HEADER_ONLY),)
+            return () if self.duplex_request else CONTINUE["request_headers"]
         if kind == "response_headers":
             if self.dispatch is not None:
                 stream = self.dispatch.request.stream
                 self.meter = StreamMeter(self.dispatch.dispatch_mono) if stream else None
             if message.response_headers.end_of_stream:
                 self._finish()
-            return _CONTINUE["response_headers"]
+            return CONTINUE["response_headers"]
         if kind == "response_body":
-            self._meter(message.response_body)
-            return _CONTINUE["response_body"]
+            body = message.response_body
+            self._meter(body)
+            return (streamed("response_body", body.body, body.end_of_stream),) if self.duplex_response \
+                else CONTINUE["response_body"]
         if kind == "response_trailers":
             self._finish()
-        return _CONTINUE.get(kind or "", _NOTHING)
+        return CONTINUE.get(kind or "", NOTHING)
 
     def _schedule(self, kind: str, prompt: PromptInfo) -> ep.ProcessingResponse:
         try:
@@ -156,7 +180,7 @@ class _Exchange:
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
             self.dispatch = self.service.pick(request)
         except RequestError as err:
-            return _refusal(err)
+            return refusal(err)
         except AdmissionRejected as err:
             return immediate(429, "admission_rejected", err.reason)
         except NoCandidates as err:
@@ -189,31 +213,3 @@ class _Exchange:
         if self.dispatch is not None and not self.done:
             self.done = True
             self.service.abandon(self.dispatch, "ext-proc-stream-ended")
-
-
-def _routed(kind: str, address: str) -> ep.ProcessingResponse:
-    """An answer to a ``kind`` message setting the destination header (and ``envoy.lb`` dynamic metadata) to
-    ``address`` and clearing the route cache."""
-    mutation = ep.HeaderMutation(set_headers=[base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=address.encode()),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)])
-    common = ep.CommonResponse(header_mutation=mutation, clear_route_cache=True)
-    answer = ep.HeadersResponse(response=common) if kind == "request_headers" else ep.BodyResponse(response=common)
-    metadata = struct_pb2.Struct()
-    metadata.update({"envoy.lb": {DESTINATION_HEADER: address}})
-    return ep.ProcessingResponse(**{kind: answer}, dynamic_metadata=metadata)
-
-
-def _refusal(err: RequestError) -> ep.ProcessingResponse:
-    if isinstance(err, RequestTooLarge):
-        return immediate(413, "request_too_large", str(err))
-    return immediate(400, "invalid_request", str(err))
-
-
-def immediate(status: int, code: str, message: str) -> ep.ProcessingResponse:
-    """An answer Envoy sends the client itself, with an OpenAI error body."""
-    body = json.dumps(error_body(status, code, message))
-    return ep.ProcessingResponse(immediate_response=ep.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status), body=body.encode(), details=code,
-        headers=ep.HeaderMutation(set_headers=[base_pb2.HeaderValueOption(
-            header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json"))])))
