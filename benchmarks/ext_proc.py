@@ -1,15 +1,18 @@
 """The router as Envoy's endpoint picker (``headroom bench ext-proc``): scheduling decisions per CPU-second.
 
 A simulated pool (``headroom sim serve``, scraped by the router as usual) and a router over it in its own
-process, with embedded prediction by default. This process plays Envoy: ``streams`` concurrent ext_proc
-streams, each exchange sending the request headers, the request body (one decision), then the response
-headers and a JSON body carrying ``usage`` (the completion: telemetry and in-flight release), for
-``seconds``. The result is the router's decisions per second of its own CPU time, and per wall second.
+process, with embedded prediction by default. This process plays Envoy in the reference's configuration (the
+Gateway API Inference Extension's Envoy config streams both bodies, ``FULL_DUPLEX_STREAMED``, with header and
+trailer messages sent): ``streams`` concurrent ext_proc streams, each exchange sending the request headers
+(announcing the mode) and the request body without waiting, then reading the headers' answer (one decision) and
+the body handed back; then the response headers and a JSON body carrying ``usage`` (the completion: telemetry
+and in-flight release), each answered — the body handed back — for ``seconds``. The result is the router's
+decisions per second of its own CPU time, and per wall second.
 
-Four messages is the fewest Envoy sends per request in the reference's configuration (the Gateway API
-Inference Extension's Envoy config streams both bodies, ``FULL_DUPLEX_STREAMED``, with header and trailer
-messages sent: request headers, at least one request body chunk, response headers, at least one response
-body chunk); a streamed response sends one more message per chunk.
+Four messages is the fewest Envoy sends per request in that configuration (request headers, at least one
+request body chunk, response headers, at least one response body chunk); a streamed response sends one more
+message per chunk. ``exchange_messages(duplex=False)`` is the same exchange with a buffered request body (the
+``--floor`` servicers answer every message at once, as in that mode).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from headroom.benchmarks.live import load_average, start_pool, start_router
+
+STALL_S = 30.0  # beyond its seconds, a drive whose answers stop coming fails
 
 
 def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, predictor: str = "embedded",
@@ -48,11 +53,13 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
             "load_average": f"{started_load} → {load_average()}"}
 
 
-def exchange_messages() -> list[Any]:
+def exchange_messages(duplex: bool = True) -> list[Any]:
     """What Envoy sends for one completion request: request headers and body, response headers and a JSON body
-    with ``usage``."""
+    with ``usage``; ``duplex``: the first message announces ``FULL_DUPLEX_STREAMED`` bodies."""
     from envoy.config.core.v3 import base_pb2
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+    from headroom.router.ext_proc_answers import FULL_DUPLEX
 
     def headers(pairs: dict[str, str]) -> ep.HttpHeaders:
         return ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
@@ -60,29 +67,51 @@ def exchange_messages() -> list[Any]:
 
     body = json.dumps({"model": "m", "prompt": "Summarize: " + "lorem ipsum " * 40, "max_tokens": 16}).encode()
     answer = json.dumps({"choices": [{"text": "x" * 16}], "usage": {"prompt_tokens": 90, "completion_tokens": 16}})
-    return [ep.ProcessingRequest(request_headers=headers({":path": "/v1/completions", ":method": "POST"})),
-            ep.ProcessingRequest(request_body=ep.HttpBody(body=body, end_of_stream=True)),
+    first = ep.ProcessingRequest(request_headers=headers({":path": "/v1/completions", ":method": "POST"}))
+    if duplex:
+        first.protocol_config.request_body_mode = first.protocol_config.response_body_mode = FULL_DUPLEX
+    return [first, ep.ProcessingRequest(request_body=ep.HttpBody(body=body, end_of_stream=True)),
             ep.ProcessingRequest(response_headers=headers({":status": "200"})),
             ep.ProcessingRequest(response_body=ep.HttpBody(body=answer.encode(), end_of_stream=True))]
 
 
+def answers_awaited(messages: Sequence[Any]) -> list[int]:
+    """How many answers Envoy reads after sending each of ``messages``: one each, except in full duplex, where
+    the request headers' answer comes with the request body's end."""
+    from headroom.router.ext_proc_answers import FULL_DUPLEX
+
+    duplex = bool(messages) and messages[0].protocol_config.request_body_mode == FULL_DUPLEX
+    if not duplex:
+        return [1] * len(messages)
+    return [0 if m.HasField("request_headers") and not m.request_headers.end_of_stream
+            else 2 if m.HasField("request_body") and m.request_body.end_of_stream else 1 for m in messages]
+
+
 async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> tuple[int, int]:
     """``streams`` concurrent ext_proc streams, one after another for ``seconds``, each sending ``messages``
-    (default :func:`exchange_messages`) one at a time as Envoy does, then half-closing it; returns the streams completed and how
-    many of them were answered with an immediate response."""
+    (default :func:`exchange_messages`) as Envoy does, reading the answers it awaits after each
+    (:func:`answers_awaited`), then half-closing it; returns the streams completed and how many of them were
+    answered with an immediate response."""
     import grpc
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
     exchange = list(messages or exchange_messages())
+    steps = list(zip(exchange, answers_awaited(exchange), strict=True))
     end = time.monotonic() + seconds
     counts = [0, 0]
+
+    async def refused(call: Any, awaited: int) -> bool:
+        for _ in range(awaited):
+            if (await call.read()).HasField("immediate_response"):
+                return True
+        return False
 
     async def one_stream(stub: ep_grpc.ExternalProcessorStub) -> None:
         while time.monotonic() < end:
             call = stub.Process()
-            for message in exchange:
+            for message, awaited in steps:
                 await call.write(message)
-                if (await call.read()).HasField("immediate_response"):
+                if await refused(call, awaited):
                     counts[1] += 1
                     break
             counts[0] += 1
@@ -91,5 +120,5 @@ async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any]
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = ep_grpc.ExternalProcessorStub(channel)
-        await asyncio.gather(*(one_stream(stub) for _ in range(streams)))
+        await asyncio.wait_for(asyncio.gather(*(one_stream(stub) for _ in range(streams))), seconds + STALL_S)
     return counts[0], counts[1]

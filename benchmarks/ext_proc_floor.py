@@ -56,7 +56,7 @@ GO_SOURCE = Path(__file__).resolve().parent / "ext_proc_go"
 def bench_floor(names: Sequence[str], rounds: int = 3, seconds: float = 4.0, streams: int = 16) -> dict[str, object]:
     """Each variant in ``names`` run ``rounds`` times, interleaved; the median CPU ms per four-message stream, and
     for the first variant the per-stream and per-message parts."""
-    exchange = exchange_messages()
+    exchange = exchange_messages(duplex=False)  # an empty servicer answers every message at once
     runs = [(name, exchange) for name in names]
     runs += [(f"{names[0]} ×1", exchange[:1]), (f"{names[0]} ×8", exchange * 2)]
     started = load_average()

@@ -1,7 +1,7 @@
 """The router's own work per ext_proc exchange, without gRPC (``headroom bench ext-proc --in-process``).
 
-:meth:`router.ext_proc.ExtProcServicer.Process` driven directly, in this process, with the four messages of
-:func:`benchmarks.ext_proc.exchange_messages` (each parsed from its bytes and each answer serialized, as gRPC
+:meth:`router.ext_proc.ExtProcServicer.Process` driven directly, in this process, with the four full-duplex
+messages of :func:`benchmarks.ext_proc.exchange_messages` (each parsed from its bytes and each answer serialized, as gRPC
 would): header parsing, body parsing, the decision over ``servers`` servers with embedded prediction (the
 models of ``headroom bench router``), metering and the completion (metrics, telemetry record). Servers are
 re-scraped every ``SCRAPE_EVERY`` exchanges, as the router's scraper would. Beside ``--floor`` (what grpcio

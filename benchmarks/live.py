@@ -74,6 +74,8 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
 
 
 def start_pool(servers: int, server_type: str = "h100", seed: int = 1) -> tuple[Process, list[str]]:
@@ -105,8 +107,8 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     command = [sys.executable, "-m", "headroom.benchmarks.live_router", str(path), "--predictor", predictor]
     if profile is not None:
         command += ["--profile", str(profile)]
-    log = open(directory / "router.log", "wb")  # closed with the process
-    popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(directory / "router.log", "wb") as log:  # the child keeps its own descriptor
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     router = Process("router", popen)
     wait_until(lambda: _answers(f"http://127.0.0.1:{http_port}/healthz"), popen, directory / "router.log")
     return router, ext_proc_port if ext_proc else http_port

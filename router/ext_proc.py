@@ -35,8 +35,16 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
-from headroom.router.ext_proc_answers import (CONTINUE, DESTINATION_HEADER, FULL_DUPLEX, NOTHING, immediate,
-                                              refusal, routed, streamed)
+from headroom.router.ext_proc_answers import (
+    CONTINUE,
+    DESTINATION_HEADER,
+    FULL_DUPLEX,
+    NOTHING,
+    immediate,
+    refusal,
+    routed,
+    streamed,
+)
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.prompt import PromptInfo, parse_body_off_loop
@@ -172,7 +180,8 @@ class _Exchange:
                 else CONTINUE["response_body"]
         if kind == "response_trailers":
             self._finish()
-        return CONTINUE.get(kind or "", NOTHING)
+        answers: Answers = CONTINUE.get(kind or "", NOTHING)  # trailers, or a kind this module does not know
+        return answers
 
     def _schedule(self, kind: str, prompt: PromptInfo) -> ep.ProcessingResponse:
         try:

@@ -23,11 +23,11 @@ from headroom.router.openai_api import error_body
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
-CONTINUE = {kind: (ep.ProcessingResponse(**{kind: answer()}),) for kind, answer in (
+CONTINUE: dict[str, tuple[ep.ProcessingResponse, ...]] = {kind: (ep.ProcessingResponse(**{kind: answer()}),) for kind, answer in (
     ("request_headers", ep.HeadersResponse), ("request_body", ep.BodyResponse),
     ("response_headers", ep.HeadersResponse), ("response_body", ep.BodyResponse),
     ("request_trailers", ep.TrailersResponse), ("response_trailers", ep.TrailersResponse))}
-NOTHING = (ep.ProcessingResponse(),)
+NOTHING: tuple[ep.ProcessingResponse, ...] = (ep.ProcessingResponse(),)
 
 
 def routed(kind: str, address: str) -> ep.ProcessingResponse:

@@ -72,3 +72,9 @@ def test_ext_proc_in_process_routes_every_exchange(capsys) -> None:
     assert _invoke("ext-proc", "--in-process", "50", "--servers", "4", "--predictor", "none") == 0
     result = json.loads(capsys.readouterr().out)
     assert result["exchanges"] == 50 and result["refused"] == 0 and result["exchanges_per_cpu_s"] > 0
+
+
+def test_ext_proc_bench_plays_envoys_full_duplex_exchange_against_a_live_router(capsys) -> None:
+    assert _invoke("ext-proc", "--servers", "2", "--streams", "2", "--seconds", "0.3", "--predictor", "none") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["decisions"] > 0 and result["rejected"] == 0 and result["decisions_per_cpu_s"] > 0
