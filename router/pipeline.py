@@ -60,8 +60,9 @@ class Pipeline:
 # worst SLO attainment against the best baseline was the highest (docs/benchmarks.md, "Attainment-aware
 # scheduling"). Before that, a request predicted to miss its SLO everywhere in a burst joins the servers furthest
 # behind (late-concentration-filter), so the others keep serving within SLO: past capacity on the bursty code
-# loads it turns a 4–10-point loss to least-KV into a level result or a lead of up to 5 points. The heuristic
-# profile keeps the reference picker.
+# loads it turns a 4–10-point loss to least-KV into a 2–6-point lead on burst 8 and Poisson, and a loss of under
+# 3 points on burst 30 (docs/benchmarks.md, "Headroom after these changes"). The heuristic profile keeps the
+# reference picker.
 
 DEFAULT_PIPELINE: dict[str, Any] = {
     "predictAll": True,

@@ -20,12 +20,10 @@ Parameters:
     includeTPOT (true): a candidate predicted to miss the request's TPOT SLO counts as late too.
     onlyInABurst (true): concentrate only when every candidate has prefill queued ahead; a request late even
         where none is queued is late by its own size (a long prompt), not by a burst, and keeps everyone.
-    lateCap (inf): how late a server it concentrates onto may be predicted to start the request, a multiple of
-        its TTFT SLO: the servers furthest behind within that cap take it, and when none is within it the
-        request keeps everyone (it goes to the least late). Without a cap the servers furthest behind grow
-        without bound past capacity, and their last requests wait tens of seconds; a cap bounds that wait (p99
-        TTFT ≈ the cap) but spreads the excess over more servers, trading attainment for the tail one for one on
-        the bursty code loads, so none is the default by the worst case (docs/benchmarks.md, "Capping the
+    lateCap (inf): a multiple of the request's TTFT SLO, above ``1 + lateMargin``: the request is concentrated
+        only onto the most queued of the servers predicted to start it within ``lateCap`` × its TTFT SLO; when
+        none is, it keeps every candidate and the later stages choose. A cap bounds the p99 TTFT past capacity
+        (≈ cap × TTFT SLO) at a cost in attainment; none is the default (docs/benchmarks.md, "Capping the
         concentration").
 """
 
@@ -54,7 +52,11 @@ class Params:
 
     def __post_init__(self) -> None:
         check_range("late_margin", self.late_margin, -1.0, math.inf)
-        check_range("late_cap", self.late_cap, 1.0, math.inf)
+        if not self.late_cap > 1.0 + self.late_margin:
+            raise ValueError(
+                f"parameter 'lateCap' ({self.late_cap}) must exceed 1 + 'lateMargin' ({self.late_margin}): "
+                "no server predicted late beyond the margin could be within the cap"
+            )
 
 
 @dataclass(frozen=True)

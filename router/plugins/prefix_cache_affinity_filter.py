@@ -21,7 +21,8 @@ Parameters:
     maxTTFTPenaltyMs (500): how much slower (predicted TTFT) warm servers may be before affinity breaks. 500
         against 1,000, 2,000 and 5,000, by the worst case over the Azure, Mooncake and bursty code loads
         (docs/benchmarks.md, "Attainment-aware scheduling"): on Mooncake's long prompts a looser gate crowds them
-        onto warm servers at light load (p99 TTFT 14–54 % higher); elsewhere it rarely trips.
+        onto warm servers (p99 TTFT 9–22 % higher at 5,000 than at 500 on the same models; only partly kept once
+        the models retrain on 500); elsewhere it rarely trips.
 """
 
 from __future__ import annotations

@@ -39,10 +39,15 @@ CASES = [  # the request's TTFT SLO is 1,000 ms
                  id="within-both-slos-keeps-all"),
     pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=500), cand("b", None, inflight_prefill_tokens=9_000)],
                  ["a", "b"], id="an-unpredicted-server-might-make-it"),
-    pytest.param({"lateCap": 2}, [cand("a", 1500, inflight_prefill_tokens=2_000),
+    pytest.param({"lateCap": 2}, [cand("a", 1200, inflight_prefill_tokens=2_000),
                                   cand("b", 3000, inflight_prefill_tokens=9_000),
-                                  cand("c", 1200, inflight_prefill_tokens=4_000)], ["c"],
-                 id="the-most-queued-within-the-cap-takes-it"),
+                                  cand("c", 1800, inflight_prefill_tokens=4_000)], ["c"],
+                 id="the-most-queued-within-the-cap-takes-it-though-later"),
+    pytest.param({"lateCap": 2}, [cand("a", 1200, inflight_prefill_tokens=4_000),
+                                  cand("b", 3000, inflight_prefill_tokens=9_000),
+                                  cand("c", 1800, inflight_prefill_tokens=4_000),
+                                  cand("d", 1100, inflight_prefill_tokens=2_000)], ["a", "c"],
+                 id="ties-for-the-most-queued-within-the-cap-are-kept"),
     pytest.param({"lateCap": 2}, [cand("a", 2100, inflight_prefill_tokens=2_000),
                                   cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
                  id="none-within-the-cap-keeps-all"),
@@ -59,11 +64,20 @@ def test_without_a_ttft_slo_keeps_all():
     assert names(build("concentrate").filter(req(slo_tpot_ms=50.0), late, ctx())) == ["a", "b"]
 
 
-def test_rejects_a_negative_margin_and_a_cap_below_the_slo():
+def test_rejects_a_margin_below_minus_one():
     with pytest.raises(ConfigError, match="lateMargin"):
         build("concentrate", {"lateMargin": -1.5})
+
+
+def test_rejects_a_cap_no_late_server_could_be_within():
     with pytest.raises(ConfigError, match="lateCap"):
         build("concentrate", {"lateCap": 0.5})
+    with pytest.raises(ConfigError, match=r"'lateCap' \(1\.5\) must exceed 1 \+ 'lateMargin' \(0\.5\)"):
+        build("concentrate", {"lateCap": 1.5, "lateMargin": 0.5})
+    with pytest.raises(ConfigError, match=r"'lateCap' \(1\.0\) must exceed 1 \+ 'lateMargin' \(0\.0\)"):
+        build("concentrate", {"lateCap": 1})
+    assert build("concentrate", {"lateCap": 1.6, "lateMargin": 0.5}).params.late_cap == 1.6
+    assert build("concentrate", {"lateCap": 0.9, "lateMargin": -0.2}).params.late_cap == 0.9
 
 
 def test_a_request_late_where_nothing_is_queued_is_late_by_its_own_size():
