@@ -94,8 +94,9 @@ def test_the_router_follows_the_pools_pods_while_requests_flow(core, kube_api, m
             return set(router.pool.servers)
 
         async def served_by(requests: int = 20) -> set[str]:
-            """The pods that served the next ``requests`` requests (all of which must succeed)."""
-            start = len(served)
+            """The pods that served the next ``requests`` requests (all of which must succeed), after the one the
+            sequential traffic may have had in flight, dispatched before the pool changed."""
+            start = len(served) + 1
             assert await wait_for(lambda: len(served) >= start + requests, 30.0)
             statuses = {status for status, _ in served[start:start + requests]}
             assert statuses == {200}
