@@ -60,7 +60,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         self.server.connections.discard(self)
         if self._drained is not None and not self._drained.done():
-            self._drained.set_exception(ConnectionResetError("the client closed the connection"))
+            self._drained.set_result(None)  # drain wakes and finds the connection closing
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the handler releases what it holds
 
@@ -136,6 +136,7 @@ class Connection(asyncio.Protocol):
             try:
                 if self.routes.guard is None or self.routes.guard(request, reply):
                     await self.routes.handler(request)(request, reply)
+                await self.drain()  # the next answer waits until the client takes this one
             except ConnectionError:  # the client went away
                 self.close()
                 return
@@ -165,10 +166,11 @@ class Connection(asyncio.Protocol):
             self.transport.write(data)
 
     async def drain(self) -> None:
+        """Wait until the transport's buffer is low; :class:`ConnectionResetError` when the client is gone."""
+        if self._drained is not None and not self.closing:
+            await self._drained
         if self.closing:
             raise ConnectionResetError("the client closed the connection")
-        if self._drained is not None:
-            await self._drained
 
     def pause_writing(self) -> None:
         self._drained = self.server.loop.create_future()
