@@ -1,16 +1,18 @@
 """The router's HTTP/1.1 server: asyncio protocols and httptools' C parser, for the proxy's hot path.
 
 One :class:`Connection` per client. Requests are parsed as bytes arrive and answered one at a time in the
-order they came (keep-alive and pipelining), by a handler ``async (Request, Reply) -> None`` looked up by
-path and method (:mod:`router.http_messages`). A reply is a whole body or a chunked stream (unchunked to an
-HTTP/1.0 client, ending with the connection), with the transport's flow control; a client that asks for
-``100 Continue`` before it sends a body gets it. A body over ``max_body`` bytes is answered by the
-:attr:`Routes.too_large` handler at once, and the rest of it is read and dropped for up to ``LINGER_S``
-before the connection closes (a client still sending would otherwise see a reset instead of the answer); a
-request httptools cannot parse gets a 400 and the connection closes. A client that goes away cancels its
-handler, so whatever it held is released at once; a connection idle for ``keep_alive_s`` is closed.
-:meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in progress
-``grace_s`` to finish.
+order they came (keep-alive and pipelining), each once the client has taken the answer before it, by a
+handler ``async (Request, Reply) -> None`` looked up by path and method (:mod:`router.http_messages`). A
+reply is a whole body or a chunked stream (unchunked to an HTTP/1.0 client, ending with the connection),
+with the transport's flow control; a client that asks for ``100 Continue`` before it sends a body gets it.
+A body over ``max_body`` bytes (announced or counted) is answered by the :attr:`Routes.too_large` handler
+at once, and the rest of it is read and dropped for up to ``LINGER_S`` before the connection closes (a
+client still sending would otherwise see a reset instead of the answer). A request whose line and headers
+(or trailers, which are never taken as headers) are over ``max_head_bytes`` or ``max_headers`` gets a 431,
+one still arriving after ``request_s`` a 408, one httptools cannot parse or asking for an upgrade a 400,
+and the connection closes. A client that goes away cancels its handler, so whatever it held is released at
+once; a connection idle for ``keep_alive_s`` is closed. :meth:`HttpServer.close` stops accepting, closes
+idle connections, and gives the requests in progress ``grace_s`` to finish.
 """
 
 from __future__ import annotations
@@ -28,25 +30,29 @@ from headroom.router.http_messages import Reply, Request, Routes
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # reading the rest of a refused body
-KEEP_ALIVE_S = 75.0  # a client connection with nothing asked or answered for this long is closed
 MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pauses beyond
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, routes: Routes, max_body: int, server: HttpServer):
-        self.routes, self.max_body, self.server = routes, max_body, server
+    """One client's connection: parses its requests as bytes arrive, within the server's limits on a request's
+    head, body and time, and answers them one at a time in order (:meth:`_serve`)."""
+
+    def __init__(self, routes: Routes, server: HttpServer):
+        self.routes, self.server = routes, server
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
         self.pending: deque[Request] = deque()
         self.task: asyncio.Task[None] | None = None
         self.closing = self.dropping = False  # dropping: the rest of a body over the limit
-        self.refused: str | None = None  # reading stopped: "" after a body over the limit, else why
+        self.refused: bytes | None = None  # reading stopped: the answer that ends the connection (b"": none)
+        self.began: float | None = None  # when the request arriving now began
         self._url = b""
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
-        self._size = 0
+        self._size = self._head_size = self._header_count = 0
+        self._in_head = self._head_done = False  # bytes are counted against max_head_bytes while in the head
         self._drained: asyncio.Future[None] | None = None
         self.active = server.loop.time()  # when bytes last came in or an answer ended
 
@@ -68,56 +74,91 @@ class Connection(asyncio.Protocol):
         self.active = self.server.loop.time()
         if self.refused is not None:
             return
+        if self._in_head:  # undercounts by the part of a chunk before its message began: one read at most
+            self._head_size += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse("upgrades are not supported")
+            self.refuse(400, "upgrades are not supported")
         except httptools.HttpParserError as err:
-            self._refuse(f"malformed HTTP request: {err}")
+            self.refuse(400, f"malformed HTTP request: {err}")
+        else:
+            self._check_head()
 
-    def _refuse(self, message: str) -> None:
-        """Stop reading: answer what came before, then a 400 with ``message``, and close."""
-        self.refused = message
-        if self.idle:
-            self.task = self.server.loop.create_task(self._serve())
+    def _check_head(self) -> None:
+        """431 once the request's line and headers (or its trailers) are over the server's limits."""
+        server = self.server
+        if self._in_head and (self._head_size > server.max_head_bytes or self._header_count > server.max_headers):
+            self.refuse(431, f"the request's headers are over the limit of {server.max_head_bytes} bytes "
+                             f"or {server.max_headers} headers")
+
+    def refuse(self, status: int, message: str) -> None:
+        """Stop reading: answer what came before, then ``status`` with ``message``, and close."""
+        if self.refused is None:
+            self.refused = self.routes.failed(status, message)
+            if self.idle:
+                self.task = self.server.loop.create_task(self._serve())
 
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._url, self._headers, self._body, self._size = b"", [], [], 0
+        self._head_size = self._header_count = 0
+        self._in_head, self._head_done = True, False
+        self.began = self.server.loop.time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._head_done:  # a chunked body's trailer: counted against the limits, never a request header
+            self._in_head = True
+            return
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        """A client waiting for ``100 Continue`` before it sends the body gets it, when nothing is answered on its
-        connection before."""
-        if self.idle and not self.pending and any(name.lower() == "expect" and value.lower() == "100-continue"
-                                                  for name, value in self._headers):
+        """A body announced over ``max_body`` is refused at once; a client waiting for ``100 Continue`` before
+        it sends the body gets it, when nothing is answered on its connection before."""
+        self._check_head()
+        self._in_head, self._head_done = False, True
+        if self.refused is not None:
+            return
+        lengths = [value for name, value in self._headers if name.lower() == "content-length"]
+        if lengths and lengths[0].strip().isdigit() and int(lengths[0]) > self.server.max_body:
+            self._too_large()
+        elif self.idle and not self.pending and any(name.lower() == "expect" and value.lower() == "100-continue"
+                                                    for name, value in self._headers):
             self.write(CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         if self.dropping:
             return
         self._size += len(body)
-        if self._size > self.max_body:
-            self.dropping = True  # answered now; the rest is read and dropped for LINGER_S at most
-            self._enqueue(b"", too_large=True)
-            self.server.loop.call_later(LINGER_S, self.close)
+        if self._size > self.server.max_body:
+            self._too_large()
         else:
             self._body.append(body)
 
+    def _too_large(self) -> None:
+        """Answered now; the rest of the body is read and dropped for ``LINGER_S`` at most."""
+        self.dropping = True
+        self._enqueue(b"", too_large=True)
+        self.server.loop.call_later(LINGER_S, self.close)
+
     def on_message_complete(self) -> None:
-        if self.dropping:
-            self.refused = ""  # nothing more is read; the connection closes after the answer
+        self._in_head, self.began = False, None
+        if self.parser.should_upgrade():
+            self.refuse(400, "upgrades are not supported")
+        elif self.dropping:
+            self.refused = b""  # nothing more is read; the connection closes after the answer
             if self.idle:
                 self.close()
         else:
             self._enqueue(b"".join(self._body))
 
     def _enqueue(self, body: bytes, too_large: bool = False) -> None:
+        if self.refused is not None:
+            return  # pipelined behind a request that ends the connection
         method = self.parser.get_method().decode("latin-1")
         keep_alive = self.parser.should_keep_alive() and not too_large
         self.pending.append(Request(method, self._url.decode("latin-1"), self._headers, body, self.peer,
@@ -152,9 +193,8 @@ class Connection(asyncio.Protocol):
                 self.close()
                 return
         if self.refused is not None:
-            if self.refused:
-                self.write(self.routes.failed(400, self.refused))
-            self.close()
+            self.write(self.refused)
+            self._linger()
         self.active = self.server.loop.time()
 
     @property
@@ -180,30 +220,51 @@ class Connection(asyncio.Protocol):
             self._drained.set_result(None)
         self._drained = None
 
+    def _linger(self) -> None:
+        """Close after the last answer: at once when it can, else for a client maybe still sending, the end of
+        the answer first, and the connection after ``LINGER_S`` (closing with its bytes unread would reset the
+        connection, and the answer with it)."""
+        if self.transport is None or self.closing or not self.refused or not self.transport.can_write_eof():
+            self.close()
+        else:
+            self.transport.write_eof()
+            self.server.loop.call_later(LINGER_S, self.close)
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
 
 class HttpServer:
-    def __init__(self, routes: Routes, max_body: int, keep_alive_s: float = KEEP_ALIVE_S):
+    """Serves :class:`Routes` to the clients of one listener, one :class:`Connection` each, within limits on
+    a request's body (``max_body``), head (``max_head_bytes``, ``max_headers``: 431 beyond), time to arrive
+    (``request_s``: 408 beyond) and a connection's idleness (``keep_alive_s``)."""
+
+    def __init__(self, routes: Routes, max_body: int, keep_alive_s: float = 75.0, *, max_head_bytes: int = 65536,
+                 max_headers: int = 100, request_s: float = 30.0):
         self.routes, self.max_body, self.keep_alive_s = routes, max_body, keep_alive_s
+        self.max_head_bytes, self.max_headers, self.request_s = max_head_bytes, max_headers, request_s
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
         self.closing = False
         self._server: asyncio.Server | None = None
-        self._sweep = self.loop.call_later(keep_alive_s / 4, self._close_idle)
+        self._every = min(keep_alive_s, request_s) / 4
+        self._sweep = self.loop.call_later(self._every, self._sweep_connections)
 
-    def _close_idle(self) -> None:
-        """Close the connections idle for ``keep_alive_s`` (one timer for all, not one per request)."""
-        since = self.loop.time() - self.keep_alive_s
-        for connection in [c for c in self.connections if c.idle and c.active < since]:
-            connection.close()
-        self._sweep = self.loop.call_later(self.keep_alive_s / 4, self._close_idle)
+    def _sweep_connections(self) -> None:
+        """408 to a request still arriving after ``request_s``; close the connections idle for ``keep_alive_s``
+        (one timer for all, not one per request)."""
+        now = self.loop.time()
+        for connection in list(self.connections):
+            if connection.began is not None and connection.began < now - self.request_s:
+                connection.refuse(408, f"the request did not arrive within {self.request_s:g} s")
+            elif connection.idle and connection.active < now - self.keep_alive_s:
+                connection.close()
+        self._sweep = self.loop.call_later(self._every, self._sweep_connections)
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Listen on ``host:port`` (0: any free port); returns the port."""
-        self._server = await self.loop.create_server(lambda: Connection(self.routes, self.max_body, self),
+        self._server = await self.loop.create_server(lambda: Connection(self.routes, self),
                                                      host, port, ssl=tls, reuse_address=True)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound

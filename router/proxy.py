@@ -65,9 +65,12 @@ def _unmatched(request: Request, status: int) -> Handler:
     return answer
 
 
+_REFUSED = {400: "invalid_request", 408: "request_timeout", 431: "request_header_fields_too_large"}
+
+
 def _failed(status: int, message: str) -> bytes:
-    """A malformed request's answer (400), or the router's own failure's (500)."""
-    answer = Answer.error(status, "invalid_request" if status == 400 else "internal_error", message)
+    """The answer that ends a connection: a request refused (400, 408, 431), or the router's own failure (500)."""
+    answer = Answer.error(status, _REFUSED.get(status, "internal_error"), message)
     return whole_response(status, {"content-type": "application/json"}, answer.body, close=True)
 
 

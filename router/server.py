@@ -188,7 +188,8 @@ class RouterServer:
     async def _serve_http(self, routes: Routes, port: int, *, tls: bool) -> int:
         """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
         s = self.config.settings
-        server = HttpServer(routes, s.max_body_bytes)
+        server = HttpServer(routes, s.max_body_bytes, s.keep_alive_s, max_head_bytes=s.max_head_bytes,
+                            max_headers=s.max_headers, request_s=s.request_arrival_s)
         self._http.append(server)
         return await server.start(s.host, port, ssl_server_context(s.tls) if tls else None)
 

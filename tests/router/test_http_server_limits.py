@@ -7,7 +7,6 @@ import asyncio
 from headroom.router.http_messages import Reply, Request, Routes
 from headroom.router.http_server import HttpServer
 from tests.router.test_proxy_e2e import run
-from tests.router.test_proxy_http import read_response
 
 ANSWER = b"x" * 65536
 
@@ -42,3 +41,83 @@ def test_a_pipelining_client_that_reads_nothing_holds_one_answer_in_the_servers_
         await server.close(grace_s=0.1)
         return buffered
     assert run(scenario) < 2 * len(ANSWER) + 65536
+
+
+async def answer_to(port: int, *parts: bytes, pause_s: float = 0.001) -> tuple[bytes, bool]:
+    """Send ``parts`` (``pause_s`` apart) until an answer comes, and read to the connection's end: what came
+    back, and whether it came before all parts were sent."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    first = asyncio.create_task(reader.read(1))
+    sent = 0
+    while sent < len(parts) and not first.done():
+        writer.write(parts[sent])
+        await writer.drain()
+        await asyncio.sleep(pause_s)
+        sent += 1
+    data = await asyncio.wait_for(first, timeout=10) + await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    return data, sent < len(parts)
+
+
+def test_a_request_head_over_max_head_bytes_or_max_headers_is_answered_431_and_the_connection_closed():
+    async def scenario():
+        server, port = await serving(max_head_bytes=4096, max_headers=10)
+        long_value = [b"POST / HTTP/1.1\r\nHost: h\r\nX-Big: "] + [b"a" * 1024] * 2000  # 2 MiB, never ending
+        many = b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * 11 + b"\r\n"
+        within = b"GET / HTTP/1.1\r\nConnection: close\r\n" + b"X-A: b\r\n" * 8 + b"\r\n"
+        answers = [await answer_to(port, *long_value), await answer_to(port, many), await answer_to(port, within)]
+        await server.close(grace_s=0.1)
+        return answers
+    (big, big_cut), (many, _), (within, _) = run(scenario)
+    assert big.startswith(b"HTTP/1.1 431 ") and big_cut  # refused before the 2 MiB were sent
+    assert many.startswith(b"HTTP/1.1 431 ")
+    assert within.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_request_that_trickles_in_for_longer_than_request_s_is_answered_408_though_bytes_keep_coming():
+    async def scenario():
+        server, port = await serving(request_s=0.4, keep_alive_s=0.4)
+        head = [b"POST / HTTP/1.1\r\nHost: h\r\n"] + [b"X-%d: y\r\n" % i for i in range(30)]
+        body = [b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 30\r\n\r\n"] + [b"a"] * 30
+        answers = [await answer_to(port, *head, pause_s=0.1), await answer_to(port, *body, pause_s=0.1)]
+        await server.close(grace_s=0.1)
+        return answers
+    for answer, cut in run(scenario):  # 30 parts 0.1 s apart: 3 s, over 0.4 s and its sweeps
+        assert answer.startswith(b"HTTP/1.1 408 ") and cut
+
+
+def test_trailers_of_a_chunked_body_are_not_taken_as_request_headers():
+    async def scenario():
+        seen: list[Request] = []
+        server, port = await serving(seen=seen)
+        answer, _ = await answer_to(port, b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+                                          b"Connection: close\r\n\r\n3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n")
+        await server.close(grace_s=0.1)
+        return answer, seen
+    answer, seen = run(scenario)
+    assert answer.startswith(b"HTTP/1.1 200 ") and [r.body for r in seen] == [b"abc"]
+    assert [name.lower() for name, _ in seen[0].headers] == ["host", "transfer-encoding", "connection"]
+
+
+def test_an_upgrade_request_is_answered_once_with_400():
+    async def scenario():
+        seen: list[Request] = []
+        server, port = await serving(seen=seen)
+        answer, _ = await answer_to(port, b"POST / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: websocket"
+                                          b"\r\nContent-Length: 3\r\n\r\nabc")
+        await server.close(grace_s=0.1)
+        return answer, seen
+    answer, seen = run(scenario)
+    assert answer.startswith(b"HTTP/1.1 400 ") and answer.count(b"HTTP/1.1") == 1 and seen == []
+
+
+def test_a_body_announced_over_max_body_is_refused_before_100_continue():
+    async def scenario():
+        server, port = await serving()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+        first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        writer.close()
+        await server.close(grace_s=0.1)
+        return first
+    assert run(scenario).startswith(b"HTTP/1.1 200 ")  # the too_large handler's answer (this routes' 200), no 100
