@@ -38,7 +38,7 @@ from headroom.router.metering import StreamMeter, meter_json
 from headroom.router.openai_api import merge_models, relayed_headers
 from headroom.router.prompt import parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
-from headroom.router.upstream_client import UpstreamResponse
+from headroom.router.upstream_client import UpstreamConnection
 from headroom.router.upstreams import Answer, Upstreams, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class Proxy:
             send_json(reply, 200, merge_models(lists))
 
     async def _models_of(self, address: str) -> list[dict[str, Any]] | None:
-        response: UpstreamResponse | None = None
+        response: UpstreamConnection | None = None
         try:
             async with asyncio.timeout(MODELS_TIMEOUT_S):
                 response = await self.upstreams.pool.request(address, "GET", "/v1/models", [], b"")
@@ -219,7 +219,7 @@ class Proxy:
             if not released:  # the client went away, or anything else cut the request short
                 self.service.abandon(dispatch, "client-disconnected")
 
-    async def _relay_stream(self, reply: Reply, dispatch: Dispatch, upstream: UpstreamResponse,
+    async def _relay_stream(self, reply: Reply, dispatch: Dispatch, upstream: UpstreamConnection,
                             headers: dict[str, str]) -> None:
         """Relay an SSE stream chunk by chunk, metered; releases the dispatch on every path."""
         reply.start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})

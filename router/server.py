@@ -105,7 +105,8 @@ class RouterServer:
         self.elector = self._leader_elector() if s.leader_election else None
         self.proxy = Proxy(self.service, timeouts=UpstreamTimeouts(
             s.upstream_connect_timeout_s, s.upstream_first_byte_timeout_s, s.upstream_idle_timeout_s,
-            s.upstream_timeout_s), retries=s.upstream_retries, metrics_routes=s.metrics_port < 0,
+            s.upstream_timeout_s, s.upstream_pool_idle_s), retries=s.upstream_retries,
+            metrics_routes=s.metrics_port < 0,
             strip_authorization=self.tokens is not None, ready=self._ready)
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS

@@ -34,6 +34,7 @@ class RouterSettings:
     upstream_connect_timeout_s: float = setting(2.0, "HEADROOM_ROUTER_UPSTREAM_CONNECT_TIMEOUT_S", "Longest wait to connect to a model server.")
     upstream_first_byte_timeout_s: float = setting(120.0, "HEADROOM_ROUTER_UPSTREAM_FIRST_BYTE_TIMEOUT_S", "Longest wait for a model server's response headers (a non-streaming answer's whole generation).")
     upstream_idle_timeout_s: float = setting(30.0, "HEADROOM_ROUTER_UPSTREAM_IDLE_TIMEOUT_S", "Longest gap between chunks of a model server's response.")
+    upstream_pool_idle_s: float = setting(4.0, "HEADROOM_ROUTER_UPSTREAM_POOL_IDLE_S", "A kept-alive connection to a model server unused this long is closed (under the servers' own keep-alive timeout: uvicorn's is 5 s).")
     upstream_retries: int = setting(2, "HEADROOM_ROUTER_UPSTREAM_RETRIES", "Other servers a request may go to when one fails before answering (0: none).")
     outlier_failures: int = setting(3, "HEADROOM_ROUTER_OUTLIER_FAILURES", "Consecutive failed requests that eject a model server.")
     outlier_ejection_s: float = setting(10.0, "HEADROOM_ROUTER_OUTLIER_EJECTION_S", "First ejection of a failing server; each next one lasts twice as long.")

@@ -2,12 +2,14 @@
 keep-alive connections per server.
 
 :meth:`UpstreamPool.request` sends a request on an idle connection to the server, or a new one (within
-``connect_s``; failing that, :class:`ConnectFailed`), and returns the :class:`UpstreamResponse` once its
-status line and headers are in. Its body is read chunk by chunk as it arrives (:meth:`UpstreamResponse.read`,
+``connect_s``; failing that, :class:`ConnectFailed`), and returns the :class:`UpstreamConnection` once its
+status line and headers are in. Its body is read chunk by chunk as it arrives (:meth:`UpstreamConnection.read`,
 ``b""`` at its end, :class:`ConnectionError` when the connection breaks first); a reader that falls behind
-pauses the socket. :meth:`UpstreamResponse.release` returns the connection to the pool when the answer was
-read to its end and the server keeps the connection alive, and closes it otherwise. A connection the
-server closes while idle leaves the pool.
+pauses the socket. :meth:`UpstreamConnection.release` returns the connection to the pool when the answer was
+read to its end and the server keeps the connection alive, and closes it otherwise. A body without length
+or chunks ends when the server closes the connection cleanly (a reset breaks it). A connection the server
+closes while idle leaves the pool; one idle for ``idle_s`` is closed, and a reused one the server closed
+before it answered is replaced by a new one, once.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ class ConnectFailed(ConnectionError):
     """No connection to the server could be made (refused, unreachable, or not within ``connect_s``)."""
 
 
-class UpstreamResponse(asyncio.Protocol):
-    """One connection to a server, carrying one request and its response at a time."""
+class UpstreamConnection(asyncio.Protocol):
+    """One pooled connection to a server, carrying one request and its response at a time: the response's
+    status, headers and body as they arrive. Bytes after the response's end (a second response nobody asked
+    for) break the connection: they are ignored and it is never pooled again."""
 
     def __init__(self, pool: UpstreamPool, address: str):
         self.pool, self.address = pool, address
@@ -42,11 +46,15 @@ class UpstreamResponse(asyncio.Protocol):
         self._paused = False
         self._sized = False  # the body has a length or chunked framing (else it ends with the connection)
         self.complete = self._keep_alive = False
+        self.desynced = False  # a message began after the response's end
+        self.answered = False  # any byte came since the request was sent
         self.lost: Exception | None = None
+        self.idle_since = 0.0  # when it went back to the pool
 
     def send(self, head: bytes, body: bytes) -> asyncio.Future[None]:
         """Write a request; the future is done when the response's headers are in."""
         self.status, self.headers, self.content_type, self.complete, self._sized = 0, [], "", False, False
+        self.answered = False
         self.parser = httptools.HttpResponseParser(self)
         self._head = self.pool.loop.create_future()
         assert self.transport is not None
@@ -72,7 +80,7 @@ class UpstreamResponse(asyncio.Protocol):
 
     def release(self) -> None:
         """Done with the response: the connection goes back to the pool or is closed."""
-        if self.complete and self.lost is None and self._keep_alive and not self._chunks:
+        if self.complete and self.lost is None and self._keep_alive and not self._chunks and not self.desynced:
             self._head = None
             self.pool.give_back(self)
         else:
@@ -91,8 +99,8 @@ class UpstreamResponse(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool.forget(self)
-        if self._head is not None and self._head.done() and not self._sized and not self.complete:
-            self.complete = True  # a body without framing ends with the connection
+        if self._head is not None and self._head.done() and not self._sized and not self.complete and exc is None:
+            self.complete = True  # a body without framing ends with the connection closed cleanly
         else:
             self.lost = ConnectionResetError(f"the server closed the connection{f': {exc}' if exc else ''}")
         if self._head is not None and not self._head.done():
@@ -103,6 +111,9 @@ class UpstreamResponse(asyncio.Protocol):
         if self._head is None:  # nothing was asked on this connection
             self.close()
             return
+        self.answered = True
+        if self.desynced:
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:
@@ -112,11 +123,18 @@ class UpstreamResponse(asyncio.Protocol):
             self._wake()
             self.close()
 
-    # httptools callbacks
+    # httptools callbacks (a desynced connection's are ignored)
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.desynced = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        if not self.desynced:
+            self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        if self.desynced:
+            return
         self.status = self.parser.get_status_code()
         if self.status < 200:  # an interim answer (100 Continue): the response follows
             return
@@ -130,6 +148,8 @@ class UpstreamResponse(asyncio.Protocol):
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self.desynced:
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -138,6 +158,8 @@ class UpstreamResponse(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.desynced:
+            return
         if self.status < 200:
             self.headers = []
             return
@@ -147,46 +169,73 @@ class UpstreamResponse(asyncio.Protocol):
 
 
 class UpstreamPool:
-    def __init__(self, connect_s: float):
-        self.connect_s = connect_s
+    """Keep-alive connections to the servers, by address: idle ones are reused for up to ``idle_s`` (a server
+    closes its idle connections after a while of its own), newest first."""
+
+    def __init__(self, connect_s: float, idle_s: float = 4.0):
+        self.connect_s, self.idle_s = connect_s, idle_s
         self.loop = asyncio.get_running_loop()
-        self.idle: dict[str, list[UpstreamResponse]] = {}
+        self.idle: dict[str, list[UpstreamConnection]] = {}
 
     async def request(self, address: str, method: str, path: str, headers: list[tuple[str, str]],
-                      body: bytes) -> UpstreamResponse:
-        """Send the request to ``address`` (``host:port``); the response once its headers are in."""
-        idle = self.idle.get(address) or []
-        while idle and (idle[-1].transport is None or idle[-1].transport.is_closing()):
-            idle.pop()
-        connection = idle.pop() if idle else await self._connect(address)
+                      body: bytes) -> UpstreamConnection:
+        """Send the request to ``address`` (``host:port``); the response once its headers are in. A reused
+        connection the server closed before answering a byte is no failure of the server's: the request goes
+        once more, on a new connection."""
         lines = [f"{method} {path} HTTP/1.1", f"host: {address}", f"content-length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        try:
-            await connection.send(head, body)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        connection = self._reusable(address)
+        while True:
+            reused, connection = connection is not None, connection or await self._connect(address)
+            try:
+                await connection.send(head, body)
+            except ConnectionError:
+                connection.close()
+                if not reused or connection.answered:
+                    raise
+                connection = None
+                continue
+            except BaseException:
+                connection.close()
+                raise
+            return connection
 
-    async def _connect(self, address: str) -> UpstreamResponse:
+    def _reusable(self, address: str) -> UpstreamConnection | None:
+        """The newest idle connection to ``address`` still open and idle for under ``idle_s``; older ones close."""
+        idle = self.idle.get(address) or []
+        self._expire(idle)
+        while idle:
+            connection = idle.pop()
+            if connection.transport is not None and not connection.transport.is_closing():
+                return connection
+        return None
+
+    def _expire(self, idle: list[UpstreamConnection]) -> None:
+        since = self.loop.time() - self.idle_s
+        while idle and idle[0].idle_since < since:
+            idle.pop(0).close()
+
+    async def _connect(self, address: str) -> UpstreamConnection:
         host, _, port = address.rpartition(":")
         try:
             async with asyncio.timeout(self.connect_s):
-                _, connection = await self.loop.create_connection(lambda: UpstreamResponse(self, address),
+                _, connection = await self.loop.create_connection(lambda: UpstreamConnection(self, address),
                                                                   host.strip("[]"), int(port))
         except (OSError, ValueError) as err:  # TimeoutError is an OSError
             raise ConnectFailed(f"cannot connect to {address}: {type(err).__name__}: {err}") from err
         return connection
 
-    def give_back(self, connection: UpstreamResponse) -> None:
+    def give_back(self, connection: UpstreamConnection) -> None:
         idle = self.idle.setdefault(connection.address, [])
+        self._expire(idle)
+        connection.idle_since = self.loop.time()
         if len(idle) < MAX_IDLE:
             idle.append(connection)
         else:
             connection.close()
 
-    def forget(self, connection: UpstreamResponse) -> None:
+    def forget(self, connection: UpstreamConnection) -> None:
         idle = self.idle.get(connection.address)
         if idle and connection in idle:
             idle.remove(connection)

@@ -25,7 +25,7 @@ import msgspec
 from headroom.router.errors import NoCandidates
 from headroom.router.openai_api import error_body
 from headroom.router.service import Dispatch, RouterService
-from headroom.router.upstream_client import ConnectFailed, UpstreamPool, UpstreamResponse
+from headroom.router.upstream_client import ConnectFailed, UpstreamConnection, UpstreamPool
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 MAX_ERROR_BODY = 64 * 1024  # of a failed answer, relayed when no other server is left
@@ -36,7 +36,8 @@ class UpstreamTimeouts:
     connect_s: float = 2.0
     first_byte_s: float = 120.0  # to the response's status line and headers
     idle_s: float = 30.0  # between chunks of a response body
-    total_s: float = 600.0
+    total_s: float = 600.0  # from the request's start to its response's end
+    pool_idle_s: float = 4.0  # a kept-alive connection unused this long is closed
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Opened:
     """The dispatch that answered with ``response``, or the last one that failed with ``error`` (released)."""
 
     dispatch: Dispatch
-    response: UpstreamResponse | None = None
+    response: UpstreamConnection | None = None
     error: Answer | None = None
 
 
@@ -73,7 +74,7 @@ class Upstreams:
     def pool(self) -> UpstreamPool:
         """The keep-alive connections to the servers (made on the running loop at first use)."""
         if self._pool is None:
-            self._pool = UpstreamPool(self.timeouts.connect_s)
+            self._pool = UpstreamPool(self.timeouts.connect_s, self.timeouts.pool_idle_s)
         return self._pool
 
     def close(self) -> None:
@@ -101,7 +102,7 @@ class Upstreams:
             except NoCandidates:
                 return Opened(dispatch, error=error)
 
-    async def chunks(self, response: UpstreamResponse) -> AsyncGenerator[bytes, None]:
+    async def chunks(self, response: UpstreamConnection) -> AsyncGenerator[bytes, None]:
         """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one, or when the
         whole response takes over ``total_s``."""
         watch = IdleWatch(self.timeouts.idle_s, self.timeouts.total_s)
@@ -171,7 +172,7 @@ def _failure(server_id: str, err: OSError) -> tuple[str, Answer]:
     return reason, Answer.error(status, "upstream_timeout" if status == 504 else "upstream_unreachable", message)
 
 
-async def _relayed_failure(response: UpstreamResponse, idle_s: float) -> Answer:
+async def _relayed_failure(response: UpstreamConnection, idle_s: float) -> Answer:
     """A server's failed answer as the client would get it (its body cut at ``MAX_ERROR_BODY``)."""
     body = b""
     try:
