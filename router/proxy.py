@@ -39,13 +39,14 @@ from headroom.router.openai_api import merge_models, relayed_headers
 from headroom.router.prompt import parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 from headroom.router.upstream_client import UpstreamConnection
-from headroom.router.upstreams import Answer, Upstreams, UpstreamTimeouts
+from headroom.router.upstreams import Answer, TotalTimeout, Upstreams, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
 
 SERVER_HEADER = "x-headroom-server"
 MODELS_TIMEOUT_S = 2.0  # each server's share of a /v1/models call
 _JSON = msgspec.json.encode
+_STREAM_FAILURES = {TimeoutError: "idle-timeout", TotalTimeout: "total-timeout"}
 
 
 def send(reply: Reply, answer: Answer, headers: dict[str, str] | None = None) -> None:
@@ -199,9 +200,9 @@ class Proxy:
                 headers = {**relayed_headers(upstream.headers), SERVER_HEADER: dispatch.server.server_id}
                 if upstream.content_type == "text/event-stream" and upstream.status == 200:
                     released = True  # from here on by the relay, on every path
-                    return await self._relay_stream(reply, dispatch, upstream, headers)
+                    return await self._relay_stream(reply, dispatch, upstream, headers, opened.deadline)
                 try:
-                    body = b"".join([chunk async for chunk in self.upstreams.chunks(upstream)])
+                    body = b"".join([chunk async for chunk in self.upstreams.chunks(upstream, opened.deadline)])
                 except OSError as err:  # nothing of it reached the client yet
                     self.service.upstream_failed(dispatch, "body-broken")
                     released = True
@@ -220,11 +221,11 @@ class Proxy:
                 self.service.abandon(dispatch, "client-disconnected")
 
     async def _relay_stream(self, reply: Reply, dispatch: Dispatch, upstream: UpstreamConnection,
-                            headers: dict[str, str]) -> None:
+                            headers: dict[str, str], deadline: float) -> None:
         """Relay an SSE stream chunk by chunk, metered; releases the dispatch on every path."""
         reply.start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
         meter = StreamMeter(dispatch.dispatch_mono)
-        chunks = self.upstreams.chunks(upstream)
+        chunks = self.upstreams.chunks(upstream, deadline)
         try:
             while True:
                 try:
@@ -232,8 +233,7 @@ class Proxy:
                 except StopAsyncIteration:
                     break
                 except OSError as err:  # the client gets the stream's end: the server's failure is counted
-                    self.service.upstream_failed(dispatch, "idle-timeout" if isinstance(err, TimeoutError)
-                                                 else "stream-broken")
+                    self.service.upstream_failed(dispatch, _STREAM_FAILURES.get(type(err), "stream-broken"))
                     return reply.end()
                 now = self.service.monotonic()
                 texts = meter.text_chunks

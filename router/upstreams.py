@@ -9,9 +9,9 @@ server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier d
 (:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
 the last failure is the answer: the server's own 5xx, or 502 / 504 naming the server and the cause.
 :meth:`Upstreams.chunks` reads a response body whose chunks arrive at most ``idle_s`` apart, all within
-``total_s`` (:mod:`router.upstream_client` keeps the connections to each server alive between requests). Each limit
-costs one timer per request (:class:`IdleWatch` for the body), not one per chunk: a stream's chunks are
-the proxy's most frequent event.
+``total_s`` of the request's start, retries and first byte included (:mod:`router.upstream_client` keeps
+the connections to each server alive between requests). Each limit costs one timer per request
+(:class:`IdleWatch` for the body), not one per chunk: a stream's chunks are the proxy's most frequent event.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class Opened:
     dispatch: Dispatch
     response: UpstreamConnection | None = None
     error: Answer | None = None
+    deadline: float = float("inf")  # the loop's time by which the response must have ended (total_s)
 
 
 class Upstreams:
@@ -83,16 +84,18 @@ class Upstreams:
 
     async def open(self, path: str, dispatch: Dispatch, body: bytes, headers: list[tuple[str, str]]) -> Opened:
         """Post ``body`` to the dispatch's server (and on failure to others); see the module docstring."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeouts.total_s
         while True:
             server = dispatch.server
             try:
-                async with asyncio.timeout(min(self.timeouts.first_byte_s, self.timeouts.total_s)):
+                async with asyncio.timeout_at(min(loop.time() + self.timeouts.first_byte_s, deadline)):
                     response = await self.pool.request(server.address, "POST", path, headers, body)
             except OSError as err:  # refused, reset, timed out
                 reason, error = _failure(server.server_id, err)
             else:
                 if response.status not in RETRY_STATUSES:
-                    return Opened(dispatch, response=response)
+                    return Opened(dispatch, response=response, deadline=deadline)
                 reason, error = f"status-{response.status}", await _relayed_failure(response, self.timeouts.idle_s)
             dispatch = self.service.upstream_failed(dispatch, reason)
             if len(dispatch.tried) >= self.retries:
@@ -102,10 +105,12 @@ class Upstreams:
             except NoCandidates:
                 return Opened(dispatch, error=error)
 
-    async def chunks(self, response: UpstreamConnection) -> AsyncGenerator[bytes, None]:
-        """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one, or when the
-        whole response takes over ``total_s``."""
-        watch = IdleWatch(self.timeouts.idle_s, self.timeouts.total_s)
+    async def chunks(self, response: UpstreamConnection, deadline: float | None = None) -> AsyncGenerator[bytes, None]:
+        """The body's chunks as they arrive; :class:`TimeoutError` after ``idle_s`` without one, :class:`TotalTimeout` at
+        the ``deadline`` (the loop's time; :attr:`Opened.deadline`, by default ``total_s`` from now)."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.timeouts.total_s
+        watch = IdleWatch(self.timeouts.idle_s, deadline)
         try:
             while True:
                 chunk = await watch.read(response.read())
@@ -116,20 +121,24 @@ class Upstreams:
             watch.close()
 
 
+class TotalTimeout(TimeoutError):
+    """The response did not end within ``total_s`` of the request's start."""
+
+
 class IdleWatch:
     """Fails a read that waits ``idle_s`` with :class:`TimeoutError`, from one timer that wakes at most every
     ``idle_s`` (an ``asyncio.timeout`` per read schedules and cancels a timer per chunk). Only the wait in
     :meth:`read` is timed: a client slow to take a chunk is not the server's silence."""
 
-    def __init__(self, idle_s: float, total_s: float = float("inf")):
+    def __init__(self, idle_s: float, deadline: float = float("inf")):
         self.idle_s = idle_s
         self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time() + total_s
+        self._deadline = deadline
         self._why = ""
         self._task = asyncio.current_task()
         self._since: float | None = None  # start of the read in progress
-        self._expired = False
-        self._timer = self._loop.call_later(min(idle_s, total_s), self._check)
+        self._expired = self._idle = False
+        self._timer = self._loop.call_at(min(self._loop.time() + idle_s, deadline), self._check)
 
     async def read(self, pending: Awaitable[bytes]) -> bytes:
         self._since = self._loop.time()
@@ -137,7 +146,7 @@ class IdleWatch:
             return await pending
         except asyncio.CancelledError:
             if self._expired and self._task is not None and self._task.uncancel() == 0:
-                raise TimeoutError(self._why) from None
+                raise (TimeoutError if self._idle else TotalTimeout)(self._why) from None
             raise
         finally:
             self._since = None
@@ -146,7 +155,8 @@ class IdleWatch:
         now = self._loop.time()
         waited = 0.0 if self._since is None else now - self._since
         if self._since is not None and self._task is not None and (waited >= self.idle_s or now >= self._deadline):
-            self._why = (f"no data from the server for {self.idle_s:g} s" if waited >= self.idle_s
+            self._idle = waited >= self.idle_s
+            self._why = (f"no data from the server for {self.idle_s:g} s" if self._idle
                          else "the response took longer than the total limit")
             self._expired = True
             self._task.cancel()

@@ -1,6 +1,7 @@
 """The proxy when model servers fail: a stream that falls silent, every server failing, an oversized failure
 body, a server that never lists its models. Real aiohttp model servers, the real router, a real client."""
 
+import contextlib
 import time
 
 import aiohttp
@@ -38,6 +39,23 @@ def test_a_stream_that_falls_silent_ends_after_the_idle_timeout_and_releases_its
     assert status == 200 and released and len(router.pool.inflight) == 0
     assert "[DONE]" not in text
     assert metric(router, 'headroom_router_upstream_failures_total{reason="idle-timeout"}') == 1
+
+
+def test_the_total_timeout_counts_from_the_requests_start_not_from_the_streams_headers():
+    async def scenario():  # headers at 0.6 s, then silence: the total limit (1 s) ends it before the idle one (1.3 s)
+        async with upstreams(Upstream("a", head_delay_s=0.6, stall_after=0)) as servers:
+            router = await started(servers, upstreamTimeoutS=1.0, upstreamIdleTimeoutS=0.7,
+                                   upstreamFirstByteTimeoutS=2.0)
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{router.http_port}/v1/completions",
+                                     json={"prompt": "x", "max_tokens": 8, "stream": True}) as response:
+                    with contextlib.suppress(aiohttp.ClientPayloadError):
+                        await response.read()
+            await router.stop()
+            return router
+    router = run(scenario)
+    assert metric(router, 'headroom_router_upstream_failures_total{reason="total-timeout"}') == 1
+    assert metric(router, 'headroom_router_upstream_failures_total{reason="idle-timeout"}') == 0
 
 
 def test_when_every_server_fails_the_last_failure_is_the_answer():

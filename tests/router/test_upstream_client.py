@@ -128,3 +128,4 @@ def test_a_kept_alive_connection_is_reused_within_idle_s_and_closed_after():
 
 def test_a_reused_connection_the_server_closed_before_answering_is_replaced_once():
     assert run(lambda: two_requests(kept_alive([1]), pause_s=0.05, idle_s=10.0)) == ([200, 200], 2)
+

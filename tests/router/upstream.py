@@ -5,8 +5,8 @@ per SSE chunk, ``token_delay_s`` apart, ends with a ``usage`` chunk when asked (
 serves vLLM metrics and lists its ``models`` at ``/v1/models``. Every answer carries an ``x-request-id``
 and rate-limit headers, as hosted OpenAI-compatible servers send, and ``response_headers`` besides. Faults
 on demand: ``fail_status`` answers every completion with that status (and ``fail_body``, when given),
-``hang`` never answers, ``stall_after`` falls silent after that many chunks of a stream, ``hang_models`` never
-answers ``/v1/models``.
+``hang`` never answers, ``head_delay_s`` sends a stream's headers that late, ``stall_after`` falls silent
+after that many chunks of a stream, ``hang_models`` never answers ``/v1/models``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Upstream:
                  tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0,
                  models: tuple[str, ...] = ("m",), fail_status: int | None = None, hang: bool = False,
                  response_headers: dict | None = None, fail_body: bytes | None = None,
-                 stall_after: int | None = None, hang_models: bool = False):
+                 stall_after: int | None = None, hang_models: bool = False, head_delay_s: float = 0.0):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
@@ -32,6 +32,7 @@ class Upstream:
         self.models = models
         self.fail_status, self.hang = fail_status, hang
         self.fail_body, self.stall_after, self.hang_models = fail_body, stall_after, hang_models
+        self.head_delay_s = head_delay_s
         self.response_headers = response_headers or {}
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self.peers: list[tuple] = []  # the address each request came from (one per connection kept alive)
@@ -100,6 +101,7 @@ class Upstream:
             return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage},
                                      headers=self._headers())
         response = web.StreamResponse(headers={"content-type": "text/event-stream", **self._headers()})
+        await asyncio.sleep(self.head_delay_s)
         await response.prepare(request)
         await asyncio.sleep(self.first_token_delay_s)
         sent = 0
