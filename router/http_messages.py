@@ -1,11 +1,14 @@
 """What the router's HTTP server (:mod:`router.http_server`) hands its handlers: the parsed :class:`Request`,
-the :class:`Reply` to write the answer with — a whole body, or a chunked stream — and the :class:`Routes`
-that pick a handler by path and method, with the answers to what none serves.
+the :class:`Reply` to write the answer with — a whole body, or a chunked stream, each with a ``date`` — and
+the :class:`Routes` that pick a handler by path and method (``HEAD`` by ``GET``'s, answered without the
+body), with the answers to what none serves.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from http import HTTPStatus
 from typing import Protocol
 
@@ -19,6 +22,9 @@ class Sink(Protocol):
 
 
 class Request:
+    """One parsed request: method, path (with its query), headers in order, the whole body, the client's
+    address, and how its connection goes on."""
+
     __slots__ = ("method", "path", "headers", "body", "peer", "keep_alive", "too_large", "http10")
 
     def __init__(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, peer: str | None,
@@ -37,32 +43,47 @@ Handler = Callable[[Request, "Reply"], Awaitable[None]]
 _STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
 
 
+_date = (0, "")  # the date header's value, made once a second
+
+
+def _http_date() -> str:
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True))
+    return _date[1]
+
+
 def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
-    lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Status {status}"]  # a server's own code too
+    lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Status {status}", f"date: {_http_date()}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(framing)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def whole_response(status: int, headers: dict[str, str], body: bytes, close: bool = False) -> bytes:
-    """A complete response with a ``content-length`` (and ``connection: close`` when ``close``)."""
-    return _head(status, headers, f"content-length: {len(body)}" + ("\r\nconnection: close" if close else "")) + body
+def whole_response(status: int, headers: dict[str, str], body: bytes, close: bool = False,
+                   bodiless: bool = False) -> bytes:
+    """A complete response with a ``content-length`` (and ``connection: close`` when ``close``); without the
+    body itself when ``bodiless`` (the answer to a ``HEAD``)."""
+    framing = f"content-length: {len(body)}" + ("\r\nconnection: close" if close else "")
+    return _head(status, headers, framing) + (b"" if bodiless else body)
 
 
 class Reply:
     """The answer to one request, written on its connection."""
 
-    __slots__ = ("_connection", "closes", "chunked", "started", "done")
+    __slots__ = ("_connection", "closes", "chunked", "bodiless", "started", "done")
 
-    def __init__(self, connection: Sink, close: bool, chunked: bool = True):
+    def __init__(self, connection: Sink, close: bool, chunked: bool = True, bodiless: bool = False):
         self._connection = connection
+        self.bodiless = bodiless  # the answer to a HEAD: whole answers go without their body
         self.closes = close or not chunked
         self.chunked = chunked  # an HTTP/1.0 client knows no chunks: its stream ends with the connection
         self.started = self.done = False
 
     def send(self, status: int, headers: dict[str, str], body: bytes) -> None:
         """The whole answer at once."""
-        self._connection.write(whole_response(status, headers, body, self.closes))
+        self._connection.write(whole_response(status, headers, body, self.closes, self.bodiless))
         self.started = self.done = True
 
     def start(self, status: int, headers: dict[str, str]) -> None:
@@ -104,4 +125,5 @@ class Routes:
         methods = self.by_path.get(request.path.partition("?")[0])
         if methods is None:
             return self.unmatched(request, 404)
-        return methods.get(request.method) or self.unmatched(request, 405)
+        handler = methods.get(request.method) or (methods.get("GET") if request.method == "HEAD" else None)
+        return handler or self.unmatched(request, 405)

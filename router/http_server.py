@@ -173,7 +173,8 @@ class Connection(asyncio.Protocol):
             request = self.pending.popleft()
             if len(self.pending) == MAX_PENDING and self.transport is not None:
                 self.transport.resume_reading()
-            reply = Reply(self, not request.keep_alive or self.server.closing, chunked=not request.http10)
+            reply = Reply(self, not request.keep_alive or self.server.closing, chunked=not request.http10,
+                          bodiless=request.method == "HEAD")
             try:
                 if self.routes.guard is None or self.routes.guard(request, reply):
                     await self.routes.handler(request)(request, reply)

@@ -152,3 +152,24 @@ def test_an_http_1_0_client_gets_its_stream_unchunked_until_the_connection_close
     head, _, stream = run(scenario).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and b"transfer-encoding" not in head.lower()
     assert stream.startswith(b"data: {") and stream.endswith(b"data: [DONE]\n\n") and stream.count(b"data: {") == 4
+
+
+def test_head_on_healthz_readyz_and_metrics_answers_their_headers_without_a_body_and_every_answer_is_dated():
+    async def scenario():
+        async with upstreams(Upstream("a")) as servers:
+            router = await started(servers)
+            reader, writer = await asyncio.open_connection("127.0.0.1", router.http_port)
+            heads = []
+            for path in (b"/healthz", b"/readyz", b"/metrics"):
+                writer.write(b"HEAD %s HTTP/1.1\r\nHost: r\r\n\r\n" % path)
+                lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+                heads.append((lines[0], {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:] if line)}))
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")  # answered next: no body came between
+            after = await read_response(reader)
+            writer.close()
+            await router.stop()
+            return heads, after
+    heads, (status, headers, payload) = run(scenario)
+    assert [line for line, _ in heads] == ["HTTP/1.1 200 OK"] * 3
+    assert all(int(h["content-length"]) > 0 and h["date"].endswith(" GMT") for _, h in heads)
+    assert status == "HTTP/1.1 200 OK" and b'"servers"' in payload and headers["date"].endswith(" GMT")
