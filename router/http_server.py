@@ -257,7 +257,7 @@ class HttpServer:
         (one timer for all, not one per request)."""
         now = self.loop.time()
         for connection in list(self.connections):
-            if connection.began is not None and connection.began < now - self.request_s:
+            if connection.began is not None and connection.began < now - self.request_s and not connection.dropping:
                 connection.refuse(408, f"the request did not arrive within {self.request_s:g} s")
             elif connection.idle and connection.active < now - self.keep_alive_s:
                 connection.close()
