@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 SERVER_HEADER = "x-headroom-server"
 MODELS_TIMEOUT_S = 2.0  # each server's share of a /v1/models call
 _JSON = msgspec.json.encode
-_STREAM_FAILURES = {TimeoutError: "idle-timeout", TotalTimeout: "total-timeout"}
+_STREAM_FAILURES: dict[type[OSError], str] = {TimeoutError: "idle-timeout", TotalTimeout: "total-timeout"}
 
 
 def send(reply: Reply, answer: Answer, headers: dict[str, str] | None = None) -> None:
