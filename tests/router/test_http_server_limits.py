@@ -86,28 +86,29 @@ def test_a_request_that_trickles_in_for_longer_than_request_s_is_answered_408_th
         assert answer.startswith(b"HTTP/1.1 408 ") and cut
 
 
-def test_trailers_of_a_chunked_body_are_not_taken_as_request_headers():
+def served(request: bytes) -> tuple[bytes, list[Request]]:
+    """The answer to ``request`` and the requests the handler was given."""
     async def scenario():
         seen: list[Request] = []
         server, port = await serving(seen=seen)
-        answer, _ = await answer_to(port, b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
-                                          b"Connection: close\r\n\r\n3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n")
-        await server.close(grace_s=0.1)
+        try:
+            answer, _ = await answer_to(port, request)
+        finally:
+            await server.close(grace_s=0.1)
         return answer, seen
-    answer, seen = run(scenario)
+    return run(scenario)
+
+
+def test_trailers_of_a_chunked_body_are_not_taken_as_request_headers():
+    answer, seen = served(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                          b"3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200 ") and [r.body for r in seen] == [b"abc"]
     assert [name.lower() for name, _ in seen[0].headers] == ["host", "transfer-encoding", "connection"]
 
 
 def test_an_upgrade_request_is_answered_once_with_400():
-    async def scenario():
-        seen: list[Request] = []
-        server, port = await serving(seen=seen)
-        answer, _ = await answer_to(port, b"POST / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: websocket"
-                                          b"\r\nContent-Length: 3\r\n\r\nabc")
-        await server.close(grace_s=0.1)
-        return answer, seen
-    answer, seen = run(scenario)
+    answer, seen = served(b"POST / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: websocket\r\n"
+                          b"Content-Length: 3\r\n\r\nabc")
     assert answer.startswith(b"HTTP/1.1 400 ") and answer.count(b"HTTP/1.1") == 1 and seen == []
 
 
