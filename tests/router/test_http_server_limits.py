@@ -3,6 +3,7 @@ of a request's head, the time a request may take to arrive, and what a request m
 real :class:`~router.http_server.HttpServer` on 127.0.0.1, raw sockets."""
 
 import asyncio
+import gc
 
 from headroom.router.http_messages import Reply, Request, Routes
 from headroom.router.http_server import HttpServer
@@ -122,3 +123,25 @@ def test_a_body_announced_over_max_body_is_refused_before_100_continue():
         await server.close(grace_s=0.1)
         return first
     assert run(scenario).startswith(b"HTTP/1.1 200 ")  # the too_large handler's answer (this routes' 200), no 100
+
+
+def test_a_client_leaving_while_its_answer_waits_in_the_buffer_leaves_no_unretrieved_error():
+    async def scenario():
+        async def big_then_busy(request: Request, reply: Reply) -> None:
+            reply.send(200, {"content-type": "text/plain"}, ANSWER * 64)  # 4 MiB: writing pauses
+            await asyncio.sleep(5)  # busy with something else: nobody drains
+        server = HttpServer(Routes(lambda request, status: big_then_busy, big_then_busy, lambda s, m: b""), 1024)
+        port = await server.start("127.0.0.1", 0)
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda loop, context: errors.append(context))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        await reader.read(1)
+        writer.transport.abort()
+        await asyncio.sleep(0.2)
+        await server.close(grace_s=0.1)
+        gc.collect()
+        await asyncio.sleep(0)
+        return [context.get("message") for context in errors]
+    assert run(scenario) == []
