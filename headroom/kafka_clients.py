@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headroom.contract.partitions import PARTITIONER
@@ -123,14 +123,15 @@ def read_to_end(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> li
 
 def until_ends(client: Consumer, topic: str, ends: Mapping[int, int | None], timeout_s: float) -> Iterator[Message]:
     """The messages (and the errors reported on the way) of the partitions of ``topic`` that ``ends`` lists, read
-    from their start until each is at its end: its end-of-partition event (the consumer must have
-    ``enable.partition.eof`` set), or the message before its end offset in ``ends`` (None: the event only).
+    from where each starts now (its low watermark, wherever retention or deleted records moved it) until each is
+    at its end: its end-of-partition event (the consumer must have ``enable.partition.eof`` set), or the message
+    before its end offset in ``ends`` (None: the event only).
     A partition written in transactions may end at a commit marker no message stands at: the event ends it.
     Raises TimeoutError if that takes over ``timeout_s``."""
     remaining = dict(ends)
     if not remaining:
         return
-    client.assign([TopicPartition(topic, p, 0) for p in remaining])
+    client.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in remaining])
     deadline = time.monotonic() + timeout_s
     while remaining:
         if time.monotonic() > deadline:

@@ -1,5 +1,6 @@
-"""Reading partitions to their end on the real broker: a plain topic up to its end offsets, and a
-transactional one read committed up to its end-of-partition events (its last offset is a commit marker)."""
+"""Reading partitions to their end on the real broker: a plain topic up to its end offsets (from where its
+retention left it), and a transactional one read committed up to its
+end-of-partition events (its last offset is a commit marker)."""
 
 import json
 import uuid
@@ -7,7 +8,9 @@ import uuid
 import pytest
 
 from headroom.contract.topics import TopicSpec
-from headroom.kafka_clients import producer, read_to_end
+from confluent_kafka import TopicPartition
+
+from headroom.kafka_clients import admin, producer, read_to_end
 from headroom.localkafka.admin import ensure_topics
 from headroom.streams.state_topic import read_state
 
@@ -24,6 +27,19 @@ def test_read_to_end_reads_every_partition_up_to_the_end_offsets_of_the_call(kaf
     messages = read_to_end(kafka, topic, timeout_s=30)
     assert sorted(int(m.value()) for m in messages) == list(range(30))
     assert [int(m.value()) for m in messages if m.partition() == 1] == list(range(1, 30, 2))  # in order
+
+
+def test_read_to_end_starts_where_the_partition_starts_now_after_records_were_deleted(kafka):
+    topic = f"trimmed-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 1, {})])
+    sender = producer(kafka)
+    for i in range(10):
+        sender.produce(topic, value=str(i).encode(), partition=0)
+    sender.flush(10)
+    client = admin(kafka)
+    [deleted] = client.delete_records([TopicPartition(topic, 0, 5)]).values()
+    assert deleted.result(10).low_watermark == 5
+    assert [int(m.value()) for m in read_to_end(kafka, topic, timeout_s=30)] == list(range(5, 10))
 
 
 def test_read_state_sees_only_committed_entries_and_stops_at_the_commit_markers(kafka):
