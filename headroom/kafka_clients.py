@@ -138,11 +138,22 @@ def until_ends(client: Consumer, topic: str, ends: Mapping[int, int | None], tim
             raise TimeoutError(f"reading partitions {sorted(remaining)} of {topic!r} to their end took over "
                                f"{timeout_s} s")
         for message in client.consume(10_000, 0.5):
-            error = message.error()
+            partition, error = message.partition(), message.error()
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                remaining.pop(message.partition(), None)
+                remaining.pop(partition, None)
+                continue
+            if error is None and _past_end(message, remaining):  # the rest of a batch, or a later arrival
+                remaining.pop(partition, None)
                 continue
             yield message
-            end = remaining.get(message.partition())
+            end = remaining.get(partition)
             if error is None and end is not None and message.offset() + 1 >= end:
-                remaining.pop(message.partition(), None)
+                del remaining[partition]
+
+
+def _past_end(message: Message, remaining: Mapping[int, int | None]) -> bool:
+    """Whether ``message`` is of a partition that ended already, or at or past its end offset."""
+    if message.partition() not in remaining:
+        return True
+    end = remaining[message.partition()]
+    return end is not None and message.offset() >= end

@@ -1,16 +1,15 @@
 """Reading partitions to their end on the real broker: a plain topic up to its end offsets (from where its
-retention left it), and a transactional one read committed up to its
+retention left it, nothing past the ends asked for), and a transactional one read committed up to its
 end-of-partition events (its last offset is a commit marker)."""
 
 import json
 import uuid
 
 import pytest
-
-from headroom.contract.topics import TopicSpec
 from confluent_kafka import TopicPartition
 
-from headroom.kafka_clients import admin, producer, read_to_end
+from headroom.contract.topics import TopicSpec
+from headroom.kafka_clients import admin, consumer, producer, read_to_end, until_ends
 from headroom.localkafka.admin import ensure_topics
 from headroom.streams.state_topic import read_state
 
@@ -40,6 +39,21 @@ def test_read_to_end_starts_where_the_partition_starts_now_after_records_were_de
     [deleted] = client.delete_records([TopicPartition(topic, 0, 5)]).values()
     assert deleted.result(10).low_watermark == 5
     assert [int(m.value()) for m in read_to_end(kafka, topic, timeout_s=30)] == list(range(5, 10))
+
+
+def test_until_ends_yields_nothing_past_the_end_of_a_partition(kafka):
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, 2, {})])
+    sender = producer(kafka)
+    for i in range(10):
+        sender.produce(topic, value=str(i).encode(), partition=0)
+    sender.flush(10)
+    client = consumer(kafka, "ends", {"enable.partition.eof": True})
+    try:
+        read = [(m.partition(), m.offset()) for m in until_ends(client, topic, {0: 5, 1: None}, 30)]
+    finally:
+        client.close()
+    assert read == [(0, offset) for offset in range(5)]
 
 
 def test_read_state_sees_only_committed_entries_and_stops_at_the_commit_markers(kafka):
