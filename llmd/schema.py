@@ -188,7 +188,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 def _number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    return type(value) is int or (type(value) is float and math.isfinite(value))
 
 
 def _count(value: Any) -> tuple[Any, tuple | None]:
@@ -205,7 +205,8 @@ def _number_of(kind: str) -> Any:
     def check(value: Any) -> tuple[Any, tuple | None]:
         if not _number(value):
             return None, ("float_type", "Input should be a valid number")
-        return _within(float(value), kind)
+        checked, error = _within(value, kind)  # an integer past any float is compared as it is
+        return (None if error else float(checked)), error
     return check
 
 

@@ -132,8 +132,11 @@ ROW = rows(1, seed=5)[0]
     ({"requests": [dict(ROW, num_request_running=10**9 + 1)]},
      [{"type": "less_than_equal", "loc": ["body", "requests", 0, "num_request_running"],
        "msg": "Input should be less than or equal to 1000000000", "input": 10**9 + 1, "ctx": {"le": 10**9}}]),
+    ({"requests": [dict(ROW, kv_cache_percentage=10**400)]},  # past any float
+     [{"type": "less_than_equal", "loc": ["body", "requests", 0, "kv_cache_percentage"],
+       "msg": "Input should be less than or equal to 1", "input": 10**400, "ctx": {"le": 1.0}}]),
 ], ids=["above-range", "missing", "several", "string-number", "empty", "no-requests", "encoder-match",
-        "count-above-a-billion"])
+        "count-above-a-billion", "fraction-of-400-digits"])
 def test_strict_bulk_refuses_any_invalid_row_with_fastapis_422_body(start_server, boosters, body, detail):
     server = start_server(runtime=runtime_with(boosters), http_port=0)
     assert call(base(server), "/predict/bulk/strict", body) == (422, {"detail": detail})

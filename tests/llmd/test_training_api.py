@@ -88,7 +88,11 @@ def test_an_invalid_entry_refuses_the_whole_body_with_fastapis_422(api):
     assert status == 422 and body["detail"] == [  # the contract's bound for a latency: an hour
         {"type": "less_than_equal", "loc": ["body", "entries", 0, "actual_tpot_ms"],
          "msg": "Input should be less than or equal to 3600000", "input": 3_600_000.5, "ctx": {"le": 3_600_000.0}}]
-    assert telemetry.records == [] and call(base, "/data/status")[1]["telemetry"]["bodies_rejected"] == 3
+    status, body = call(base, "/add_training_data_bulk", {"entries": [dict(ENTRY, actual_ttft_ms=-10**400)]})
+    assert status == 422 and body["detail"] == [  # an integer past any float is compared as it is
+        {"type": "greater_than_equal", "loc": ["body", "entries", 0, "actual_ttft_ms"],
+         "msg": "Input should be greater than or equal to 0", "input": -10**400, "ctx": {"ge": 0.0}}]
+    assert telemetry.records == [] and call(base, "/data/status")[1]["telemetry"]["bodies_rejected"] == 4
 
 
 def test_a_sample_timestamp_is_its_completion_time(api):
