@@ -37,7 +37,8 @@ class PredictorMetrics:
                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300),
                                       registry=self.registry)
         self.replayed_updates = Counter("headroom_predictor_replayed_updates", "Model-update messages read in the "
-                                        "start-up replay of the model topic, by outcome and rejection reason.",
+                                        "start-up replay of the model topic, each once, by outcome ('tombstone' "
+                                        "for a tombstone) and rejection reason.",
                                         ["outcome", "reason"], registry=self.registry)
         self.registry.register(_RuntimeCollector(runtime))
         self._ok = self.requests.labels("OK")

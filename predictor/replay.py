@@ -7,7 +7,8 @@ topic order, against the newest version staged so far), keeps the newest ``keep`
 model, and at the end installs the newest one that passes verification, falling back to the staged
 versions before it. The outcome is the one applying every message in turn would reach, at the cost of
 one verification per model. :attr:`Replay.outcomes` counts every replayed message once, by outcome and
-rejection reason (a staged version never verified because a newer one was installed is ``stale``).
+rejection reason (a staged version never verified because a newer one was installed is ``stale``, a tombstone
+``tombstone``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from headroom.contract.model_update import ModelUpdate
 from headroom.predictor.runtime import ApplyOutcome, ApplyResult, ModelRuntime
 
 KEEP = 3  # acceptable versions staged per model, newest first, in case the newest fails verification
+TOMBSTONE = "tombstone"  # the outcome counted for a replayed message with no value
 
 
 class Replay:
@@ -28,8 +30,12 @@ class Replay:
         self._newest: dict[str, int] = {}  # model key -> version of its newest staged update
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, rejection reason or "") -> messages
 
-    def add(self, message: bytes) -> ApplyResult | None:
-        """Screen one replayed message; the outcome if it goes no further, None when it is staged."""
+    def add(self, message: bytes | None) -> ApplyResult | None:
+        """Screen one replayed message; the outcome if it goes no further, None when it is staged or a tombstone
+        (None: counted, nothing to serve)."""
+        if message is None:
+            self.outcomes[TOMBSTONE, ""] += 1
+            return None
         screened = self.runtime.screen(message, self._newest)
         if isinstance(screened, ApplyResult):
             self._count(screened)

@@ -67,8 +67,7 @@ class ModelUpdateTailer(BackgroundThread):
                     self._ready.set()
                 elif isinstance(item, Message) and not self._ready.is_set():
                     self.consumed += 1
-                    if item.value() is not None:
-                        replay.add(item.value())
+                    replay.add(item.value())
                 elif isinstance(item, Message):
                     self._apply(item)
         except BaseException as err:  # surfaced to the server's health status

@@ -19,11 +19,12 @@ def test_of_many_versions_only_the_newest_is_verified(booster):
     replay = Replay(runtime)
     for version in range(1, 31):
         assert replay.add(message(booster, version)) is None
+    assert replay.add(None) is None  # a tombstone: nothing to serve, counted
     assert runtime.live() == []  # nothing is served before the replay ends
     results = replay.finish()
     assert [(r.outcome, r.version) for r in results] == [(ApplyOutcome.APPLIED, 30)]
     assert runtime.applied == 1 and runtime.stale == 29 and runtime.version("pool-a", "ttft", "mean") == 30
-    assert replay.outcomes == {("applied", ""): 1, ("stale", ""): 29}  # every message counted once
+    assert replay.outcomes == {("applied", ""): 1, ("stale", ""): 29, ("tombstone", ""): 1}  # each message once
 
 
 def test_a_newest_version_that_fails_verification_falls_back_to_the_one_before(booster):
