@@ -1,7 +1,9 @@
 """The streams with a TPOT SLO the router relays, as columns: which are at risk now is one vectorised pass.
 
 Each stream has a slot in parallel arrays (its server, first and last token times, tokens so far, TPOT SLO
-and the order it was first seen in), reused after it ends. :meth:`StreamTable.at_risk` evaluates the rule
+and the order it was first seen in), reused after it ends; when under a quarter of the slots handed out are
+live, the live streams move to the front and the arrays shrink, so a decision after a burst scans the streams
+left, not the most ever held (the moves cost as many drops did). :meth:`StreamTable.at_risk` evaluates the rule
 over every slot at once (:func:`contract.slo.tpot_at_risk_columns`), which decides exactly as calling
 :func:`contract.slo.tpot_at_risk` per stream would; the streams at risk are then weighted (one call per
 distinct token count) and summed per server in the order they were first seen, so the sums are the ones a
@@ -16,12 +18,15 @@ import numpy as np
 
 from headroom.contract.slo import tpot_at_risk_columns
 
+COLUMNS = ("_first", "_last", "_slo", "_tokens", "_order")
+
 
 class StreamTable:
     def __init__(self, capacity: int = 64) -> None:
+        self._capacity = capacity  # the arrays' smallest size
         self._slot: dict[str, int] = {}  # request id -> its slot
         self._free: list[int] = []
-        self._used = 0  # slots ever handed out: the arrays' live prefix
+        self._used = 0  # slots handed out (live or free) since the last compaction: what a decision scans
         self._server_of: list[str] = []  # per slot
         self._first = np.zeros(capacity)
         self._last = np.zeros(capacity)
@@ -32,6 +37,11 @@ class StreamTable:
 
     def __len__(self) -> int:
         return len(self._slot)
+
+    @property
+    def slots(self) -> int:
+        """The slots a decision scans: the live streams and the free slots among them."""
+        return self._used
 
     def token(self, request_id: str, server_id: str, slo_ms: float, now: float, count: int = 1) -> None:
         """``count`` tokens of the stream ``request_id`` (on ``server_id``, held to ``slo_ms``) were relayed at
@@ -54,6 +64,8 @@ class StreamTable:
         if slot is not None:
             self._order[slot] = 0
             self._free.append(slot)
+            if self._used > self._capacity and 4 * len(self._slot) < self._used:
+                self._compact()
 
     def at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:
         """Per server with any: its streams at risk of missing their TPOT SLO at ``now``
@@ -73,11 +85,25 @@ class StreamTable:
     def _grow(self) -> int:
         if self._used == len(self._first):
             size = 2 * len(self._first)
-            for name in ("_first", "_last", "_slo", "_tokens", "_order"):
-                old = getattr(self, name)
-                grown = np.zeros(size, dtype=old.dtype)
-                grown[:len(old)] = old
-                setattr(self, name, grown)
+            self._resize(size, np.arange(self._used))
         self._server_of.append("")
         self._used += 1
         return self._used - 1
+
+    def _compact(self) -> None:
+        """Move the live streams to the first slots (in any order: ``_order`` keeps theirs) and shrink."""
+        ids = list(self._slot)
+        live = np.array([self._slot[rid] for rid in ids], dtype=np.int64)
+        self._resize(max(self._capacity, 2 * len(ids)), live)
+        self._server_of = [self._server_of[slot] for slot in live.tolist()]
+        self._slot = dict(zip(ids, range(len(ids))))
+        self._free.clear()
+        self._used = len(ids)
+
+    def _resize(self, size: int, kept: np.ndarray) -> None:
+        """Columns of ``size`` slots holding the slots ``kept`` of the old ones first, in that order."""
+        for name in COLUMNS:
+            old = getattr(self, name)
+            resized = np.zeros(size, dtype=old.dtype)
+            resized[:len(kept)] = old[kept]
+            setattr(self, name, resized)

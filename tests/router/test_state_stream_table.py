@@ -1,4 +1,5 @@
-"""The vectorised streams at risk equal the straightforward walk over every stream, on random streams."""
+"""The vectorised streams at risk equal the straightforward walk over every stream, on random streams; after a
+burst of streams ends, a decision scans the streams left, not the most ever held."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,7 @@ import pytest
 from headroom.benchmarks.tpot_at_risk import walk
 from headroom.contract.slo import OutputLengths
 from headroom.router.state.inflight import Inflight
+from headroom.router.state.stream_table import StreamTable
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -38,3 +40,19 @@ def test_tpot_at_risk_equals_the_walk_over_every_stream(seed):
             assert inflight.tpot_at_risk(at, lengths.end_chance) == expected
             decisions_with_risk += bool(expected)
     assert decisions_with_risk > 1000  # the random streams were at risk often enough to say something
+
+
+def test_after_a_burst_ends_a_decision_scans_only_the_streams_left():
+    table, streams = StreamTable(), {}
+    for i in range(100_000):
+        table.token(f"r{i}", f"s{i % 7}", 25.0, 0.0)
+        streams[f"r{i}"] = (f"s{i % 7}", 0.0, 1, 0.0, 25.0)
+    for i in range(100_000):
+        if i % 10_000:  # every 10,000th stream stays
+            table.drop(f"r{i}")
+            del streams[f"r{i}"]
+    assert len(table) == 10 and table.slots <= 64
+    table.token("r20000", "s5", 25.0, 0.02)
+    streams["r20000"] = ("s5", 0.0, 2, 0.02, 25.0)
+    for at in (0.03, 0.045):  # r20000 is on time at 0.03, the rest behind
+        assert table.at_risk(at, float) == walk(streams.values(), at, float) != {}
