@@ -46,7 +46,7 @@ def build_go(source: Path, name: str) -> Path:
         return binary
     go = shutil.which("go")
     if go is None:
-        raise RuntimeError(f"the {name} load generator needs the Go toolchain (`go` on PATH)")
+        raise RuntimeError(f"building {name} needs the Go toolchain (`go` on PATH)")
     binary.parent.mkdir(parents=True, exist_ok=True)
     build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, capture_output=True, text=True,
                            timeout=600, env={**os.environ, "GOFLAGS": "-mod=mod"})

@@ -68,6 +68,13 @@ def test_ext_proc_floor_serves_an_empty_servicer_and_splits_its_cost(capsys) -> 
     assert result["split"]["variant"] == "iterator" and result["split"]["per_stream_ms"] != 0
 
 
+def test_ext_proc_floor_without_go_refuses_before_any_round(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `go`, and no grpc-go servicer built before
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(CommandError, match="go-grpc cannot run: building ext_proc_go needs the Go toolchain"):
+        _invoke("ext-proc", "--floor", "iterator", "go-grpc", "--rounds", "1", "--seconds", "0.2", "--streams", "2")
+
+
 def test_ext_proc_in_process_routes_every_exchange(capsys) -> None:
     assert _invoke("ext-proc", "--in-process", "50", "--servers", "4", "--predictor", "none") == 0
     result = json.loads(capsys.readouterr().out)
