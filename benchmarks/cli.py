@@ -137,7 +137,9 @@ def _ext_proc(args: argparse.Namespace) -> int:
         raise CommandError("--servers, --streams, --seconds and --rounds must be positive")
     if args.in_process is not None:
         from headroom.benchmarks.ext_proc_in_process import bench_in_process
-        print(json.dumps(bench_in_process(args.servers, max(1, args.in_process), args.predictor)))
+        if args.in_process < 1:
+            raise CommandError("--in-process must be positive (exchanges to run)")
+        print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor)))
         return 0
     if args.floor is not None:
         from headroom.benchmarks.ext_proc_floor import VARIANTS, bench_floor

@@ -38,7 +38,10 @@ def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> N
     (("proxy", "--concurrency", "32", "0"), "must be positive"),
     (("ext-proc", "--servers", "0"), "must be positive"),
     (("ext-proc", "--floor", "iterator", "nope"), "unknown --floor variants \\['nope'\\]"),
-], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers", "ext-proc-floor-variant"])
+    (("ext-proc", "--in-process", "0"), "--in-process must be positive"),
+    (("ext-proc", "--in-process", "-5"), "--in-process must be positive"),
+], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers", "ext-proc-floor-variant",
+        "ext-proc-in-process-zero", "ext-proc-in-process-negative"])
 def test_user_errors_are_command_errors(argv, message) -> None:
     with pytest.raises(CommandError, match=message):
         _invoke(*argv)
