@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import pytest
 
@@ -66,9 +67,16 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
 def test_ext_proc_floor_serves_an_empty_servicer_and_splits_its_cost(capsys) -> None:
     assert _invoke("ext-proc", "--floor", "iterator", "--rounds", "1", "--seconds", "0.2", "--streams", "2") == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["cpu_ms_per_exchange"]["iterator"] > 0
-    assert set(result["samples"]) == {"iterator", "iterator ×1", "iterator ×8"}
-    assert result["split"]["variant"] == "iterator" and result["split"]["per_stream_ms"] != 0
+    assert list(result["cpu_ms_per_exchange"]) == ["iterator"]
+    assert 0 < result["cpu_ms_per_exchange"]["iterator"] < math.inf
+    samples = result["samples"]
+    assert set(samples) == {"iterator", "iterator ×1", "iterator ×8"}
+    assert all(len(values) == 1 and 0 < values[0] < math.inf for values in samples.values())  # one round
+    split = result["split"]
+    assert split["variant"] == "iterator" and math.isfinite(split["per_message_ms"])
+    assert split["per_message_ms"] == pytest.approx((samples["iterator ×8"][0] - samples["iterator ×1"][0]) / 7,
+                                                    abs=0.001)
+    assert split["per_stream_ms"] + split["per_message_ms"] == pytest.approx(samples["iterator ×1"][0], abs=0.002)
 
 
 def test_ext_proc_floor_without_go_refuses_before_any_round(monkeypatch, tmp_path) -> None:
