@@ -192,13 +192,13 @@ def refusal(update: ModelUpdate, held: int | None, max_jump: int = MAX_VERSION_J
     if held is None:
         return None
     if update.version == held:
-        return RejectedUpdate(STALE, f"version {update.version} of {update.key} is the one held already")
+        return RejectedUpdate(STALE, f"version {update.version} of {update.key} is the held version")
     if update.version < held:
-        return RejectedUpdate(REPLAYED, f"version {update.version} of {update.key} is older than version {held}, "
-                                        f"accepted already")
+        return RejectedUpdate(REPLAYED, f"version {update.version} of {update.key} is older than the held version "
+                                        f"{held}")
     if update.version - held > max_jump:
         return RejectedUpdate("version", f"version {update.version} of {update.key} is {update.version - held} "
-                                         f"ahead of the live version {held} (at most {max_jump} allowed)")
+                                         f"ahead of the held version {held} (at most {max_jump} allowed)")
     return None
 
 

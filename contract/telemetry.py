@@ -274,8 +274,8 @@ def _check_consistency(record: TelemetryRecord) -> None:
         raise InvalidRecord(f"ttft_ms {record.ttft_ms} exceeds e2e_ms {record.e2e_ms}")
     if record.slo_ttft_ms == 0 or record.slo_tpot_ms == 0:
         raise InvalidRecord("an SLO of 0 ms cannot be met; leave the field out when there is no SLO")
-    for error in encoder_excess(record.encoder_matched_size, record.encoder_input_size).values():
-        raise InvalidRecord(error)
+    if excess := encoder_excess(record.encoder_matched_size, record.encoder_input_size):
+        raise InvalidRecord(next(iter(excess.values())))
 
 
 _WIRE_CONSTRAINTS = {

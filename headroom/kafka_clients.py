@@ -8,7 +8,8 @@ would (:data:`contract.partitions.PARTITIONER`), so a pool's telemetry lands on 
 :func:`~contract.partitions.home_partition`.
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
-topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now, :func:`until_ends` partitions up to their ends.
+topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now,
+:func:`until_ends` partitions up to their ends.
 :func:`librdkafka_logger` is the logger a client hands librdkafka's own log lines to, with the notes about a
 broker still starting (which librdkafka retries by itself) lowered to debug.
 """

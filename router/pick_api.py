@@ -94,8 +94,9 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             raise RequestError(f"candidate server_id {repeated[0]!r} appears more than once")
         scheduled = self.service.request_of(request.request_id, headers, prompt)
         for server in servers or ():
-            for error in encoder_excess(server.encoder_matched_size, scheduled.encoder_input_size).values():
-                raise RequestError(f"candidate {server.server_id!r}: {error} (the request's distinct media items)")
+            if excess := encoder_excess(server.encoder_matched_size, scheduled.encoder_input_size):
+                raise RequestError(f"candidate {server.server_id!r}: {next(iter(excess.values()))} (the request's "
+                                   "distinct media items)")
         return self.service.pick(scheduled, servers)
 
 
