@@ -16,25 +16,27 @@ from headroom.streams.state_topic import read_state
 pytestmark = pytest.mark.kafka
 
 
-def test_read_to_end_reads_every_partition_up_to_the_end_offsets_of_the_call(kafka):
-    topic = f"to-end-{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka, [TopicSpec(topic, 3, {})])
+def topic_of(kafka, prefix: str, partitions: int, messages: int, written: int = 1) -> str:
+    """A new topic of ``partitions`` partitions holding the values 0, 1, ... ``messages - 1``, value i on partition
+    ``i % written``."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, [TopicSpec(topic, partitions, {})])
     sender = producer(kafka)
-    for i in range(30):
-        sender.produce(topic, value=str(i).encode(), partition=i % 2)  # partition 2 stays empty
+    for i in range(messages):
+        sender.produce(topic, value=str(i).encode(), partition=i % written)
     sender.flush(10)
+    return topic
+
+
+def test_read_to_end_reads_every_partition_up_to_the_end_offsets_of_the_call(kafka):
+    topic = topic_of(kafka, "to-end", 3, 30, written=2)  # partition 2 stays empty
     messages = read_to_end(kafka, topic, timeout_s=30)
     assert sorted(int(m.value()) for m in messages) == list(range(30))
     assert [int(m.value()) for m in messages if m.partition() == 1] == list(range(1, 30, 2))  # in order
 
 
 def test_read_to_end_starts_where_the_partition_starts_now_after_records_were_deleted(kafka):
-    topic = f"trimmed-{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka, [TopicSpec(topic, 1, {})])
-    sender = producer(kafka)
-    for i in range(10):
-        sender.produce(topic, value=str(i).encode(), partition=0)
-    sender.flush(10)
+    topic = topic_of(kafka, "trimmed", 1, 10)
     client = admin(kafka)
     [deleted] = client.delete_records([TopicPartition(topic, 0, 5)]).values()
     assert deleted.result(10).low_watermark == 5
@@ -42,12 +44,7 @@ def test_read_to_end_starts_where_the_partition_starts_now_after_records_were_de
 
 
 def test_until_ends_yields_nothing_past_the_end_of_a_partition(kafka):
-    topic = f"ends-{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka, [TopicSpec(topic, 2, {})])
-    sender = producer(kafka)
-    for i in range(10):
-        sender.produce(topic, value=str(i).encode(), partition=0)
-    sender.flush(10)
+    topic = topic_of(kafka, "ends", 2, 10)  # all on partition 0
     client = consumer(kafka, "ends", {"enable.partition.eof": True})
     try:
         read = [(m.partition(), m.offset()) for m in until_ends(client, topic, {0: 5, 1: None}, 30)]
