@@ -74,7 +74,7 @@ class Connection(asyncio.Protocol):
         self.active = self.server.loop.time()
         if self.refused is not None:
             return
-        if self._in_head:  # undercounts by the part of a chunk before its message began: one read at most
+        if self._in_head:  # a guard while the head is incomplete (exact once complete: on_headers_complete)
             self._head_size += len(data)
         try:
             self.parser.feed_data(data)
@@ -118,7 +118,10 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         """A body announced over ``max_body`` is refused at once; a client waiting for ``100 Continue`` before
-        it sends the body gets it, when nothing is answered on its connection before."""
+        it sends the body gets it, when nothing is answered on its connection before. The head's size is
+        counted exactly here: the read that completed it may hold body bytes too."""
+        self._head_size = len(self.parser.get_method()) + len(self._url) + 14 + \
+            sum(len(name) + len(value) + 4 for name, value in self._headers)  # request line, headers, CRLFs
         self._check_head()
         self._in_head, self._head_done = False, True
         if self.refused is not None:

@@ -145,3 +145,15 @@ def test_a_client_leaving_while_its_answer_waits_in_the_buffer_leaves_no_unretri
         await asyncio.sleep(0)
         return [context.get("message") for context in errors]
     assert run(scenario) == []
+
+
+def test_a_head_split_across_reads_and_followed_by_a_large_body_is_served_not_431():
+    async def scenario():
+        server, port = await serving(max_head_bytes=4096, max_headers=10)
+        server.max_body = 256 * 1024
+        body = b"x" * (120 * 1024)  # arrives in the read that completes the head: body bytes, not head bytes
+        rest = b"Host: h\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+        answer, _ = await answer_to(port, b"POST / HTTP/1.1\r\n", rest + body, pause_s=0.2)
+        await server.close(grace_s=0.1)
+        return answer
+    assert run(scenario).startswith(b"HTTP/1.1 200 ")
