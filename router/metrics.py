@@ -63,6 +63,8 @@ class RouterMetrics:
                                          "before the first byte or mid-response, by reason.", ["reason"], registry=r)
         self.upstream_retries = Counter("headroom_router_upstream_retries", "Requests sent to another server after "
                                         "a failure before the first byte.", registry=r)
+        self.upstream_resends = Counter("headroom_router_upstream_resends", "Requests sent again on a new "
+                                        "connection after a kept-alive one closed as they went out.", registry=r)
         self.upstream_ejections = Counter("headroom_router_upstream_ejections", "Servers ejected by passive "
                                           "outlier detection.", ["server"], registry=r)
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",

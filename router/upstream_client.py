@@ -9,18 +9,22 @@ pauses the socket. :meth:`UpstreamConnection.release` returns the connection to 
 read to its end and the server keeps the connection alive, and closes it otherwise. A body without length
 or chunks ends when the server closes the connection cleanly (a reset breaks it). A connection the server
 closes while idle leaves the pool; one idle for ``idle_s`` is closed, and a reused one the server closed
-before it answered is replaced by a new one, once.
+within ``RESEND_WINDOW_S`` of the request, before it answered, is replaced by a new one, once (the server
+closed it idle as the request went out: it never saw it). Closed any later, the server may have acted on the
+request, so it is a failure, not sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 import httptools
 
 HIGH_WATER = 256 * 1024  # bytes of body buffered before the socket is paused
 MAX_IDLE = 256  # idle connections kept per server
+RESEND_WINDOW_S = 0.05  # a reused connection lost this soon after a request lost it to the keep-alive close race
 
 
 class ConnectFailed(ConnectionError):
@@ -50,11 +54,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.answered = False  # any byte came since the request was sent
         self.lost: Exception | None = None
         self.idle_since = 0.0  # when it went back to the pool
+        self.sent_at = self.lost_at = 0.0  # when the last request was written; when the connection ended
 
     def send(self, head: bytes, body: bytes) -> asyncio.Future[None]:
         """Write a request; the future is done when the response's headers are in."""
         self.status, self.headers, self.content_type, self.complete, self._sized = 0, [], "", False, False
         self.answered = False
+        self.sent_at = self.pool.loop.time()
         self.parser = httptools.HttpResponseParser(self)
         self._head = self.pool.loop.create_future()
         assert self.transport is not None
@@ -98,6 +104,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are no asyncio.Transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost_at = self.pool.loop.time()
         self.pool.forget(self)
         if self._head is not None and self._head.done() and not self._sized and not self.complete and exc is None:
             self.complete = True  # a body without framing ends with the connection closed cleanly
@@ -170,18 +177,19 @@ class UpstreamConnection(asyncio.Protocol):
 
 class UpstreamPool:
     """Keep-alive connections to the servers, by address: idle ones are reused for up to ``idle_s`` (a server
-    closes its idle connections after a while of its own), newest first."""
+    closes its idle connections after a while of its own), newest first; ``resent`` is called on each request
+    sent again after the keep-alive close race."""
 
-    def __init__(self, connect_s: float, idle_s: float = 4.0):
-        self.connect_s, self.idle_s = connect_s, idle_s
+    def __init__(self, connect_s: float, idle_s: float = 4.0, resent: Callable[[], None] | None = None):
+        self.connect_s, self.idle_s, self.resent = connect_s, idle_s, resent
         self.loop = asyncio.get_running_loop()
         self.idle: dict[str, list[UpstreamConnection]] = {}
 
     async def request(self, address: str, method: str, path: str, headers: list[tuple[str, str]],
                       body: bytes) -> UpstreamConnection:
         """Send the request to ``address`` (``host:port``); the response once its headers are in. A reused
-        connection the server closed before answering a byte is no failure of the server's: the request goes
-        once more, on a new connection."""
+        connection the server closed within ``RESEND_WINDOW_S``, before answering a byte, is no failure of the
+        server's: the request goes once more, on a new connection."""
         lines = [f"{method} {path} HTTP/1.1", f"host: {address}", f"content-length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -192,8 +200,10 @@ class UpstreamPool:
                 await connection.send(head, body)
             except ConnectionError:
                 connection.close()
-                if not reused or connection.answered:
+                if not reused or connection.answered or connection.lost_at - connection.sent_at > RESEND_WINDOW_S:
                     raise
+                if self.resent is not None:
+                    self.resent()
                 connection = None
                 continue
             except BaseException:

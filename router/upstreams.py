@@ -75,7 +75,8 @@ class Upstreams:
     def pool(self) -> UpstreamPool:
         """The keep-alive connections to the servers (made on the running loop at first use)."""
         if self._pool is None:
-            self._pool = UpstreamPool(self.timeouts.connect_s, self.timeouts.pool_idle_s)
+            resent = self.service.metrics.upstream_resends.inc if self.service is not None else None
+            self._pool = UpstreamPool(self.timeouts.connect_s, self.timeouts.pool_idle_s, resent)
         return self._pool
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from headroom.router.metrics import RouterMetrics
 from headroom.router.upstream_client import UpstreamConnection, UpstreamPool
 from tests.router.test_proxy_e2e import run
 
@@ -85,29 +86,34 @@ def test_a_second_response_nobody_asked_for_is_ignored_and_its_connection_never_
     assert [name for name, _ in headers] == ["Content-Length"]
 
 
-def kept_alive(answers: list[int]) -> Handler:
+def kept_alive(answers: list[int], close_after_s: float = 0.0, heads: list[bytes] | None = None) -> Handler:
     """Answers the requests on each connection while its entry in ``answers`` lasts (the first connection
-    its first number of them, ...), then closes the connection without a byte."""
+    its first number of them, ...), then takes one more (into ``heads``) and closes the connection
+    ``close_after_s`` later without a byte."""
     connections = iter(answers)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for _ in range(next(connections, 100)):
             await reader.readuntil(b"\r\n\r\n")
             writer.write(OK)
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        if heads is not None:
+            heads.append(head)
+        await asyncio.sleep(close_after_s)
     return handler
 
 
-async def two_requests(handler: Handler, pause_s: float, idle_s: float) -> tuple[list[int], int]:
-    """Two requests ``pause_s`` apart from a pool keeping connections ``idle_s``: their statuses and how
-    many connections the server saw."""
+async def two_requests(handler: Handler, pause_s: float, idle_s: float,
+                       metrics: RouterMetrics | None = None) -> tuple[list[int], int]:
+    """Two requests ``pause_s`` apart from a pool keeping connections ``idle_s`` (counting its resends in
+    ``metrics``): their statuses and how many connections the server saw."""
     peers: list[object] = []
 
     async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peers.append(writer.get_extra_info("peername"))
         await handler(reader, writer)
     server, address = await serving(counting)
-    pool = UpstreamPool(connect_s=2.0, idle_s=idle_s)
+    pool = UpstreamPool(connect_s=2.0, idle_s=idle_s, resent=metrics.upstream_resends.inc if metrics else None)
     statuses = []
     try:
         for _ in range(2):
@@ -126,6 +132,20 @@ def test_a_kept_alive_connection_is_reused_within_idle_s_and_closed_after():
     assert run(lambda: two_requests(kept_alive([]), pause_s=0.3, idle_s=0.2)) == ([200, 200], 2)
 
 
-def test_a_reused_connection_the_server_closed_before_answering_is_replaced_once():
-    assert run(lambda: two_requests(kept_alive([1]), pause_s=0.05, idle_s=10.0)) == ([200, 200], 2)
+def resends(metrics: RouterMetrics) -> float | None:
+    return metrics.registry.get_sample_value("headroom_router_upstream_resends_total")
+
+
+def test_a_reused_connection_the_server_closed_at_once_before_answering_is_replaced_once_and_counted():
+    metrics = RouterMetrics()
+    assert run(lambda: two_requests(kept_alive([1]), pause_s=0.05, idle_s=10.0, metrics=metrics)) == ([200, 200], 2)
+    assert resends(metrics) == 1
+
+
+def test_a_reused_connection_closed_a_while_after_the_request_is_a_failure_not_resent():
+    metrics, heads = RouterMetrics(), []  # the server may have acted on the request: it must not get it twice
+    with pytest.raises(ConnectionResetError):
+        run(lambda: two_requests(kept_alive([1, 1], close_after_s=1.0, heads=heads), pause_s=0.05, idle_s=10.0,
+                                 metrics=metrics))
+    assert len(heads) == 1 and resends(metrics) == 0
 
