@@ -30,6 +30,7 @@ from headroom.router.state.pods import PodSelector, parse_pods
 from headroom.router.state.servers import ServerSpec, parse_servers
 
 _KEYS = {"settings", "servers", "serversFile", "pods", "scheduling"}
+_POSITIVE = ("max_head_bytes", "max_headers", "request_arrival_s", "keep_alive_s", "upstream_pool_idle_s")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,11 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
         settings = from_env(RouterSettings, environ, **overrides)
     except SettingsError as err:
         raise ConfigError(str(err)) from err
+    fields = {f.name: f for f in dataclasses.fields(RouterSettings)}
+    for name in _POSITIVE:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"settings: {camel(name)!r} ({fields[name].metadata['env']}) must be over 0, "
+                              f"got {getattr(settings, name)!r}")
     if settings.predictor not in ("embedded", "remote", "none"):
         raise ConfigError(f"settings: 'predictor' must be 'embedded', 'remote' or 'none', got {settings.predictor!r}")
     return settings

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # reading the rest of a refused body
 MAX_PENDING = 32  # pipelined requests parsed ahead of their answers; reading pauses beyond
+MIN_SWEEP_S = 0.05  # the connections' sweep runs at most this often
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -252,7 +253,7 @@ class HttpServer:
         self.connections: set[Connection] = set()
         self.closing = False
         self._server: asyncio.Server | None = None
-        self._every = min(keep_alive_s, request_s) / 4
+        self._every = max(min(keep_alive_s, request_s) / 4, MIN_SWEEP_S)
         self._sweep = self.loop.call_later(self._every, self._sweep_connections)
 
     def _sweep_connections(self) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import gc
 
 from headroom.router.http_messages import Reply, Request, Routes
-from headroom.router.http_server import HttpServer
+from headroom.router.http_server import MIN_SWEEP_S, HttpServer
 from tests.router.test_proxy_e2e import run
 
 ANSWER = b"x" * 65536
@@ -157,3 +157,12 @@ def test_a_head_split_across_reads_and_followed_by_a_large_body_is_served_not_43
         await server.close(grace_s=0.1)
         return answer
     assert run(scenario).startswith(b"HTTP/1.1 200 ")
+
+
+def test_the_connections_sweep_is_never_scheduled_sooner_than_min_sweep_s():
+    async def scenario():
+        server = HttpServer(routes(), max_body=1024, request_s=0.0)
+        delay = server._sweep.when() - server.loop.time()
+        await server.close(grace_s=0.1)
+        return delay
+    assert run(scenario) > MIN_SWEEP_S / 2

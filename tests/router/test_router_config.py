@@ -59,6 +59,19 @@ def test_config_errors(data, message):
         load_config(data, environ={})
 
 
+@pytest.mark.parametrize("key, env, value", [
+    ("maxHeadBytes", "HEADROOM_ROUTER_MAX_HEAD_BYTES", 0), ("maxHeaders", "HEADROOM_ROUTER_MAX_HEADERS", 0),
+    ("requestArrivalS", "HEADROOM_ROUTER_REQUEST_ARRIVAL_S", 0.0),
+    ("keepAliveS", "HEADROOM_ROUTER_KEEP_ALIVE_S", -5.0),
+    ("upstreamPoolIdleS", "HEADROOM_ROUTER_UPSTREAM_POOL_IDLE_S", -1.0),
+])
+def test_limits_of_zero_or_less_are_refused_naming_the_setting_from_the_file_or_the_environment(key, env, value):
+    with pytest.raises(ConfigError, match=f"'{key}' \\({env}\\) must be over 0, got {value}"):
+        load_config({"settings": {key: value}}, environ={})
+    with pytest.raises(ConfigError, match=f"'{key}' \\({env}\\) must be over 0"):
+        load_config({}, environ={env: str(value)})
+
+
 def test_missing_file():
     with pytest.raises(ConfigError, match="cannot read router config"):
         load_config("/nonexistent/router.yaml")
