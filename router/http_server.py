@@ -47,6 +47,7 @@ class Connection(asyncio.Protocol):
         self.pending: deque[Request] = deque()
         self.task: asyncio.Task[None] | None = None
         self.closing = self.dropping = False  # dropping: the rest of a body over the limit
+        self.paused = False  # reading paused by the server (MAX_PENDING): a request cut meanwhile is not late
         self.refused: bytes | None = None  # reading stopped: the answer that ends the connection (b"": none)
         self.began: float | None = None  # when the request arriving now began
         self._url = b""
@@ -168,6 +169,7 @@ class Connection(asyncio.Protocol):
         self.pending.append(Request(method, self._url.decode("latin-1"), self._headers, body, self.peer,
                                     keep_alive, too_large, self.parser.get_http_version() == "1.0"))
         if len(self.pending) > MAX_PENDING and self.transport is not None:
+            self.paused = True
             self.transport.pause_reading()
         if self.idle:
             self.task = self.server.loop.create_task(self._serve())
@@ -176,6 +178,9 @@ class Connection(asyncio.Protocol):
         while self.pending and not self.closing:
             request = self.pending.popleft()
             if len(self.pending) == MAX_PENDING and self.transport is not None:
+                self.paused = False
+                if self.began is not None:  # its time to arrive runs from now
+                    self.began = self.server.loop.time()
                 self.transport.resume_reading()
             reply = Reply(self, not request.keep_alive or self.server.closing, chunked=not request.http10,
                           bodiless=request.method == "HEAD")
@@ -261,7 +266,8 @@ class HttpServer:
         (one timer for all, not one per request)."""
         now = self.loop.time()
         for connection in list(self.connections):
-            if connection.began is not None and connection.began < now - self.request_s and not connection.dropping:
+            late = connection.began is not None and connection.began < now - self.request_s
+            if late and not connection.dropping and not connection.paused:
                 connection.refuse(408, f"the request did not arrive within {self.request_s:g} s")
             elif connection.idle and connection.active < now - self.keep_alive_s:
                 connection.close()

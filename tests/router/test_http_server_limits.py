@@ -6,7 +6,7 @@ import asyncio
 import gc
 
 from headroom.router.http_messages import Reply, Request, Routes
-from headroom.router.http_server import MIN_SWEEP_S, HttpServer
+from headroom.router.http_server import MAX_PENDING, MIN_SWEEP_S, HttpServer
 from tests.router.test_proxy_e2e import run
 
 ANSWER = b"x" * 65536
@@ -166,3 +166,25 @@ def test_the_connections_sweep_is_never_scheduled_sooner_than_min_sweep_s():
         await server.close(grace_s=0.1)
         return delay
     assert run(scenario) > MIN_SWEEP_S / 2
+
+
+def test_a_pipelined_request_cut_while_the_server_paused_reading_is_not_answered_408():
+    async def scenario():
+        server, port = await serving(request_s=0.4, keep_alive_s=5.0)
+
+        async def slow(request: Request, reply: Reply) -> None:
+            await asyncio.sleep(1.5)  # a long answer ahead: reading stays paused meanwhile
+            reply.send(200, {}, b"slow")
+        server.routes.add("GET", "/slow", slow)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        last = b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n"
+        writer.write(b"GET /slow HTTP/1.1\r\n\r\n" + b"GET / HTTP/1.1\r\n\r\n" * (MAX_PENDING + 1) + last[:10])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(last[10:])
+        data = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+        await server.close(grace_s=0.1)
+        return data
+    data = run(scenario)
+    assert b" 408 " not in data and data.count(b"HTTP/1.1 200 ") == MAX_PENDING + 3
