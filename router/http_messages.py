@@ -76,7 +76,7 @@ class Reply:
 
     def __init__(self, connection: Sink, close: bool, chunked: bool = True, bodiless: bool = False):
         self._connection = connection
-        self.bodiless = bodiless  # the answer to a HEAD: whole answers go without their body
+        self.bodiless = bodiless  # the answer to a HEAD: its headers alone, of a whole answer or a stream
         self.closes = close or not chunked
         self.chunked = chunked  # an HTTP/1.0 client knows no chunks: its stream ends with the connection
         self.started = self.done = False
@@ -95,12 +95,12 @@ class Reply:
 
     async def write(self, chunk: bytes) -> None:
         """One chunk, once the client takes it; raises :class:`ConnectionError` when the client is gone."""
-        if chunk:
+        if chunk and not self.bodiless:
             self._connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
             await self._connection.drain()
 
     def end(self) -> None:
-        if self.chunked:
+        if self.chunked and not self.bodiless:
             self._connection.write(b"0\r\n\r\n")
         self.done = True
 

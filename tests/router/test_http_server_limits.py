@@ -188,3 +188,24 @@ def test_a_pipelined_request_cut_while_the_server_paused_reading_is_not_answered
         return data
     data = run(scenario)
     assert b" 408 " not in data and data.count(b"HTTP/1.1 200 ") == MAX_PENDING + 3
+
+
+def test_head_on_a_streaming_route_is_answered_with_its_headers_and_no_chunks():
+    async def scenario():
+        server, port = await serving()
+
+        async def stream(request: Request, reply: Reply) -> None:
+            reply.start(200, {"content-type": "text/event-stream"})
+            for _ in range(3):
+                await reply.write(b"data: x\n\n")
+            reply.end()
+        server.routes.add("GET", "/stream", stream)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"HEAD /stream HTTP/1.1\r\n\r\nGET /stream HTTP/1.1\r\nConnection: close\r\n\r\n")
+        data = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+        await server.close(grace_s=0.1)
+        return data
+    head, _, get = run(scenario).partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head and get.startswith(b"HTTP/1.1 200 ")  # nothing in between
+    assert get.count(b"data: x") == 3 and get.endswith(b"0\r\n\r\n")
