@@ -122,6 +122,9 @@ class Upstreams:
             watch.close()
 
 
+OVER_TOTAL = "the response took longer than the total limit"
+
+
 class TotalTimeout(TimeoutError):
     """The response did not end within ``total_s`` of the request's start."""
 
@@ -143,6 +146,9 @@ class IdleWatch:
 
     async def read(self, pending: Awaitable[bytes]) -> bytes:
         self._since = self._loop.time()
+        if self._since >= self._deadline:  # passed while the client took the last chunk
+            self._since = None
+            raise TotalTimeout(OVER_TOTAL)
         try:
             return await pending
         except asyncio.CancelledError:
@@ -158,7 +164,7 @@ class IdleWatch:
         if self._since is not None and self._task is not None and (waited >= self.idle_s or now >= self._deadline):
             self._idle = waited >= self.idle_s
             self._why = (f"no data from the server for {self.idle_s:g} s" if self._idle
-                         else "the response took longer than the total limit")
+                         else OVER_TOTAL)
             self._expired = True
             self._task.cancel()
         else:

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from headroom.router.upstreams import IdleWatch, Upstreams, UpstreamTimeouts
+from headroom.router.upstreams import IdleWatch, TotalTimeout, Upstreams, UpstreamTimeouts
 from tests.conftest import free_port
 
 IDLE_S = 0.3
@@ -33,20 +33,22 @@ async def silent_after(chunks: int, port: int) -> web.AppRunner:
     return runner
 
 
-def read_all(chunks: int, client_pause_s: float) -> tuple[list[bytes], BaseException | None, float]:
+def read_all(chunks: int, client_pause_s: float, total_s: float = 600.0, idle_s: float = IDLE_S,
+             first_pause_only: bool = False) -> tuple[list[bytes], BaseException | None, float]:
     async def scenario():
         port = free_port()
         runner = await silent_after(chunks, port)
-        upstreams = Upstreams(service=None, timeouts=UpstreamTimeouts(idle_s=IDLE_S))  # type: ignore[arg-type]
+        upstreams = Upstreams(service=None, timeouts=UpstreamTimeouts(idle_s=idle_s))  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
         got, error, started, took = [], None, loop.time(), 0.0
         try:
             response = await upstreams.pool.request(f"127.0.0.1:{port}", "GET", "/", [], b"")
             try:
                 try:
-                    async for chunk in upstreams.chunks(response):
+                    async for chunk in upstreams.chunks(response, started + total_s):
                         got.append(chunk)
-                        await asyncio.sleep(client_pause_s)  # the client taking its time
+                        if len(got) == 1 or not first_pause_only:
+                            await asyncio.sleep(client_pause_s)  # the client taking its time
                 except TimeoutError as err:
                     error, took = err, loop.time() - started
             finally:
@@ -67,6 +69,11 @@ def test_a_server_silent_for_idle_s_fails_the_read_with_timeout_error():
 def test_a_slow_client_is_not_the_servers_silence():
     got, error, _ = read_all(chunks=2, client_pause_s=2 * IDLE_S)  # each chunk held longer than idle_s
     assert len(got) >= 2 and isinstance(error, TimeoutError)  # timed out only in the server's own silence
+
+
+def test_a_total_deadline_passing_while_the_client_takes_a_chunk_ends_the_stream_at_the_next_read():
+    got, error, took = read_all(chunks=40, client_pause_s=0.8, total_s=0.5, idle_s=1.0, first_pause_only=True)
+    assert len(got) == 1 and isinstance(error, TotalTimeout)  # not streaming on for up to idle_s more
 
 
 def test_a_cancelled_read_is_a_cancellation_not_a_timeout():
