@@ -120,8 +120,7 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         """A body announced over ``max_body`` is refused at once; a client waiting for ``100 Continue`` before
-        it sends the body gets it, when nothing is answered on its connection before. The head's size is
-        counted exactly here: the read that completed it may hold body bytes too."""
+        it sends the body gets it, when nothing is answered on its connection before. The head's exact size."""
         self._head_size = len(self.parser.get_method()) + len(self._url) + 14 + \
             sum(len(name) + len(value) + 4 for name, value in self._headers)  # request line, headers, CRLFs
         self._check_head()
@@ -179,8 +178,7 @@ class Connection(asyncio.Protocol):
             request = self.pending.popleft()
             if len(self.pending) == MAX_PENDING and self.transport is not None:
                 self.paused = False
-                if self.began is not None:  # its time to arrive runs from now
-                    self.began = self.server.loop.time()
+                self.began = self.began and self.server.loop.time()  # a request cut meanwhile: its time runs from now
                 self.transport.resume_reading()
             reply = Reply(self, not request.keep_alive or self.server.closing, chunked=not request.http10,
                           bodiless=request.method == "HEAD")
