@@ -52,7 +52,8 @@ def test_after_a_burst_ends_a_decision_scans_only_the_streams_left():
             table.drop(f"r{i}")
             del streams[f"r{i}"]
     assert len(table) == 10 and table.slots <= 64
-    table.token("r20000", "s5", 25.0, 0.02)
-    streams["r20000"] = ("s5", 0.0, 2, 0.02, 25.0)
-    for at in (0.03, 0.045):  # r20000 is on time at 0.03, the rest behind
+    table.token("r20000", "s1", 25.0, 0.02)  # a stream that stayed (on s1) gets its second token
+    streams["r20000"] = ("s1", 0.0, 2, 0.02, 25.0)
+    for at in (0.03, 0.06):  # at 0.03 the rest are behind and r20000 on time; at 0.06 only r20000 is at risk
         assert table.at_risk(at, float) == walk(streams.values(), at, float) != {}
+    assert set(table.at_risk(0.06, float)) == {"s1"}
