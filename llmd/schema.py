@@ -6,8 +6,8 @@ integers (a number with no fractional part counts as one), fractions and latenci
 range of its kind that telemetry and every other API hold it to (:data:`contract.server_state.KIND_RANGES`:
 a count up to a billion, a latency up to an hour), ``pod_type`` one of ``""``, ``"prefill"``, ``"decode"`` or
 null, ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields are ignored, as FastAPI does. Unlike the
-reference's lax mode, numbers written as strings and booleans are refused: a row says what it means or gets a 422 naming the
-field.
+reference's lax mode, numbers written as strings and booleans are refused: a row says what it means or gets a 422
+naming the field.
 
 Two paths reach one answer: msgspec decodes whole bodies against types made from the field table (the fast
 path); a body it refuses is checked field by field (:func:`check_row`), which collects every problem as an
