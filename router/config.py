@@ -103,7 +103,7 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
         raise ConfigError(str(err)) from err
     fields = {f.name: f for f in dataclasses.fields(RouterSettings)}
     for name in _POSITIVE:
-        if getattr(settings, name) <= 0:
+        if not getattr(settings, name) > 0:  # NaN too
             raise ConfigError(f"settings: {camel(name)!r} ({fields[name].metadata['env']}) must be over 0, "
                               f"got {getattr(settings, name)!r}")
     if settings.predictor not in ("embedded", "remote", "none"):

@@ -24,7 +24,8 @@ import httptools
 
 HIGH_WATER = 256 * 1024  # bytes of body buffered before the socket is paused
 MAX_IDLE = 256  # idle connections kept per server
-RESEND_WINDOW_S = 0.05  # a reused connection lost this soon after a request lost it to the keep-alive close race
+RESEND_WINDOW_S = 0.25  # a reused connection lost this soon after a request lost it to the keep-alive close race
+# (a few ms on the wire; the margin is for a busy event loop seeing the close late)
 
 
 class ConnectFailed(ConnectionError):

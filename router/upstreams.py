@@ -17,7 +17,7 @@ the connections to each server alive between requests). Each limit costs one tim
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Coroutine
 from dataclasses import dataclass
 
 import msgspec
@@ -148,6 +148,8 @@ class IdleWatch:
         self._since = self._loop.time()
         if self._since >= self._deadline:  # passed while the client took the last chunk
             self._since = None
+            if isinstance(pending, Coroutine):
+                pending.close()  # never awaited
             raise TotalTimeout(OVER_TOTAL)
         try:
             return await pending

@@ -64,6 +64,7 @@ def test_config_errors(data, message):
     ("requestArrivalS", "HEADROOM_ROUTER_REQUEST_ARRIVAL_S", 0.0),
     ("keepAliveS", "HEADROOM_ROUTER_KEEP_ALIVE_S", -5.0),
     ("upstreamPoolIdleS", "HEADROOM_ROUTER_UPSTREAM_POOL_IDLE_S", -1.0),
+    ("keepAliveS", "HEADROOM_ROUTER_KEEP_ALIVE_S", float("nan")),
 ])
 def test_limits_of_zero_or_less_are_refused_naming_the_setting_from_the_file_or_the_environment(key, env, value):
     with pytest.raises(ConfigError, match=f"'{key}' \\({env}\\) must be over 0, got {value}"):
