@@ -13,6 +13,7 @@ fields have unexpected types is read again as plain JSON, field by field.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,9 @@ class Completion:
     tpot_ms: float | None = None  # streaming with more than one output token
 
 
+EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # a blank line, in any of SSE's three line endings
+
+
 class StreamMeter:
     """Feeds SSE bytes in arrival order; :meth:`finish` returns the measured :class:`Completion`."""
 
@@ -66,9 +70,8 @@ class StreamMeter:
     def feed(self, data: bytes, now: float) -> bool:
         """Take the next bytes of the stream; True when they completed a chunk carrying text."""
         texts = self.text_chunks
-        self._buffer += data
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
+        *events, self._buffer = EVENT_END.split(self._buffer + data)
+        for event in events:
             self._event(event, now)
         return self.text_chunks > texts
 

@@ -91,6 +91,15 @@ def test_stream_meter_counts_tokens_not_chunks():
     assert done.e2e_ms == pytest.approx(320.0)
 
 
+def test_stream_meter_reads_events_ended_by_any_of_the_line_endings_sse_allows():
+    meter = StreamMeter(dispatched=0.0)
+    for t, end in ((0.1, b"\r\n\r\n"), (0.2, b"\r\r"), (0.3, b"\n\n")):
+        event = sse({"choices": [{"text": "x"}]}).rstrip(b"\n") + end
+        assert meter.feed(event[:-1], t) is False and meter.feed(event[-1:], t)  # complete only with its blank line
+    done = meter.finish(0.4)
+    assert done.output_tokens == 3 and done.tpot_ms == pytest.approx(100.0)
+
+
 def test_stream_meter_without_usage_counts_text_chunks():
     meter = StreamMeter(dispatched=0.0)
     for t in (0.1, 0.2, 0.3):
