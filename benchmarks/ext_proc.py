@@ -55,11 +55,12 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
 
 def exchange_messages(duplex: bool = True) -> list[Any]:
     """What Envoy sends for one completion request: request headers and body, response headers and a JSON body
-    with ``usage``; ``duplex``: the first message announces ``FULL_DUPLEX_STREAMED`` bodies."""
+    with ``usage``; the first message announces ``FULL_DUPLEX_STREAMED`` bodies (``duplex``) or a ``BUFFERED``
+    request body."""
     from envoy.config.core.v3 import base_pb2
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-    from headroom.router.ext_proc_answers import FULL_DUPLEX
+    from headroom.router.ext_proc_answers import FULL_DUPLEX, MODES
 
     def headers(pairs: dict[str, str]) -> ep.HttpHeaders:
         return ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
@@ -68,8 +69,8 @@ def exchange_messages(duplex: bool = True) -> list[Any]:
     body = json.dumps({"model": "m", "prompt": "Summarize: " + "lorem ipsum " * 40, "max_tokens": 16}).encode()
     answer = json.dumps({"choices": [{"text": "x" * 16}], "usage": {"prompt_tokens": 90, "completion_tokens": 16}})
     first = ep.ProcessingRequest(request_headers=headers({":path": "/v1/completions", ":method": "POST"}))
-    if duplex:
-        first.protocol_config.request_body_mode = first.protocol_config.response_body_mode = FULL_DUPLEX
+    first.protocol_config.request_body_mode = FULL_DUPLEX if duplex else MODES.BUFFERED
+    first.protocol_config.response_body_mode = FULL_DUPLEX if duplex else MODES.STREAMED
     return [first, ep.ProcessingRequest(request_body=ep.HttpBody(body=body, end_of_stream=True)),
             ep.ProcessingRequest(response_headers=headers({":status": "200"})),
             ep.ProcessingRequest(response_body=ep.HttpBody(body=answer.encode(), end_of_stream=True))]

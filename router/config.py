@@ -108,4 +108,7 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
                               f"got {getattr(settings, name)!r}")
     if settings.predictor not in ("embedded", "remote", "none"):
         raise ConfigError(f"settings: 'predictor' must be 'embedded', 'remote' or 'none', got {settings.predictor!r}")
+    if settings.ext_proc_body_mode not in ("full-duplex", "buffered"):
+        raise ConfigError(f"settings: 'extProcBodyMode' must be 'full-duplex' or 'buffered', "
+                          f"got {settings.ext_proc_body_mode!r}")
     return settings

@@ -1,16 +1,22 @@
 """The Envoy ``ext_proc`` server: the router as GKE Inference Gateway's endpoint picker.
 
-One bidirectional stream per HTTP request. Envoy says on the stream's first message
-(``protocol_config``) how it sends each body; both of the endpoint picker's configurations work:
+One bidirectional stream per HTTP request. Envoy (1.34 on) says on the stream's first message
+(``protocol_config``) how it sends each body; when it does not, the ``ext_proc_body_mode`` setting says
+(``full-duplex`` by default, as the Gateway API Inference Extension's Envoy is configured):
 
-- ``FULL_DUPLEX_STREAMED`` (the Gateway API Inference Extension's: bodies streamed, headers and trailers
-  sent), where Envoy forwards only what the answers hand back. The request headers' answer waits for the
-  body's end; then the request is scheduled and answered with the headers' answer (the destination) followed
-  by the body's chunks, handed back unchanged (the last with ``end_of_stream``). Response headers are
-  answered at once, and each response body chunk handed back unchanged as it is metered. Trailers are
-  answered (request trailers ending a body end it as its end of stream would).
-- request body ``BUFFERED`` (or no ``protocol_config``): the request headers are answered with no change and
-  the buffered body with the destination; response messages are answered with no change.
+- ``FULL_DUPLEX_STREAMED`` (bodies streamed, headers and trailers sent), where Envoy forwards only what the
+  answers hand back. The request headers' answer waits for the body's end; then the request is scheduled and
+  answered with the headers' answer (the destination, and the ``content-length`` Envoy strips in this mode)
+  followed by the body's chunks, handed back unchanged one at a time (the last with ``end_of_stream``).
+  Response headers are answered at once, and each response body chunk handed back unchanged as it is metered.
+- request body ``BUFFERED``: the request headers are answered with no change and the buffered body with the
+  destination; response messages are answered with no change (or handed back, response body full duplex).
+- request body ``NONE``: the request is scheduled on its headers alone.
+
+Request trailers arriving before the request is scheduled end its body, as its end of stream would. Any other
+request body mode (``STREAMED``, ``BUFFERED_PARTIAL``, ``GRPC``) is refused: logged as an error and the stream
+ended with gRPC ``FAILED_PRECONDITION``, which Envoy answers with a 500 unless its ``failure_mode_allow`` lets
+the request pass unrouted.
 
 Scheduling: the body (at its end) is parsed (off the event loop when large) and scheduled; the routing answer
 sets ``x-gateway-destination-endpoint`` to the chosen server's address (also as ``envoy.lb`` dynamic
@@ -28,7 +34,7 @@ one-chunk body not again).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
@@ -39,11 +45,13 @@ from headroom.router.ext_proc_answers import (
     CONTINUE,
     DESTINATION_HEADER,
     FULL_DUPLEX,
+    MODES,
     NOTHING,
     immediate,
     refusal,
     routed,
     streamed,
+    with_content_length,
 )
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
@@ -58,12 +66,15 @@ MAX_METERED_JSON = 4 * 1024 * 1024  # non-streaming response bytes kept to read 
 MAX_ROUTED_REPLIES = 4096  # answers kept per (message kind, server address), built once each
 _REQUEST_IDS = ("x-request-id",)
 _HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
-Answers = Sequence[ep.ProcessingResponse]
+_REQUEST_BODY_MODES = (MODES.NONE, MODES.BUFFERED, FULL_DUPLEX)  # those served; any other is refused
+BODY_MODES = {"full-duplex": FULL_DUPLEX, "buffered": MODES.BUFFERED}  # the ext_proc_body_mode setting's values
+Answers = Iterable[ep.ProcessingResponse]
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
-    def __init__(self, service: RouterService):
+    def __init__(self, service: RouterService, body_mode: str = "full-duplex"):
         self.service = service
+        self.body_mode = BODY_MODES[body_mode]  # when a stream has no protocol_config
         self._next_id = 0
         self._routed: dict[tuple[str, str], ep.ProcessingResponse] = {}
 
@@ -72,10 +83,11 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         exchange = _Exchange(self)
         try:
             async for message in requests:
-                if message.HasField("protocol_config"):
-                    exchange.configure(message.protocol_config)
+                if message.HasField("protocol_config") and (refused := exchange.configure(message.protocol_config)):
+                    log.error("ext_proc stream refused: %s", refused)
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
                 kind = message.WhichOneof("request")
-                if kind == "request_body" or (kind == "request_trailers" and exchange.holding_headers()):
+                if kind == "request_body" or (kind == "request_trailers" and exchange.dispatch is None):
                     answers = await exchange.request_body(message)
                 else:
                     answers = exchange.handle(kind, message)
@@ -109,7 +121,8 @@ class _Exchange:
     def __init__(self, servicer: ExtProcServicer):
         self.servicer = servicer
         self.service = servicer.service
-        self.duplex_request = self.duplex_response = False  # FULL_DUPLEX_STREAMED bodies: hand them back
+        self.duplex_request = self.duplex_response = servicer.body_mode == FULL_DUPLEX  # hand the bodies back
+        self.headers_only = False  # request body mode NONE: schedule on the headers
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []  # the request body's chunks before its last
         self.body_size = 0
@@ -118,13 +131,15 @@ class _Exchange:
         self.json_body = b""
         self.done = False
 
-    def configure(self, config: ep.ProtocolConfiguration) -> None:
+    def configure(self, config: ep.ProtocolConfiguration) -> str | None:
+        """Take the stream's body modes; the reason it is refused if its request body mode is not served."""
+        if config.request_body_mode not in _REQUEST_BODY_MODES:
+            return (f"request body mode {MODES.BodySendMode.Name(config.request_body_mode)} is not supported "
+                    "(FULL_DUPLEX_STREAMED, BUFFERED or NONE are)")
         self.duplex_request = config.request_body_mode == FULL_DUPLEX
+        self.headers_only = config.request_body_mode == MODES.NONE
         self.duplex_response = config.response_body_mode == FULL_DUPLEX
-
-    def holding_headers(self) -> bool:
-        """Whether the request headers' answer waits for the body (full duplex, not scheduled yet)."""
-        return self.duplex_request and self.dispatch is None
+        return None
 
     def _chat(self) -> bool:
         return self.headers.get(":path", "").split("?")[0].endswith("/chat/completions")
@@ -142,28 +157,25 @@ class _Exchange:
             self.chunks.append(data)
             self.body_size += len(data)
             return () if self.duplex_request else CONTINUE["request_body"]
-        chunks = self.chunks if trailers else [*self.chunks, data]
-        self.chunks = []
+        chunks, self.chunks = (self.chunks if trailers else [*self.chunks, data]), []
         body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         try:
             prompt = (await parse_body_off_loop(body, self._chat(), self.service.limits))[1]
         except RequestError as err:
             return (refusal(err),)
         if not self.duplex_request:
-            return (self._schedule("request_body", prompt),)
+            return (self._schedule("request_trailers" if trailers else "request_body", prompt),)
         headers = self._schedule("request_headers", prompt)
         if headers.HasField("immediate_response"):
             return (headers,)
-        last = len(chunks) - 1  # the body's end of stream, unless the trailers end it
-        answers = [headers, *(streamed("request_body", c, i == last and not trailers) for i, c in enumerate(chunks))]
-        return (*answers, *CONTINUE["request_trailers"]) if trailers else answers
+        return _hand_back(with_content_length(headers, len(body)), chunks, trailers)  # the joined body dropped
 
     def handle(self, kind: str | None, message: ep.ProcessingRequest) -> Answers:
         """The answers to any message but a request body chunk (:meth:`request_body`)."""
         if kind == "request_headers":
             self.headers = {h.key.lower(): h.value or h.raw_value.decode("utf-8", "replace")
                             for h in message.request_headers.headers.headers}
-            if message.request_headers.end_of_stream:
+            if message.request_headers.end_of_stream or self.headers_only:
                 return (self._schedule("request_headers", _HEADER_ONLY),)
             return () if self.duplex_request else CONTINUE["request_headers"]
         if kind == "response_headers":
@@ -222,3 +234,15 @@ class _Exchange:
         if self.dispatch is not None and not self.done:
             self.done = True
             self.service.abandon(self.dispatch, "ext-proc-stream-ended")
+
+
+def _hand_back(headers: ep.ProcessingResponse, chunks: list[bytes], trailers: bool) -> Iterator[ep.ProcessingResponse]:
+    """The held headers answer, then the body's chunks handed back one at a time, each dropped once answered
+    (the last with ``end_of_stream``, unless the request trailers end the body)."""
+    yield headers
+    last = len(chunks) - 1
+    for i in range(len(chunks)):
+        chunk, chunks[i] = chunks[i], b""
+        yield streamed("request_body", chunk, i == last and not trailers)
+    if trailers:
+        yield from CONTINUE["request_trailers"]

@@ -2,7 +2,8 @@
 
 - :data:`CONTINUE`: per message kind, the answer that changes nothing, shared by every stream (never mutated);
 - :func:`routed`: the answer sending a request to a server — the ``x-gateway-destination-endpoint`` header (also
-  as ``envoy.lb`` dynamic metadata) and a cleared route cache;
+  as ``envoy.lb`` dynamic metadata) and a cleared route cache; :func:`with_content_length`, a copy of it that also
+  restores the ``content-length`` Envoy strips in ``FULL_DUPLEX_STREAMED`` mode;
 - :func:`streamed`: a body chunk handed back in ``FULL_DUPLEX_STREAMED`` mode, where Envoy forwards only the body
   the server sends back;
 - :func:`immediate` / :func:`refusal`: an answer Envoy sends the client itself, with an OpenAI error body.
@@ -22,7 +23,8 @@ from headroom.router.errors import RequestError, RequestTooLarge
 from headroom.router.openai_api import error_body
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
-FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+MODES = processing_mode_pb2.ProcessingMode
+FULL_DUPLEX = MODES.FULL_DUPLEX_STREAMED
 CONTINUE: dict[str, tuple[ep.ProcessingResponse, ...]] = {kind: (ep.ProcessingResponse(**{kind: answer()}),) for kind, answer in (
     ("request_headers", ep.HeadersResponse), ("request_body", ep.BodyResponse),
     ("response_headers", ep.HeadersResponse), ("response_body", ep.BodyResponse),
@@ -30,17 +32,30 @@ CONTINUE: dict[str, tuple[ep.ProcessingResponse, ...]] = {kind: (ep.ProcessingRe
 NOTHING: tuple[ep.ProcessingResponse, ...] = (ep.ProcessingResponse(),)
 
 
+def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+                                      append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
+
+
 def routed(kind: str, address: str) -> ep.ProcessingResponse:
     """An answer to a ``kind`` message setting the destination header (and ``envoy.lb`` dynamic metadata) to
-    ``address`` and clearing the route cache."""
-    mutation = ep.HeaderMutation(set_headers=[base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=address.encode()),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)])
-    common = ep.CommonResponse(header_mutation=mutation, clear_route_cache=True)
-    answer = ep.HeadersResponse(response=common) if kind == "request_headers" else ep.BodyResponse(response=common)
+    ``address`` and clearing the route cache; a request trailers answer carries the metadata alone (it cannot
+    change headers)."""
+    common = ep.CommonResponse(header_mutation=ep.HeaderMutation(set_headers=[_header(DESTINATION_HEADER, address)]),
+                               clear_route_cache=True)
+    answer = (ep.HeadersResponse(response=common) if kind == "request_headers" else
+              ep.TrailersResponse() if kind == "request_trailers" else ep.BodyResponse(response=common))
     metadata = struct_pb2.Struct()
     metadata.update({"envoy.lb": {DESTINATION_HEADER: address}})
     return ep.ProcessingResponse(**{kind: answer}, dynamic_metadata=metadata)
+
+
+def with_content_length(headers_answer: ep.ProcessingResponse, size: int) -> ep.ProcessingResponse:
+    """A copy of a request headers answer also setting ``content-length`` to ``size`` (the shared one unchanged)."""
+    answer = ep.ProcessingResponse()
+    answer.CopyFrom(headers_answer)
+    answer.request_headers.response.header_mutation.set_headers.append(_header("content-length", str(size)))
+    return answer
 
 
 def streamed(kind: str, body: bytes, end_of_stream: bool) -> ep.ProcessingResponse:

@@ -174,7 +174,7 @@ class RouterServer:
             ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
             self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
             server = grpc.aio.server(options=grpc_options)
-            ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service), server)
+            ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service, s.ext_proc_body_mode), server)
             self.ext_proc_port = self._bind(server, s.ext_proc_port, ext_proc_pair)
             await server.start()
             self._grpc.append(server)

@@ -22,6 +22,7 @@ class RouterSettings:
     metrics_port: int = setting(-1, "HEADROOM_ROUTER_METRICS_PORT", "Plain-HTTP port of /metrics, /healthz and /readyz alone, without TLS or tokens; 0 picks a free port, -1 serves them on the HTTP port.")
     pick_port: int = setting(9090, "HEADROOM_ROUTER_PICK_PORT", "gRPC Pick/Report API; 0 picks a free port, -1 disables.")
     ext_proc_port: int = setting(9091, "HEADROOM_ROUTER_EXT_PROC_PORT", "Envoy ext_proc gRPC server; 0 picks a free port, -1 disables.")
+    ext_proc_body_mode: str = setting("full-duplex", "HEADROOM_ROUTER_EXT_PROC_BODY_MODE", "How Envoy sends ext_proc bodies when a stream does not say (no protocol_config, Envoy before 1.34): full-duplex (FULL_DUPLEX_STREAMED, the endpoint picker's) or buffered (request body BUFFERED).")
     ext_proc_secure: bool = setting(True, "HEADROOM_EXT_PROC_SECURE", "ext_proc speaks TLS, with a self-signed certificate when HEADROOM_TLS_CERT_FILE is not given (the endpoint picker's convention).")
     auth_tokens_file: Path | None = setting(None, "HEADROOM_ROUTER_AUTH_TOKENS_FILE", "Bearer tokens (one per line) the HTTP proxy and Pick API require of clients; unset, they require none.")
     scrape_interval_s: float = setting(0.05, "HEADROOM_ROUTER_SCRAPE_INTERVAL_S", "How often each server's /metrics is scraped.")

@@ -6,6 +6,7 @@ import json
 
 import grpc
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
@@ -16,6 +17,9 @@ from headroom.router.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, Ext
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
+
+MODES = processing_mode_pb2.ProcessingMode
+BUFFERED = ep.ProtocolConfiguration(request_body_mode=MODES.BUFFERED, response_body_mode=MODES.STREAMED)
 
 
 def header_map(headers):
@@ -47,9 +51,9 @@ async def exchange(router, messages):
     return replies
 
 
-async def with_router(scenario, predictor=None):
+async def with_router(scenario, predictor=None, **settings):
     async with upstreams(Upstream("a", running=2, kv=0.3), Upstream("b", waiting=5, running=2, kv=0.5)) as servers:
-        router = RouterServer(router_config([s.address for s in servers]), from_env(KafkaSettings, {}),
+        router = RouterServer(router_config([s.address for s in servers], **settings), from_env(KafkaSettings, {}),
                               predictor=predictor)
         await router.start()
         assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
@@ -59,8 +63,9 @@ async def with_router(scenario, predictor=None):
             await router.stop()
 
 
-def request_messages(headers, body):
-    return [ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+def request_messages(headers, body, config=BUFFERED):
+    """Request headers (announcing the request body ``BUFFERED`` unless ``config`` is None), then the body."""
+    return [ep.ProcessingRequest(protocol_config=config, request_headers=ep.HttpHeaders(headers=header_map(
                 {":method": "POST", ":path": "/v1/completions", **headers}))),
             ep.ProcessingRequest(request_body=ep.HttpBody(body=json.dumps(body).encode(), end_of_stream=True))]
 
@@ -139,7 +144,7 @@ def test_stream_ending_early_releases_the_request():
 def test_a_large_body_in_chunks_is_parsed_whole_and_a_malformed_one_refused():
     prompt = "word " * 40_000  # 200 KB: parsed off the event loop
     raw = json.dumps({"prompt": prompt, "max_tokens": 4}).encode()
-    headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+    headers = ep.ProcessingRequest(protocol_config=BUFFERED, request_headers=ep.HttpHeaders(headers=header_map(
         {":method": "POST", ":path": "/v1/completions", "x-request-id": "large"})))
 
     def chunks(body):
@@ -179,7 +184,7 @@ def test_routed_answers_are_built_once_per_address_and_never_shared_with_the_unc
 
 def test_a_request_without_a_body_is_routed_on_its_headers_and_the_next_stream_starts_unchanged():
     async def scenario(router, servers):
-        bodiless = ep.ProcessingRequest(request_headers=ep.HttpHeaders(headers=header_map(
+        bodiless = ep.ProcessingRequest(protocol_config=BUFFERED, request_headers=ep.HttpHeaders(headers=header_map(
             {":method": "GET", ":path": "/v1/completions", "x-request-id": "get-1"}), end_of_stream=True))
         routed = await exchange(router, [bodiless])
         following = await exchange(router, request_messages({}, {"prompt": "x"}))

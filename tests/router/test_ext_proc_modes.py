@@ -1,0 +1,84 @@
+"""The ext_proc server's body modes beyond the two announced ones: a stream without ``protocol_config`` (Envoy
+before 1.34) answered in the setting's mode, request trailers ending a buffered body, a request body mode
+``NONE`` routed on the headers, and the modes the router does not serve refused loudly."""
+
+import asyncio
+import json
+import logging
+
+import grpc
+import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from headroom.router.config import ConfigError
+from headroom.router.ext_proc import DESTINATION_HEADER
+from tests.router.routercases import router_config
+from tests.router.test_ext_proc import BUFFERED, MODES, ext_proc_channel, request_messages, with_router
+from tests.router.test_ext_proc_duplex import duplex_request, send_all, streamed_of
+
+
+def destination(reply):
+    return reply.dynamic_metadata.fields["envoy.lb"].struct_value.fields[DESTINATION_HEADER].string_value
+
+
+def test_a_full_duplex_stream_without_protocol_config_is_routed_and_its_body_handed_back_by_default():
+    body = json.dumps({"prompt": "hello world " * 20, "max_tokens": 4}).encode()
+
+    async def scenario(router, servers):
+        request, chunks = duplex_request({"x-request-id": "old-envoy"}, body)
+        request[0].ClearField("protocol_config")
+        return await send_all(router, request), chunks, {s.address for s in servers}
+    (replies, chunks, addresses), router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    assert [r.WhichOneof("response") for r in replies] == ["request_headers"] + ["request_body"] * 3
+    set_headers = {h.header.key: h.header.raw_value.decode() for h in
+                   replies[0].request_headers.response.header_mutation.set_headers}
+    assert set_headers[DESTINATION_HEADER] in addresses and set_headers["content-length"] == str(len(body))
+    assert [streamed_of(r, "request_body") for r in replies[1:]] == [(c, i == 2) for i, c in enumerate(chunks)]
+    assert 'request_errors_total{kind="ext-proc-stream-ended"} 1.0' in router.metrics.exposition().decode()  # dispatched
+
+
+def test_buffered_request_trailers_end_the_body_and_route_it():
+    async def scenario(router, servers):
+        headers, body = request_messages({"x-request-id": "trailed"}, {"prompt": "hello", "max_tokens": 2})
+        body.request_body.end_of_stream = False  # Envoy's buffered body when trailers follow
+        return await send_all(router, [headers, body, ep.ProcessingRequest(request_trailers=ep.HttpTrailers())]), \
+            {s.address for s in servers}
+    (replies, addresses), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    assert [r.WhichOneof("response") for r in replies] == ["request_headers", "request_body", "request_trailers"]
+    assert not replies[1].request_body.HasField("response")
+    assert destination(replies[2]) in addresses
+
+
+def test_request_body_mode_none_is_routed_on_the_headers():
+    async def scenario(router, servers):
+        headers = request_messages({}, {"prompt": "x"},
+                                   config=ep.ProtocolConfiguration(request_body_mode=MODES.NONE))[0]
+        return await send_all(router, [headers]), {s.address for s in servers}
+    (replies, addresses), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    (reply,) = replies
+    (header,) = reply.request_headers.response.header_mutation.set_headers
+    assert header.header.raw_value.decode() in addresses and reply.request_headers.response.clear_route_cache
+
+
+@pytest.mark.parametrize("mode", ["STREAMED", "BUFFERED_PARTIAL", "GRPC"])
+def test_unserved_request_body_modes_are_refused_with_failed_precondition(mode, caplog):
+    config = ep.ProtocolConfiguration(request_body_mode=MODES.BodySendMode.Value(mode), response_body_mode=MODES.STREAMED)
+
+    async def scenario(router, servers):
+        async with ext_proc_channel(router) as channel:  # the first message alone: the stream ends on it
+            call = ep_grpc.ExternalProcessorStub(channel).Process()
+            await call.write(request_messages({}, {"prompt": "x"}, config=config)[0])
+            return await call.code(), await call.details()
+    with caplog.at_level(logging.ERROR, logger="headroom.router.ext_proc"):
+        (code, details), router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and mode in details
+    assert any(mode in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    assert not router.pool.inflight.load() and not router.telemetry.records
+
+
+def test_the_body_mode_setting_takes_full_duplex_or_buffered_only():
+    assert router_config([], extProcBodyMode="buffered").settings.ext_proc_body_mode == "buffered"
+    with pytest.raises(ConfigError, match="extProcBodyMode"):
+        router_config([], extProcBodyMode="streamed")
+    assert BUFFERED.request_body_mode == MODES.BUFFERED
