@@ -6,14 +6,18 @@ One bidirectional stream per HTTP request. Envoy (1.34 on) says on the stream's 
 
 - ``FULL_DUPLEX_STREAMED`` (bodies streamed, headers and trailers sent), where Envoy forwards only what the
   answers hand back. The request headers' answer waits for the body's end; then the request is scheduled and
-  answered with the headers' answer (the destination, and the ``content-length`` Envoy strips in this mode)
-  followed by the body's chunks, handed back unchanged one at a time (the last with ``end_of_stream``).
+  answered with the headers' answer (the destination) followed by the body's chunks, handed back unchanged one
+  at a time (the last with ``end_of_stream``); Envoy strips ``content-length`` in this mode and sends the body
+  on chunked.
   Response headers are answered at once, and each response body chunk handed back unchanged as it is metered.
-- request body ``BUFFERED``: the request headers are answered with no change and the buffered body with the
-  destination; response messages are answered with no change (or handed back, response body full duplex).
+- request body ``BUFFERED``: the request headers are answered with no change and the buffered body — the
+  whole body in one message, with ``end_of_stream`` or not (trailers may follow) — with the destination;
+  response messages are answered with no change (or handed back, response body full duplex).
 - request body ``NONE``: the request is scheduled on its headers alone.
 
-Request trailers arriving before the request is scheduled end its body, as its end of stream would. Any other
+In full duplex, request trailers arriving before the request is scheduled end its body, as its end of stream
+would. A request scheduled without its body (``NONE``, or none sent) is completed without a telemetry record:
+its prompt is unknown. Any other
 request body mode (``STREAMED``, ``BUFFERED_PARTIAL``, ``GRPC``) is refused: logged as an error and the stream
 ended with gRPC ``FAILED_PRECONDITION``, which Envoy answers with a 500 unless its ``failure_mode_allow`` lets
 the request pass unrouted.
@@ -51,7 +55,6 @@ from headroom.router.ext_proc_answers import (
     refusal,
     routed,
     streamed,
-    with_content_length,
 )
 from headroom.router.headers import parse_headers
 from headroom.router.metering import StreamMeter, meter_json
@@ -129,6 +132,7 @@ class _Exchange:
         self.dispatch: Dispatch | None = None
         self.meter: StreamMeter | None = None
         self.json_body = b""
+        self.measured = False  # scheduled on its body (not on its headers alone)
         self.done = False
 
     def configure(self, config: ep.ProtocolConfiguration) -> str | None:
@@ -153,7 +157,7 @@ class _Exchange:
             self.service.limits.check_body_size(self.body_size + len(data))
         except RequestTooLarge as err:
             return (immediate(413, "request_too_large", str(err)),)
-        if not trailers and not message.request_body.end_of_stream:
+        if self.duplex_request and not trailers and not message.request_body.end_of_stream:
             self.chunks.append(data)
             self.body_size += len(data)
             return () if self.duplex_request else CONTINUE["request_body"]
@@ -163,12 +167,13 @@ class _Exchange:
             prompt = (await parse_body_off_loop(body, self._chat(), self.service.limits))[1]
         except RequestError as err:
             return (refusal(err),)
-        if not self.duplex_request:
-            return (self._schedule("request_trailers" if trailers else "request_body", prompt),)
+        self.measured = True
+        if not self.duplex_request:  # the buffered body: Envoy holds the headers until this answer
+            return (self._schedule("request_body", prompt),)
         headers = self._schedule("request_headers", prompt)
         if headers.HasField("immediate_response"):
             return (headers,)
-        return _hand_back(with_content_length(headers, len(body)), chunks, trailers)  # the joined body dropped
+        return _hand_back(headers, chunks, trailers)  # the joined body dropped
 
     def handle(self, kind: str | None, message: ep.ProcessingRequest) -> Answers:
         """The answers to any message but a request body chunk (:meth:`request_body`)."""
@@ -228,7 +233,7 @@ class _Exchange:
         now = self.service.monotonic()
         completion = (self.meter.finish(now) if self.meter is not None
                       else meter_json(self.json_body, self.dispatch.dispatch_mono, now))
-        self.service.complete(self.dispatch, completion)
+        self.service.complete(self.dispatch, completion, self.measured)
 
     def close(self) -> None:
         if self.dispatch is not None and not self.done:

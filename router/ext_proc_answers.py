@@ -2,8 +2,7 @@
 
 - :data:`CONTINUE`: per message kind, the answer that changes nothing, shared by every stream (never mutated);
 - :func:`routed`: the answer sending a request to a server — the ``x-gateway-destination-endpoint`` header (also
-  as ``envoy.lb`` dynamic metadata) and a cleared route cache; :func:`with_content_length`, a copy of it that also
-  restores the ``content-length`` Envoy strips in ``FULL_DUPLEX_STREAMED`` mode;
+  as ``envoy.lb`` dynamic metadata) and a cleared route cache;
 - :func:`streamed`: a body chunk handed back in ``FULL_DUPLEX_STREAMED`` mode, where Envoy forwards only the body
   the server sends back;
 - :func:`immediate` / :func:`refusal`: an answer Envoy sends the client itself, with an OpenAI error body.
@@ -38,24 +37,15 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
 
 
 def routed(kind: str, address: str) -> ep.ProcessingResponse:
-    """An answer to a ``kind`` message setting the destination header (and ``envoy.lb`` dynamic metadata) to
-    ``address`` and clearing the route cache; a request trailers answer carries the metadata alone (it cannot
-    change headers)."""
+    """An answer to a ``kind`` message (request headers or body) setting the destination header (and
+    ``envoy.lb`` dynamic metadata) to ``address`` and clearing the route cache."""
     common = ep.CommonResponse(header_mutation=ep.HeaderMutation(set_headers=[_header(DESTINATION_HEADER, address)]),
                                clear_route_cache=True)
-    answer = (ep.HeadersResponse(response=common) if kind == "request_headers" else
-              ep.TrailersResponse() if kind == "request_trailers" else ep.BodyResponse(response=common))
+    answer = ep.HeadersResponse(response=common) if kind == "request_headers" else ep.BodyResponse(response=common)
     metadata = struct_pb2.Struct()
     metadata.update({"envoy.lb": {DESTINATION_HEADER: address}})
     return ep.ProcessingResponse(**{kind: answer}, dynamic_metadata=metadata)
 
-
-def with_content_length(headers_answer: ep.ProcessingResponse, size: int) -> ep.ProcessingResponse:
-    """A copy of a request headers answer also setting ``content-length`` to ``size`` (the shared one unchanged)."""
-    answer = ep.ProcessingResponse()
-    answer.CopyFrom(headers_answer)
-    answer.request_headers.response.header_mutation.set_headers.append(_header("content-length", str(size)))
-    return answer
 
 
 def streamed(kind: str, body: bytes, end_of_stream: bool) -> ep.ProcessingResponse:

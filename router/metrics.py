@@ -56,8 +56,9 @@ class RouterMetrics:
                                    ["target"], registry=r)
         self.request_errors = Counter("headroom_router_request_errors", "Requests that failed, by kind.",
                                       ["kind"], registry=r)
-        self.telemetry = Counter("headroom_router_telemetry_records", "Completed requests whose telemetry record "
-                                 "was unusable (delivery is headroom_router_telemetry_delivery).", ["outcome"],
+        self.telemetry = Counter("headroom_router_telemetry_records", "Completed requests without a telemetry record, "
+                                 "by why: unusable, sampled_out, no_body (delivery is "
+                                 "headroom_router_telemetry_delivery).", ["outcome"],
                                  registry=r)
         self.upstream_failures = Counter("headroom_router_upstream_failures", "Proxied attempts a server failed "
                                          "before the first byte or mid-response, by reason.", ["reason"], registry=r)

@@ -136,13 +136,16 @@ class RouterService:
                     until - self.monotonic(), reason)
         return replace(dispatch, ejections=dispatch.ejections + 1)
 
-    def complete(self, dispatch: Dispatch, completion: Completion) -> TelemetryRecord | None:
-        """Finish a request that got a response; returns the telemetry record sent (None if unusable or
-        sampled out)."""
+    def complete(self, dispatch: Dispatch, completion: Completion, measured: bool = True) -> TelemetryRecord | None:
+        """Finish a request that got a response; returns the telemetry record sent (None if unusable, sampled
+        out, or not ``measured``: a request scheduled without its body, whose prompt is unknown)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
         self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
+        if not measured:
+            self.metrics.telemetry.labels("no_body").inc()
+            return None
         record = self._record(dispatch, completion)
         if record is not None and self.sampler is not None:
             weight = self.sampler.weight(stratum_of(record), record.completion_ts)

@@ -144,26 +144,28 @@ def test_stream_ending_early_releases_the_request():
 def test_a_large_body_in_chunks_is_parsed_whole_and_a_malformed_one_refused():
     prompt = "word " * 40_000  # 200 KB: parsed off the event loop
     raw = json.dumps({"prompt": prompt, "max_tokens": 4}).encode()
-    headers = ep.ProcessingRequest(protocol_config=BUFFERED, request_headers=ep.HttpHeaders(headers=header_map(
+    duplex = ep.ProtocolConfiguration(request_body_mode=MODES.FULL_DUPLEX_STREAMED,
+                                      response_body_mode=MODES.FULL_DUPLEX_STREAMED)  # a body in chunks
+    headers = ep.ProcessingRequest(protocol_config=duplex, request_headers=ep.HttpHeaders(headers=header_map(
         {":method": "POST", ":path": "/v1/completions", "x-request-id": "large"})))
 
-    def chunks(body):
-        return [headers, ep.ProcessingRequest(request_body=ep.HttpBody(body=body[:70_000])),
-                ep.ProcessingRequest(request_body=ep.HttpBody(body=body[70_000:], end_of_stream=True))]
-
-    async def scenario(router, servers):
-        async with ext_proc_channel(router) as channel:  # the dispatch is in flight until the stream ends
+    async def send(router, body):
+        """The body's chunks without waiting, as Envoy sends them; the first answer, and the prompt tokens in
+        flight while the stream is open."""
+        async with ext_proc_channel(router) as channel:
             call = ep_grpc.ExternalProcessorStub(channel).Process()
-            routed = []
-            for message in chunks(raw):
+            for message in (headers, ep.ProcessingRequest(request_body=ep.HttpBody(body=body[:70_000])),
+                            ep.ProcessingRequest(request_body=ep.HttpBody(body=body[70_000:], end_of_stream=True))):
                 await call.write(message)
-                routed.append(await call.read())
+            first = await call.read()
             tokens = sum(load.prompt_tokens for load in router.pool.inflight.load().values())
             await call.done_writing()
-        refused = await exchange(router, chunks(raw[:-1]))
-        return routed[-1], tokens, refused[-1].immediate_response
-    (routed, tokens, refused), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
-    assert routed.request_body.response.clear_route_cache and tokens == count_tokens(prompt)
+        return first, tokens
+
+    async def scenario(router, servers):
+        return await send(router, raw), (await send(router, raw[:-1]))[0].immediate_response
+    ((routed, tokens), refused), router = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor()), 60))
+    assert routed.request_headers.response.clear_route_cache and tokens == count_tokens(prompt)
     assert refused.status.code == 400 and json.loads(refused.body)["error"]["code"] == "invalid_request"
 
 

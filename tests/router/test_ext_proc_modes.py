@@ -1,6 +1,7 @@
 """The ext_proc server's body modes beyond the two announced ones: a stream without ``protocol_config`` (Envoy
-before 1.34) answered in the setting's mode, request trailers ending a buffered body, a request body mode
-``NONE`` routed on the headers, and the modes the router does not serve refused loudly."""
+before 1.34) answered in the setting's mode, a buffered body whole in one message whether trailers follow or
+not, a request body mode ``NONE`` routed on the headers (and sending no telemetry), and the modes the router
+does not serve refused loudly."""
 
 import asyncio
 import json
@@ -14,8 +15,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from headroom.router.config import ConfigError
 from headroom.router.ext_proc import DESTINATION_HEADER
 from tests.router.routercases import router_config
-from tests.router.test_ext_proc import BUFFERED, MODES, ext_proc_channel, request_messages, with_router
-from tests.router.test_ext_proc_duplex import duplex_request, send_all, streamed_of
+from tests.router.test_ext_proc import MODES, ext_proc_channel, request_messages, with_router
+from tests.router.test_ext_proc_duplex import duplex_request, duplex_response, send_all, streamed_of
 
 
 def destination(reply):
@@ -33,32 +34,38 @@ def test_a_full_duplex_stream_without_protocol_config_is_routed_and_its_body_han
     assert [r.WhichOneof("response") for r in replies] == ["request_headers"] + ["request_body"] * 3
     set_headers = {h.header.key: h.header.raw_value.decode() for h in
                    replies[0].request_headers.response.header_mutation.set_headers}
-    assert set_headers[DESTINATION_HEADER] in addresses and set_headers["content-length"] == str(len(body))
+    assert set_headers[DESTINATION_HEADER] in addresses
     assert [streamed_of(r, "request_body") for r in replies[1:]] == [(c, i == 2) for i, c in enumerate(chunks)]
     assert 'request_errors_total{kind="ext-proc-stream-ended"} 1.0' in router.metrics.exposition().decode()  # dispatched
 
 
-def test_buffered_request_trailers_end_the_body_and_route_it():
+@pytest.mark.parametrize("trailers", [True, False], ids=["trailers-sent", "trailers-skipped"])
+def test_a_buffered_body_without_end_of_stream_is_whole_and_routed_on_its_answer(trailers):
     async def scenario(router, servers):
         headers, body = request_messages({"x-request-id": "trailed"}, {"prompt": "hello", "max_tokens": 2})
-        body.request_body.end_of_stream = False  # Envoy's buffered body when trailers follow
-        return await send_all(router, [headers, body, ep.ProcessingRequest(request_trailers=ep.HttpTrailers())]), \
-            {s.address for s in servers}
+        body.request_body.end_of_stream = False  # Envoy's buffered body when the request has trailers
+        more = [ep.ProcessingRequest(request_trailers=ep.HttpTrailers())] if trailers else []
+        return await send_all(router, [headers, body, *more]), {s.address for s in servers}
     (replies, addresses), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
-    assert [r.WhichOneof("response") for r in replies] == ["request_headers", "request_body", "request_trailers"]
-    assert not replies[1].request_body.HasField("response")
-    assert destination(replies[2]) in addresses
+    assert [r.WhichOneof("response") for r in replies] == ["request_headers", "request_body"] + (
+        ["request_trailers"] if trailers else [])
+    (header,) = replies[1].request_body.response.header_mutation.set_headers  # Envoy still holds the headers
+    assert header.header.raw_value.decode() in addresses and destination(replies[1]) in addresses
 
 
-def test_request_body_mode_none_is_routed_on_the_headers():
+def test_request_body_mode_none_is_routed_on_the_headers_and_sends_no_telemetry():
+    answer = [b'data: {"choices": [{"text": "ab"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n']
+
     async def scenario(router, servers):
         headers = request_messages({}, {"prompt": "x"},
                                    config=ep.ProtocolConfiguration(request_body_mode=MODES.NONE))[0]
-        return await send_all(router, [headers]), {s.address for s in servers}
-    (replies, addresses), _ = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
-    (reply,) = replies
+        return await send_all(router, [headers, *duplex_response(answer)]), {s.address for s in servers}
+    (replies, addresses), router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
+    reply = replies[0]
     (header,) = reply.request_headers.response.header_mutation.set_headers
     assert header.header.raw_value.decode() in addresses and reply.request_headers.response.clear_route_cache
+    assert not router.telemetry.records and not router.pool.inflight.load()  # completed, its prompt unknown
+    assert 'telemetry_records_total{outcome="no_body"} 1.0' in router.metrics.exposition().decode()
 
 
 @pytest.mark.parametrize("mode", ["STREAMED", "BUFFERED_PARTIAL", "GRPC"])
@@ -81,4 +88,3 @@ def test_the_body_mode_setting_takes_full_duplex_or_buffered_only():
     assert router_config([], extProcBodyMode="buffered").settings.ext_proc_body_mode == "buffered"
     with pytest.raises(ConfigError, match="extProcBodyMode"):
         router_config([], extProcBodyMode="streamed")
-    assert BUFFERED.request_body_mode == MODES.BUFFERED
