@@ -17,10 +17,9 @@ One bidirectional stream per HTTP request. Envoy (1.34 on) says on the stream's 
 
 In full duplex, request trailers arriving before the request is scheduled end its body, as its end of stream
 would. A request scheduled without its body (``NONE``, or none sent) is completed without a telemetry record:
-its prompt is unknown. Any other
-request body mode (``STREAMED``, ``BUFFERED_PARTIAL``, ``GRPC``) is refused: logged as an error and the stream
-ended with gRPC ``FAILED_PRECONDITION``, which Envoy answers with a 500 unless its ``failure_mode_allow`` lets
-the request pass unrouted.
+its prompt is unknown. Any other request body mode (``STREAMED``, ``BUFFERED_PARTIAL``, ``GRPC``) is refused:
+logged as an error and the stream ended with gRPC ``FAILED_PRECONDITION``, which Envoy answers with a 500 unless
+its ``failure_mode_allow`` lets the request pass unrouted.
 
 Scheduling: the body (at its end) is parsed (off the event loop when large) and scheduled; the routing answer
 sets ``x-gateway-destination-endpoint`` to the chosen server's address (also as ``envoy.lb`` dynamic
@@ -160,7 +159,7 @@ class _Exchange:
         if self.duplex_request and not trailers and not message.request_body.end_of_stream:
             self.chunks.append(data)
             self.body_size += len(data)
-            return () if self.duplex_request else CONTINUE["request_body"]
+            return ()  # answered with the whole body
         chunks, self.chunks = (self.chunks if trailers else [*self.chunks, data]), []
         body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         try:

@@ -47,7 +47,6 @@ def routed(kind: str, address: str) -> ep.ProcessingResponse:
     return ep.ProcessingResponse(**{kind: answer}, dynamic_metadata=metadata)
 
 
-
 def streamed(kind: str, body: bytes, end_of_stream: bool) -> ep.ProcessingResponse:
     """An answer to a ``kind`` body message handing ``body`` back to Envoy to forward (``FULL_DUPLEX_STREAMED``)."""
     mutation = ep.BodyMutation(streamed_response=ep.StreamedBodyResponse(body=body, end_of_stream=end_of_stream))
