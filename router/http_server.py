@@ -236,11 +236,16 @@ class Connection(asyncio.Protocol):
             self.close()
         else:
             self.transport.write_eof()
-            self.server.loop.call_later(LINGER_S, self.close)
+            self.server.loop.call_later(LINGER_S, self.abort)
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def abort(self) -> None:
+        """Close now, with whatever the client has not read dropped (a close waits for it to read)."""
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class HttpServer:
@@ -293,7 +298,7 @@ class HttpServer:
             for task in late:
                 task.cancel()
         for connection in list(self.connections):
-            connection.close()
+            connection.abort()  # past the grace: a client that reads nothing must not hold the stop
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)

@@ -4,16 +4,19 @@ Pick API, ext_proc) in front of real model servers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 
 import aiohttp
 import grpc
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from tests.router.routercases import TablePredictor, in_flight, wait_for
-from tests.router.test_ext_proc import exchange, header_map
+from tests.router.test_ext_proc import ext_proc_channel, header_map
+from tests.router.test_ext_proc_duplex import DUPLEX
 from tests.router.test_pick_api import candidates
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams
@@ -46,6 +49,25 @@ def test_a_malformed_stream_options_is_a_400_and_never_holds_a_server_in_flight(
     assert loads == (0, 0) and len(router.pool.inflight) == 0 and honest[0] == 200
 
 
+async def unanswered_chunks(router, messages):
+    """Send ``messages`` without waiting, as Envoy streams a body in full duplex, while reading every answer until
+    the router ends the stream; the writes it no longer takes are dropped."""
+    async with ext_proc_channel(router) as channel:
+        call = ep_grpc.ExternalProcessorStub(channel).Process()
+
+        async def write() -> None:
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):  # the stream has ended
+                for message in messages:
+                    await call.write(message)
+                await call.done_writing()
+        writer = asyncio.create_task(write())
+        replies = []
+        while (reply := await call.read()) is not grpc.aio.EOF:
+            replies.append(reply)
+        await writer
+    return replies
+
+
 def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
     async def scenario():
         async with upstreams(Upstream("a")) as servers:
@@ -71,8 +93,8 @@ def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
                         await stub.Pick(request)
                     picks[name] = caught.value
             chunk = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * (512 * 1024)))
-            replies = await exchange(router, [ep.ProcessingRequest(request_headers=ep.HttpHeaders(
-                headers=header_map({":method": "POST", ":path": "/v1/completions"})))] + [chunk] * 200)
+            replies = await unanswered_chunks(router, [ep.ProcessingRequest(protocol_config=DUPLEX, request_headers=(
+                ep.HttpHeaders(headers=header_map({":method": "POST", ":path": "/v1/completions"}))))] + [chunk] * 200)
             await router.stop()
             return huge, deep, many_ids, honest, picks, replies, router
     huge, deep, many_ids, honest, picks, replies, router = run(scenario)
