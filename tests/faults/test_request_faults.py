@@ -4,19 +4,16 @@ Pick API, ext_proc) in front of real model servers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 
 import aiohttp
 import grpc
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from tests.router.routercases import TablePredictor, in_flight, wait_for
-from tests.router.test_ext_proc import ext_proc_channel, header_map
-from tests.router.test_ext_proc_duplex import DUPLEX
+from tests.router.test_ext_proc import BUFFERED, exchange, header_map
 from tests.router.test_pick_api import candidates
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams
@@ -49,25 +46,6 @@ def test_a_malformed_stream_options_is_a_400_and_never_holds_a_server_in_flight(
     assert loads == (0, 0) and len(router.pool.inflight) == 0 and honest[0] == 200
 
 
-async def unanswered_chunks(router, messages):
-    """Send ``messages`` without waiting, as Envoy streams a body in full duplex, while reading every answer until
-    the router ends the stream; the writes it no longer takes are dropped."""
-    async with ext_proc_channel(router) as channel:
-        call = ep_grpc.ExternalProcessorStub(channel).Process()
-
-        async def write() -> None:
-            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):  # the stream has ended
-                for message in messages:
-                    await call.write(message)
-                await call.done_writing()
-        writer = asyncio.create_task(write())
-        replies = []
-        while (reply := await call.read()) is not grpc.aio.EOF:
-            replies.append(reply)
-        await writer
-    return replies
-
-
 def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
     async def scenario():
         async with upstreams(Upstream("a")) as servers:
@@ -92,9 +70,10 @@ def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
                     with pytest.raises(grpc.aio.AioRpcError) as caught:
                         await stub.Pick(request)
                     picks[name] = caught.value
-            chunk = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * (512 * 1024)))
-            replies = await unanswered_chunks(router, [ep.ProcessingRequest(protocol_config=DUPLEX, request_headers=(
-                ep.HttpHeaders(headers=header_map({":method": "POST", ":path": "/v1/completions"}))))] + [chunk] * 200)
+            replies = await exchange(router, [  # a buffered body is whole in its one message
+                ep.ProcessingRequest(protocol_config=BUFFERED, request_headers=ep.HttpHeaders(
+                    headers=header_map({":method": "POST", ":path": "/v1/completions"}))),
+                ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * (3 * 512 * 1024), end_of_stream=True))])
             await router.stop()
             return huge, deep, many_ids, honest, picks, replies, router
     huge, deep, many_ids, honest, picks, replies, router = run(scenario)
@@ -105,7 +84,7 @@ def test_oversized_deep_and_overlong_inputs_are_refused_naming_their_limit():
     for name, limit in (("candidates", "max_candidates"), ("block-hashes", "max_block_hashes"),
                         ("deep-body", "max_json_depth")):
         assert picks[name].code() == grpc.StatusCode.INVALID_ARGUMENT and limit in picks[name].details(), name
-    assert len(replies) <= 4 and replies[-1].immediate_response.status.code == 413  # stopped at 1 MiB, not 100 MB
+    assert len(replies) == 2 and replies[-1].immediate_response.status.code == 413  # refused before parsing
     assert "max_body_bytes" in replies[-1].immediate_response.body.decode()
     assert len(router.pool.inflight) == 0
 
