@@ -1,5 +1,5 @@
 """Live processes for the proxy and ext_proc benchmarks: a simulated pool, a router, the Go HTTP load
-generator, and the CPU time each process spent (Linux ``/proc``).
+generator, the CPU time each process spent (Linux ``/proc``), and the CPUs each may run on.
 
 The router runs in its own process (:mod:`benchmarks.live_router`) on the event loop ``headroom router
 serve`` uses, so its CPU time is the router's alone; the pool is ``headroom sim serve``; the load comes from
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,26 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU time of this process's children that have exited and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def split_cpus() -> tuple[set[int], set[int]]:
+    """The router's own CPU (the last this process may run on) and the rest, for the pool and the load."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise ValueError(f"a router CPU of its own needs 2 CPUs or more; this process may run on {len(cpus)}")
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def on_cpus(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` confining a child to ``cpus`` before it starts (so every thread it starts inherits
+    them); None, as this process runs, for ``cpus`` None."""
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
 
 
 def free_port() -> int:
@@ -78,11 +99,14 @@ class Process:
             self.popen.stdout.close()
 
 
-def start_pool(servers: int, server_type: str = "h100", seed: int = 1) -> tuple[Process, list[str]]:
-    """``headroom sim serve`` with ``servers`` servers on free ports; returns it and their addresses."""
+def start_pool(servers: int, server_type: str = "h100", seed: int = 1,
+               cpus: set[int] | None = None) -> tuple[Process, list[str]]:
+    """``headroom sim serve`` with ``servers`` servers on free ports (on ``cpus``, if given); returns it and
+    their addresses."""
     popen = subprocess.Popen([sys.executable, "-m", "headroom.cli.main", "sim", "serve", "--servers", str(servers),
                               "--server-type", server_type, "--base-port", "0", "--seed", str(seed)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                             preexec_fn=on_cpus(cpus))
     addresses = []
     assert popen.stdout is not None
     while len(addresses) < servers:
@@ -95,8 +119,9 @@ def start_pool(servers: int, server_type: str = "h100", seed: int = 1) -> tuple[
 
 
 def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, ext_proc: bool = False,
-                 profile: Path | None = None) -> tuple[Process, int]:
-    """A router over ``addresses`` (:mod:`benchmarks.live_router`); returns it and its HTTP or ext_proc port."""
+                 profile: Path | None = None, cpus: set[int] | None = None) -> tuple[Process, int]:
+    """A router over ``addresses`` (:mod:`benchmarks.live_router`) on ``cpus``, if given; returns it and its
+    HTTP or ext_proc port."""
     http_port, ext_proc_port = free_port(), free_port() if ext_proc else -1
     config = {"settings": {"httpPort": http_port, "pickPort": -1, "extProcPort": ext_proc_port, "telemetry": False,
                            "predictor": "none", "seed": 1,
@@ -108,7 +133,8 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     if profile is not None:
         command += ["--profile", str(profile)]
     with open(directory / "router.log", "wb") as log:  # the child keeps its own descriptor
-        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=on_cpus(cpus))
     router = Process("router", popen)
     wait_until(lambda: _answers(f"http://127.0.0.1:{http_port}/healthz"), popen, directory / "router.log")
     return router, ext_proc_port if ext_proc else http_port

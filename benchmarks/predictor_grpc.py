@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headroom.benchmarks.live import children_cpu_seconds
 from headroom.benchmarks.predictor import BENCH_TRUST, candidates, percentiles, reference_messages
 
 GO_LOAD_SOURCE = Path(__file__).resolve().parent / "grpc_load"
@@ -88,7 +88,7 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
                                        "-request", str(request), "-clients", str(clients), "-seconds", str(seconds),
                                        *(["-ca", ca_args[0]] if ca_args else [])]
                         load_average = os.getloadavg()[0]
-                        cpu_before, children_before = time.process_time(), _children_cpu()
+                        cpu_before, children_before = time.process_time(), children_cpu_seconds()
                         output = subprocess.run(command, check=True, capture_output=True, text=True,
                                                 timeout=seconds + 120)
                         server_cpu = time.process_time() - cpu_before
@@ -98,7 +98,7 @@ def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 
                         result["server_cpu_ms_per_rpc"] = 1000 * server_cpu / max(1.0, served - served_before[transport])
                         if go_binary is not None:
                             result["client_cpu_ms_per_request"] = \
-                                1000 * (_children_cpu() - children_before) / result["calls"]
+                                1000 * (children_cpu_seconds() - children_before) / result["calls"]
                         served_before[transport] = served
                         results.append({"round": round_index + 1, "transport": transport, "rpc": rpc,
                                         "candidates": n if rpc == "predict" else 0,
@@ -134,11 +134,6 @@ def build_go_load(directory: Path) -> Path:
     if build.returncode != 0:
         raise RuntimeError(f"cannot build {GO_LOAD_SOURCE}: {build.stderr.strip()}")
     return binary
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _credentials(ca_file: str | None):
