@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _live_router_args(proxy, servers=4, seconds=5.0)
     proxy.add_argument("--concurrency", type=int, nargs="+", default=[32, 128], help="closed-loop clients per run")
     proxy.add_argument("--rounds", type=int, default=3, help="interleaved direct/proxied rounds")
+    proxy.add_argument("--pin", action="store_true",
+                       help="the router on a CPU of its own (the last this command may use), the pool and the load "
+                            "on the others, in both arms (needs 2 CPUs or more)")
     proxy.set_defaults(run=_proxy)
 
     ext_proc = commands.add_parser("ext-proc", help="The router as Envoy's endpoint picker: scheduling decisions "
@@ -121,12 +125,15 @@ def _proxy(args: argparse.Namespace) -> int:
 
     if args.servers < 1 or args.rounds < 1 or min(args.concurrency) < 1 or args.seconds <= 0:
         raise CommandError("--servers, --rounds, --concurrency and --seconds must be positive")
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        raise CommandError(f"--pin needs 2 CPUs or more (one for the router, the others for the pool and the "
+                           f"load); this command may run on {len(os.sched_getaffinity(0))}")
     started = load_average()
     runs = bench_proxy(args.servers, args.concurrency, args.seconds, args.rounds, predictor=args.predictor,
-                       profile=args.profile)
+                       profile=args.profile, pin=args.pin)
     for run in runs:
         print(json.dumps(asdict(run)))
-    print_report(runs, started)
+    print_report(runs, started, args.pin)
     return 0
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +54,7 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
     from headroom.benchmarks.proxy import Run, summarize
 
     def run(path, round_, rps, p99, cpu=0.0):
-        return Run(path, 128, False, round_, rps, 10.0, p99, 0, 0, cpu, 0.0, 0.1)
+        return Run(path, 128, False, round_, rps, 10.0, p99, 0, 0, cpu, 0.0, 0.1 * (round_ + 1), 0.02)
 
     runs = [run("direct", 0, 1000, 50), run("proxied", 0, 900, 53, 0.4),
             run("proxied", 1, 400, 90, 0.6), run("direct", 1, 800, 60),  # round 1 measured in the other order
@@ -62,6 +64,38 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
     assert row["throughput_ratio"] == 0.7  # median of 0.9, 0.5, 0.7
     assert row["added_p99_ms"] == 30.0  # median of 3, 30, 30
     assert row["router_cpu_ms_per_request"] == 0.5
+    assert row["direct_pool_load_cpu_ms_per_request"] == pytest.approx(0.22)  # median of 0.12, 0.22, 0.32
+
+
+def test_proxy_pin_is_refused_on_one_cpu() -> None:
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        with pytest.raises(CommandError, match="--pin needs 2 CPUs or more .* may run on 1"):
+            _invoke("proxy", "--pin")
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 CPUs")
+def test_pinned_router_and_pool_run_every_thread_on_their_own_cpus(tmp_path) -> None:
+    from headroom.benchmarks.live import split_cpus, start_pool, start_router
+
+    router_cpus, others = split_cpus()
+    assert router_cpus.isdisjoint(others) and router_cpus | others == os.sched_getaffinity(0)
+    pool, addresses = start_pool(2, cpus=others)
+    try:
+        router, _ = start_router(addresses, tmp_path, predictor="none", cpus=router_cpus)
+        try:
+            assert len(list(Path(f"/proc/{router.popen.pid}/task").iterdir())) > 1  # threads it started inherit
+            for process, cpus in ((pool, others), (router, router_cpus)):
+                threads = list(Path(f"/proc/{process.popen.pid}/task").iterdir())
+                assert {tid.name: os.sched_getaffinity(int(tid.name)) for tid in threads} == \
+                    {tid.name: cpus for tid in threads}
+        finally:
+            router.stop()
+    finally:
+        pool.stop()
 
 
 def test_ext_proc_floor_serves_an_empty_servicer_and_splits_its_cost(capsys) -> None:
