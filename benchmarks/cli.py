@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -120,14 +119,16 @@ def _router(args: argparse.Namespace) -> int:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    from headroom.benchmarks.live import load_average
+    from headroom.benchmarks.live import load_average, split_cpus
     from headroom.benchmarks.proxy import bench_proxy, print_report
 
     if args.servers < 1 or args.rounds < 1 or min(args.concurrency) < 1 or args.seconds <= 0:
         raise CommandError("--servers, --rounds, --concurrency and --seconds must be positive")
-    if args.pin and len(os.sched_getaffinity(0)) < 2:
-        raise CommandError(f"--pin needs 2 CPUs or more (one for the router, the others for the pool and the "
-                           f"load); this command may run on {len(os.sched_getaffinity(0))}")
+    if args.pin:
+        try:
+            split_cpus()
+        except ValueError as err:
+            raise CommandError(f"--pin: {err}") from err
     started = load_average()
     runs = bench_proxy(args.servers, args.concurrency, args.seconds, args.rounds, predictor=args.predictor,
                        profile=args.profile, pin=args.pin)

@@ -71,7 +71,7 @@ def test_proxy_pin_is_refused_on_one_cpu() -> None:
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(allowed)})
     try:
-        with pytest.raises(CommandError, match="--pin needs 2 CPUs or more .* may run on 1"):
+        with pytest.raises(CommandError, match="--pin: a router CPU of its own needs 2 CPUs or more; this process may run on 1"):
             _invoke("proxy", "--pin")
     finally:
         os.sched_setaffinity(0, allowed)
