@@ -11,8 +11,9 @@ client still sending would otherwise see a reset instead of the answer). A reque
 (or trailers, which are never taken as headers) are over ``max_head_bytes`` or ``max_headers`` gets a 431,
 one still arriving after ``request_s`` a 408, one httptools cannot parse or asking for an upgrade a 400,
 and the connection closes. A client that goes away cancels its handler, so whatever it held is released at
-once; a connection idle for ``keep_alive_s`` is closed. :meth:`HttpServer.close` stops accepting, closes
-idle connections, and gives the requests in progress ``grace_s`` to finish.
+once; a connection idle for ``keep_alive_s`` is closed, and one whose client takes nothing of its answers for as
+long is cut. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in
+progress ``grace_s`` to finish.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Connection(asyncio.Protocol):
         self._size = self._head_size = self._header_count = 0
         self._in_head = self._head_done = False  # bytes are counted against max_head_bytes while in the head
         self._drained: asyncio.Future[None] | None = None
+        self.stalled: float | None = None  # since when the client has taken nothing of its answers
         self.active = server.loop.time()  # when bytes last came in or an answer ended
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -222,11 +224,12 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._drained = self.server.loop.create_future()
+        self.stalled = self.server.loop.time()
 
     def resume_writing(self) -> None:
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
-        self._drained = None
+        self._drained = self.stalled = None
 
     def _linger(self) -> None:
         """Close after the last answer: at once when it can, else for a client maybe still sending, the end of
@@ -251,7 +254,8 @@ class Connection(asyncio.Protocol):
 class HttpServer:
     """Serves :class:`Routes` to the clients of one listener, one :class:`Connection` each, within limits on
     a request's body (``max_body``), head (``max_head_bytes``, ``max_headers``: 431 beyond), time to arrive
-    (``request_s``: 408 beyond) and a connection's idleness (``keep_alive_s``)."""
+    (``request_s``: 408 beyond) and a connection's idleness (``keep_alive_s``, also the longest a client may
+    leave its answers unread)."""
 
     def __init__(self, routes: Routes, max_body: int, keep_alive_s: float = 75.0, *, max_head_bytes: int = 65536,
                  max_headers: int = 100, request_s: float = 30.0):
@@ -266,7 +270,7 @@ class HttpServer:
 
     def _sweep_connections(self) -> None:
         """408 to a request still arriving after ``request_s``; close the connections idle for ``keep_alive_s``
-        (one timer for all, not one per request)."""
+        and cut those whose client has read nothing for as long (one timer for all, not one per request)."""
         now = self.loop.time()
         for connection in list(self.connections):
             late = connection.began is not None and connection.began < now - self.request_s
@@ -274,6 +278,8 @@ class HttpServer:
                 connection.refuse(408, f"the request did not arrive within {self.request_s:g} s")
             elif connection.idle and connection.active < now - self.keep_alive_s:
                 connection.close()
+            elif connection.stalled is not None and connection.stalled < now - self.keep_alive_s:
+                connection.abort()  # its handler is cancelled, releasing its server
         self._sweep = self.loop.call_later(self._every, self._sweep_connections)
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:

@@ -5,6 +5,7 @@ real :class:`~router.http_server.HttpServer` on 127.0.0.1, raw sockets."""
 import asyncio
 import gc
 
+from headroom.router import http_server
 from headroom.router.http_messages import Reply, Request, Routes
 from headroom.router.http_server import MAX_PENDING, MIN_SWEEP_S, HttpServer
 from tests.router.test_proxy_e2e import run
@@ -209,3 +210,72 @@ def test_head_on_a_streaming_route_is_answered_with_its_headers_and_no_chunks():
     head, _, get = run(scenario).partition(b"\r\n\r\n")
     assert b"transfer-encoding: chunked" in head and get.startswith(b"HTTP/1.1 200 ")  # nothing in between
     assert get.count(b"data: x") == 3 and get.endswith(b"0\r\n\r\n")
+
+
+async def endless_stream_unread(server: HttpServer, port: int) -> tuple[asyncio.Event, asyncio.StreamWriter]:
+    """A client asks ``GET /endless`` and reads none of it; the event is set once the handler has ended."""
+    ended = asyncio.Event()
+
+    async def endless(request: Request, reply: Reply) -> None:
+        try:
+            reply.start(200, {"content-type": "text/event-stream"})
+            for _ in range(100_000):  # 6 GiB at most: writing pauses long before
+                await reply.write(ANSWER)
+        finally:
+            ended.set()
+    server.routes.add("GET", "/endless", endless)
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /endless HTTP/1.1\r\nHost: h\r\n\r\n")
+    await writer.drain()
+    return ended, writer
+
+
+async def gone(server: HttpServer, within_s: float = 10.0) -> bool:
+    """Whether every connection of ``server`` has ended within ``within_s``."""
+    for _ in range(int(within_s / 0.05)):
+        if not server.connections:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def test_a_client_that_reads_nothing_of_its_answer_for_keep_alive_s_is_cut_and_its_handler_ended():
+    async def scenario():
+        server, port = await serving(keep_alive_s=0.5)
+        ended, writer = await endless_stream_unread(server, port)
+        try:
+            await asyncio.wait_for(ended.wait(), timeout=10)
+            return await gone(server)
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    assert run(scenario)
+
+
+def test_a_stop_past_its_grace_aborts_a_connection_whose_client_reads_nothing():
+    async def scenario():
+        server, port = await serving()
+        ended, writer = await endless_stream_unread(server, port)
+        await asyncio.sleep(0.3)  # the answer's buffer fills
+        await server.close(grace_s=0.2)
+        result = ended.is_set(), await gone(server, within_s=1.0)
+        writer.close()
+        return result
+    assert run(scenario) == (True, True)
+
+
+def test_a_refused_connection_whose_client_never_closes_is_aborted_after_the_linger(monkeypatch):
+    monkeypatch.setattr(http_server, "LINGER_S", 0.3)
+
+    async def scenario():
+        server, port = await serving(max_headers=10)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n" + b"X-A: a\r\n" * 20 + b"\r\n")
+        try:
+            answer = await asyncio.wait_for(reader.read(), timeout=10)  # the answer, then the server's end of writing
+            return answer, await gone(server)  # the client never closes its side
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    answer, result = run(scenario)
+    assert answer.startswith(b"HTTP/1.1 431 ") and result
