@@ -45,7 +45,7 @@ class RouterSettings:
     max_head_bytes: int = setting(64 * 1024, "HEADROOM_ROUTER_MAX_HEAD_BYTES", "Largest request line and headers (or chunked trailers) of an HTTP request (HTTP 431 beyond).")
     max_headers: int = setting(100, "HEADROOM_ROUTER_MAX_HEADERS", "Most headers (and trailers) of an HTTP request (HTTP 431 beyond).")
     request_arrival_s: float = setting(30.0, "HEADROOM_ROUTER_REQUEST_ARRIVAL_S", "Longest an HTTP request may take to arrive, headers and body (HTTP 408 beyond).")
-    keep_alive_s: float = setting(75.0, "HEADROOM_ROUTER_KEEP_ALIVE_S", "A client's HTTP connection with nothing asked or answered for this long is closed; one whose client leaves its answers unread as long is cut.")
+    keep_alive_s: float = setting(75.0, "HEADROOM_ROUTER_KEEP_ALIVE_S", "A client's HTTP connection with nothing asked or answered for this long is closed; one whose client takes nothing of its answers as long is cut.")
     max_json_depth: int = setting(32, "HEADROOM_ROUTER_MAX_JSON_DEPTH", "Deepest nesting of a request body's JSON.")
     max_hashed_tokens: int = setting(32768, "HEADROOM_ROUTER_MAX_HASHED_TOKENS", "Prompt tokens hashed for the prefix index; longer prompts are matched on their first tokens.")
     max_block_hashes: int = setting(8192, "HEADROOM_ROUTER_MAX_BLOCK_HASHES", "Most block hashes a request may bring (Pick API, headroom.hash_ids).")

@@ -1,13 +1,15 @@
 """What the router's HTTP server bounds per client: the answers a pipelining client leaves unread, the size
-of a request's head, the time a request may take to arrive, and what a request may not smuggle in. The
-real :class:`~router.http_server.HttpServer` on 127.0.0.1, raw sockets."""
+of a request's head, the time a request may take to arrive, what a request may not smuggle in, and how long
+a connection whose client reads nothing is kept (stalled, closing, past a stop's grace or a refusal's
+linger). The real :class:`~router.http_server.HttpServer` on 127.0.0.1, raw sockets."""
 
 import asyncio
 import gc
 
-from headroom.router import http_server
+from headroom.router import http_connection
+from headroom.router.http_connection import MAX_PENDING
 from headroom.router.http_messages import Reply, Request, Routes
-from headroom.router.http_server import MAX_PENDING, MIN_SWEEP_S, HttpServer
+from headroom.router.http_server import MIN_SWEEP_S, HttpServer
 from tests.router.test_proxy_e2e import run
 
 ANSWER = b"x" * 65536
@@ -265,7 +267,7 @@ def test_a_stop_past_its_grace_aborts_a_connection_whose_client_reads_nothing():
 
 
 def test_a_refused_connection_whose_client_never_closes_is_aborted_after_the_linger(monkeypatch):
-    monkeypatch.setattr(http_server, "LINGER_S", 0.3)
+    monkeypatch.setattr(http_connection, "LINGER_S", 0.3)
 
     async def scenario():
         server, port = await serving(max_headers=10)
@@ -279,3 +281,64 @@ def test_a_refused_connection_whose_client_never_closes_is_aborted_after_the_lin
             await server.close(grace_s=0.1)
     answer, result = run(scenario)
     assert answer.startswith(b"HTTP/1.1 431 ") and result
+
+
+def test_a_stalled_client_is_cut_though_a_request_it_began_after_was_answered_408():
+    async def scenario():
+        server, port = await serving(keep_alive_s=0.5, request_s=0.5)
+        ended, writer = await endless_stream_unread(server, port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n")  # the next request's head, never finished
+        try:
+            await asyncio.wait_for(ended.wait(), timeout=10)
+            return await gone(server)
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    assert run(scenario)
+
+
+def test_a_client_reading_a_large_answer_slowly_for_longer_than_keep_alive_s_gets_all_of_it():
+    size = 16 * 1024 * 1024
+
+    async def scenario():
+        server, port = await serving(keep_alive_s=1.0)
+
+        async def large(request: Request, reply: Reply) -> None:
+            reply.send(200, {"content-type": "application/octet-stream"}, b"x" * size)
+        server.routes.add("GET", "/large", large)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /large HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        received = 0
+        try:
+            for _ in range(1000):  # 256 KiB every 50 ms at most: about 4 s for the answer
+                chunk = await asyncio.wait_for(reader.read(256 * 1024), timeout=10)
+                if not chunk:
+                    break
+                received += len(chunk)
+                await asyncio.sleep(0.05)
+            return received
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    assert run(scenario) > size
+
+
+def test_a_closed_connection_whose_client_never_reads_the_end_is_cut_after_keep_alive_s():
+    async def scenario():
+        server, port = await serving(keep_alive_s=0.5)
+
+        async def large(request: Request, reply: Reply) -> None:
+            reply.send(200, {"content-type": "application/octet-stream"}, b"x" * 16 * 1024 * 1024)
+        server.routes.add("GET", "/large", large)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        while not server.connections:
+            await asyncio.sleep(0.01)
+        for connection in server.connections:  # writing never pauses: the answer's end waits under the high mark
+            connection.transport.set_write_buffer_limits(high=64 * 1024 * 1024)
+        writer.write(b"GET /large HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        try:
+            return await gone(server)
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    assert run(scenario)
