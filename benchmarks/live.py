@@ -48,8 +48,9 @@ def split_cpus() -> tuple[set[int], set[int]]:
 
 
 def on_cpus(cpus: set[int] | None) -> Callable[[], None] | None:
-    """A ``preexec_fn`` confining a child to ``cpus`` before it starts (so every thread it starts inherits
-    them); None, as this process runs, for ``cpus`` None."""
+    """A ``preexec_fn`` confining a child to ``cpus`` before it runs, so that every thread it starts inherits
+    them (None for ``cpus`` None: the child may run where this process may). A ``preexec_fn`` is safe only
+    while this process runs no other thread, as the proxy bench when it starts its children."""
     return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
 
 

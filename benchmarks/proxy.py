@@ -10,8 +10,8 @@ latency the proxy added.
 
 With ``pin`` the router runs on a CPU of its own and the pool and the load generator on the others, in
 both arms alike: the ratio then says whether the proxy keeps up when, as in a deployment, it has its own
-core. Sharing the CPUs instead, a ratio r leaves the router at most (1/r − 1) × the direct runs' pool and
-load CPU per request.
+core. Sharing the CPUs instead, and where they are the bottleneck, a ratio r leaves the router at most
+(1/r − 1) × the direct runs' pool and load CPU per request.
 """
 
 from __future__ import annotations
