@@ -70,6 +70,8 @@ class StreamTable:
     def at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:
         """Per server with any: its streams at risk of missing their TPOT SLO at ``now``
         (:func:`contract.slo.tpot_at_risk`), each counted as ``weight(tokens so far)``."""
+        if not self._slot:  # no stream is live: none is at risk (most decisions, when few requests stream)
+            return {}
         n = self._used
         at_risk = tpot_at_risk_columns(self._first[:n], self._tokens[:n], self._last[:n], now, self._slo[:n])
         risky = np.flatnonzero(at_risk & (self._order[:n] > 0))
