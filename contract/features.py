@@ -48,12 +48,22 @@ FEATURE_NAMES = RAW_COLUMNS + ("effective_prompt_tokens", "is_queued")
 FEATURE_SCHEMA = "v3:" + ",".join(FEATURE_NAMES)
 
 
-def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray]) -> np.ndarray:
-    """An ``(n, len(FEATURE_NAMES))`` float32 matrix from raw columns of equal length."""
-    raw = {name: np.asarray(columns[name], dtype=np.float32) for name in RAW_COLUMNS}
-    effective = raw["prompt_tokens"] * (1.0 - raw["prefix_match"])
-    queued = (raw["num_waiting"] > 0).astype(np.float32)
-    return np.column_stack([*raw.values(), effective, queued]).astype(np.float32, copy=False)
+_PROMPT, _PREFIX, _WAITING = (RAW_COLUMNS.index(name) for name in ("prompt_tokens", "prefix_match", "num_waiting"))
+
+
+def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray | float], rows: int | None = None) -> np.ndarray:
+    """An ``(n, len(FEATURE_NAMES))`` float32 matrix from raw columns of equal length ``n``; with ``rows`` (n),
+    a column may also be one number, that of every row. Filled in place: no intermediate column is copied."""
+    n = len(columns[RAW_COLUMNS[0]]) if rows is None else rows  # type: ignore[arg-type]
+    matrix = np.empty((n, len(FEATURE_NAMES)), dtype=np.float32)
+    for j, name in enumerate(RAW_COLUMNS):
+        values = columns[name]
+        if rows is None and len(values) != n:  # type: ignore[arg-type]
+            raise ValueError(f"raw column {name!r} holds {len(values)} values, not {n}")  # type: ignore[arg-type]
+        matrix[:, j] = values
+    matrix[:, -2] = matrix[:, _PROMPT] * (1.0 - matrix[:, _PREFIX])  # effective_prompt_tokens, in float32
+    matrix[:, -1] = matrix[:, _WAITING] > 0  # is_queued
+    return matrix
 
 
 def unread_columns(target: str) -> tuple[int, ...]:

@@ -26,9 +26,7 @@ def candidate_features(request: Request, group: Sequence[Candidate]) -> np.ndarr
 def table_features(request: Request, table: ServerTable, rows: np.ndarray | None) -> np.ndarray:
     """Feature rows of ``request`` on the table's ``rows`` (None: every row, in order)."""
 
-    def column(values: np.ndarray) -> np.ndarray:
-        return values if rows is None else values[rows]
-
+    state = table.state
     n = len(table) if rows is None else len(rows)
-    return feature_matrix({name: np.full(n, getattr(request, name), dtype=np.float32) if name in REQUEST_FIELDS
-                           else column(table.state[name]) for name in RAW_COLUMNS})
+    return feature_matrix({name: getattr(request, name) if name in REQUEST_FIELDS  # the same in every row
+                           else state[name] if rows is None else state[name][rows] for name in RAW_COLUMNS}, n)

@@ -22,6 +22,19 @@ def test_training_and_prediction_paths_agree():
     assert np.array_equal(feature_matrix(columns), records_matrix(records))
 
 
+def test_a_column_given_as_one_number_is_that_number_in_every_row():
+    records = [valid_record(num_waiting=w, prefix_match=p) for w, p in [(0, 0.0), (3, 0.9), (12, 1.0)]]
+    columns = {name: np.array([getattr(r, name) for r in records]) for name in RAW_COLUMNS}
+    shared = {**columns, "prompt_tokens": records[0].prompt_tokens, "max_tokens": records[0].max_tokens}
+    assert np.array_equal(feature_matrix(shared, rows=3), records_matrix(records))
+
+
+def test_columns_of_different_lengths_are_refused():
+    columns = {name: np.zeros(3) for name in RAW_COLUMNS} | {"num_waiting": np.zeros(2)}
+    with pytest.raises(ValueError, match="num_waiting"):
+        feature_matrix(columns)
+
+
 @pytest.mark.parametrize(("stream", "target", "expected"), [
     (True, "ttft", 120.0), (True, "tpot", 14.8), (True, "e2e", None),
     (False, "ttft", None), (False, "tpot", None), (False, "e2e", 1999.0),
