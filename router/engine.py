@@ -130,7 +130,7 @@ def _weighted(profile: Profile, request: Request, candidates: CandidateSet) -> n
 
 def _clamp(values: np.ndarray) -> np.ndarray:
     """``values`` limited to [0, 1]; NaN counts as 0 (+inf as 1)."""
-    clamped = np.clip(values, 0.0, 1.0)
+    clamped = np.minimum(np.maximum(values, 0.0), 1.0)  # np.clip's result, without its Python wrapper
     missing = np.isnan(clamped)
     return np.where(missing, 0.0, clamped) if missing.any() else clamped
 

@@ -39,7 +39,9 @@ class MaxScorePicker:
     def pick(self, scored: Sequence[Scored], context: Context) -> Scored:
         if not len(scored):
             raise ValueError("cannot pick from no candidates")
-        scores = np.nan_to_num(score_column(scored), nan=-np.inf)
+        scores = score_column(scored)
+        if not np.isfinite(scores).all():  # NaN is no score; infinities as the largest and smallest floats
+            scores = np.nan_to_num(scores, nan=-np.inf)
         best = np.flatnonzero(scores >= scores.max() - self.params.tie_tolerance)
         return scored[int(best[context.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])]
 
