@@ -2,11 +2,12 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headroom.contract.telemetry import MAX_RECORD_BYTES, InvalidRecord, TelemetryRecord, decode, encode
+from headroom.contract.telemetry import MAX_RECORD_BYTES, InvalidRecord, TelemetryRecord, decode, encode, validate
 from tests.contract.records import valid_record
 
 
@@ -129,6 +130,33 @@ def test_fast_path_agrees_with_the_field_by_field_validator(data):
         except InvalidRecord as err:
             outcomes.append(err.reason)
     assert outcomes[0] == outcomes[1]
+
+
+PYTHON_VALUES = (JSON_VALUES | st.floats() | st.integers(-2**64, 2**64)
+                 | st.sampled_from([math.inf, -math.inf, math.nan, np.float64(1.5), np.int64(3), np.bool_(True)]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_validate_fast_path_agrees_with_the_field_by_field_validator_on_python_objects(data):
+    from headroom.contract.telemetry import _validate_field_by_field, validate
+
+    body = wire()
+    for name in data.draw(st.lists(st.sampled_from(sorted(body) + ["extra"]), max_size=3)):
+        body[name] = data.draw(PYTHON_VALUES)
+    outcomes = []
+    for check in (validate, _validate_field_by_field):
+        try:
+            outcomes.append(check(dict(body)))
+        except InvalidRecord as err:
+            outcomes.append(err.reason)
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, -1.0, np.float64(1.7e9), True])
+def test_validate_refuses_a_time_that_is_no_finite_python_float(value):
+    with pytest.raises(InvalidRecord, match="arrival_ts"):
+        validate(wire(arrival_ts=value))
 
 
 def test_a_record_stands_for_one_request_unless_it_says_how_many():
