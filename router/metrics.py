@@ -6,10 +6,11 @@ Latency histograms follow SPEC §4: TTFT means E2E when the request does not str
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from headroom.router.telemetry_sink import TelemetryCounts
@@ -25,6 +26,7 @@ DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[MetricWrapperBase, str], Any] = {}  # (metric, label value) -> its child (child())
         r = self.registry
         self.ttft = Histogram("inference_objective_request_ttft_seconds",
                               "Observed time to first token (E2E when not streaming).", registry=r,
@@ -72,6 +74,15 @@ class RouterMetrics:
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
         self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests refused for a missing or "
                                        "unknown bearer token, by listener.", ["listener"], registry=r)
+
+    def child(self, metric: MetricWrapperBase, label: str) -> Any:
+        """``metric.labels(label)``, looked up once per label value: prometheus_client's ``labels`` validates and
+        takes a lock on every call. For labels of few values (profiles, reasons, targets)."""
+        key = (metric, label)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(label)
+        return child
 
     def report_telemetry(self, counts: TelemetryCounts) -> None:
         """Export ``counts`` (the sink's :class:`~router.telemetry_sink.TelemetryCounts`), read at scrape time."""

@@ -97,19 +97,20 @@ class RouterService:
             servers = self.pool.snapshots(request, now, frozenset(tried))
         decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
         self.metrics.decision_latency.observe(time.perf_counter() - started)
-        self.metrics.decisions.labels(decision.profile).inc()
+        m = self.metrics
+        m.child(m.decisions, decision.profile).inc()
         if decision.heuristic_reason is not None:
-            self.metrics.heuristic_decisions.labels(decision.heuristic_reason).inc()
+            m.child(m.heuristic_decisions, decision.heuristic_reason).inc()
         elif decision.fallback_reasons:
             for reason in decision.fallback_reasons:
-                self.metrics.partial_fallbacks.labels(reason).inc()
+                m.child(m.partial_fallbacks, reason).inc()
         if decision.rejection is not None:
             self.metrics.rejections.inc()
             raise AdmissionRejected(decision.rejection)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
-                self.metrics.model_version.labels(target).set(version)
+                m.child(m.model_version, target).set(version)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
