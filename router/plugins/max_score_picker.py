@@ -42,8 +42,10 @@ class MaxScorePicker:
         scores = score_column(scored)
         if not np.isfinite(scores).all():  # NaN is no score; infinities as the largest and smallest floats
             scores = np.nan_to_num(scores, nan=-np.inf)
-        best = np.flatnonzero(scores >= scores.max() - self.params.tie_tolerance)
-        return scored[int(best[context.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])]
+        values = scores.tolist()  # a few candidates: Python floats compare faster than array calls
+        floor = max(values) - self.params.tie_tolerance
+        best = [i for i, score in enumerate(values) if score >= floor]
+        return scored[best[context.rng.randrange(len(best))] if len(best) > 1 else best[0]]
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> MaxScorePicker:
