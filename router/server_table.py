@@ -92,7 +92,7 @@ class ServerTable(Sequence[ServerSnapshot]):
         if self.originals is not None:
             return self.originals[index]
         i = range(len(self))[index]  # IndexError when out of range
-        state: dict[str, Any] = {name: _PYTHON_TYPE[name](column[i]) for name, column in self.state.items()}
+        state: dict[str, Any] = {name: _PYTHON_TYPE[name](column.item(i)) for name, column in self.state.items()}
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
             running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
