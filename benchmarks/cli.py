@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _live_router_args(proxy, servers=4, seconds=5.0)
     proxy.add_argument("--concurrency", type=int, nargs="+", default=[32, 128], help="closed-loop clients per run")
     proxy.add_argument("--rounds", type=int, default=3, help="interleaved direct/proxied rounds")
+    proxy.add_argument("--stream-tokens", type=int, default=64,
+                       help="tokens of the streaming run at the first concurrency (0: no streaming run)")
     proxy.add_argument("--pin", action="store_true",
                        help="the router on a CPU of its own (the last this command may use), the pool and the load "
                             "on the others, in both arms (needs 2 CPUs or more)")
@@ -124,6 +126,8 @@ def _proxy(args: argparse.Namespace) -> int:
 
     if args.servers < 1 or args.rounds < 1 or min(args.concurrency) < 1 or args.seconds <= 0:
         raise CommandError("--servers, --rounds, --concurrency and --seconds must be positive")
+    if args.stream_tokens < 0:
+        raise CommandError("--stream-tokens must not be negative")
     if args.pin:
         try:
             split_cpus()
@@ -131,7 +135,7 @@ def _proxy(args: argparse.Namespace) -> int:
             raise CommandError(f"--pin: {err}") from err
     started = load_average()
     runs = bench_proxy(args.servers, args.concurrency, args.seconds, args.rounds, predictor=args.predictor,
-                       profile=args.profile, pin=args.pin)
+                       stream_tokens=args.stream_tokens, profile=args.profile, pin=args.pin)
     for run in runs:
         print(json.dumps(asdict(run)))
     print_report(runs, started, args.pin)

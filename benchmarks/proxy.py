@@ -59,7 +59,7 @@ class Run:
 def bench_proxy(servers: int = 4, concurrencies: Sequence[int] = (32, 128), seconds: float = 5.0, rounds: int = 3,
                 max_tokens: int = 8, stream_tokens: int = 64, predictor: str = "none",
                 profile: Path | None = None, pin: bool = False) -> list[Run]:
-    """Every run, in the order measured; the streaming run (``stream_tokens`` tokens) is at the first
+    """Every run, in the order measured; the streaming run (``stream_tokens`` tokens; none when 0) is at the first
     concurrency, once per round. ``pin``: the router on a CPU of its own (:func:`split_cpus`)."""
     load = build_go(HTTP_LOAD_SOURCE, "http-load")
     router_cpus, others = split_cpus() if pin else (None, None)
@@ -72,7 +72,9 @@ def bench_proxy(servers: int = 4, concurrencies: Sequence[int] = (32, 128), seco
                                         cpus=router_cpus)
             direct = ",".join(f"http://{a}/v1/completions" for a in addresses)
             proxied = f"http://127.0.0.1:{port}/v1/completions"
-            plan = [(c, False, max_tokens) for c in concurrencies] + [(concurrencies[0], True, stream_tokens)]
+            plan = [(c, False, max_tokens) for c in concurrencies]
+            if stream_tokens:
+                plan.append((concurrencies[0], True, stream_tokens))
             for round_ in range(rounds):
                 for concurrency, stream, tokens in plan:
                     body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": tokens, "stream": stream})
