@@ -26,10 +26,12 @@ it was sent; 1 when every record is sent), so the requests behind the telemetry 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -135,17 +137,21 @@ def decode(raw: bytes) -> TelemetryRecord:
     ``FIELD_KINDS``); anything it refuses takes the field-by-field path, which is the one that says why.
     """
     if isinstance(raw, (bytes, bytearray)) and len(raw) <= MAX_RECORD_BYTES:
-        try:
-            wire: Any = _WIRE_DECODER.decode(raw)  # a WIRE_TYPE, made at run time
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            pass
-        else:
-            if wire.v == SCHEMA_VERSION:
-                return _from_wire(wire)
+        record = _wire_record(_WIRE_DECODER.decode, raw)
+        if record is not None:
+            return record
     return _decode_field_by_field(raw)
 
 
-def _from_wire(wire: Any) -> TelemetryRecord:
+def _wire_record(read: Callable[[Any], Any], source: Any) -> TelemetryRecord | None:
+    """The record of what ``read`` (msgspec, against :data:`WIRE_TYPE`) makes of ``source``; None when it refuses
+    it or the schema version is not this one."""
+    try:
+        wire: Any = read(source)  # a WIRE_TYPE, made at run time
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if wire.v != SCHEMA_VERSION:
+        return None
     record: TelemetryRecord = msgspec.convert(wire, TelemetryRecord, from_attributes=True)  # same types: cannot fail
     _check_consistency(record)
     return record
@@ -171,14 +177,8 @@ def validate(body: Any) -> TelemetryRecord:
     """Check a decoded JSON object (or one built of the same Python types); raises :class:`InvalidRecord` with
     the reason. As in :func:`decode`, the fast path converts it with msgspec against :data:`WIRE_TYPE` (strictly:
     no bool for a number, no numpy scalar); anything it refuses is checked field by field, which says why."""
-    try:
-        wire: Any = msgspec.convert(body, WIRE_TYPE, strict=True)
-    except msgspec.ValidationError:
-        pass
-    else:
-        if wire.v == SCHEMA_VERSION:
-            return _from_wire(wire)
-    return _validate_field_by_field(body)
+    record = _wire_record(_CONVERT_STRICT, body)
+    return record if record is not None else _validate_field_by_field(body)
 
 
 def _validate_field_by_field(body: Any) -> TelemetryRecord:
@@ -322,6 +322,7 @@ WIRE_TYPE = msgspec.defstruct(
                     for f in dataclasses.fields(TelemetryRecord)],
     forbid_unknown_fields=True, kw_only=True)
 _WIRE_DECODER = msgspec.json.Decoder(WIRE_TYPE)
+_CONVERT_STRICT = functools.partial(msgspec.convert, type=WIRE_TYPE, strict=True)
 
 _CHECKS = {"text": _text, "flag": _flag, "integer": _integer, "count": _count, "time": _time,
            "fraction": _fraction, "latency": _latency, "weight": _weight, "versions": _versions}
