@@ -176,8 +176,9 @@ def _decode_field_by_field(raw: bytes) -> TelemetryRecord:
 def validate(body: Any) -> TelemetryRecord:
     """Check a decoded JSON object (or one built of the same Python types); raises :class:`InvalidRecord` with
     the reason. As in :func:`decode`, the fast path converts it with msgspec against :data:`WIRE_TYPE` (strictly:
-    no bool for a number, no numpy scalar); anything it refuses is checked field by field, which says why."""
-    record = _wire_record(_CONVERT_STRICT, body)
+    no bool for a number, no numpy scalar; an int subclass such as an IntEnum is taken as its int); anything it
+    refuses, or a body that is no plain ``dict``, is checked field by field, which says why."""
+    record = _wire_record(_CONVERT_STRICT, body) if type(body) is dict else None
     return record if record is not None else _validate_field_by_field(body)
 
 
@@ -220,8 +221,13 @@ def _integer(name: str, value: Any) -> int:
     if type(value) is not int:
         raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
     if abs(value) > MAX_INTEGER:
-        raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {value}")
+        raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {_integer_shown(value)}")
     return value
+
+
+def _integer_shown(value: int) -> str:
+    """``value`` as a message shows it: its digits, or for a huge one its size."""
+    return str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
 
 
 def _count(name: str, value: Any) -> int:
@@ -235,7 +241,10 @@ def _number(name: str, value: Any) -> float:
     kind = type(value)
     if kind is not float and kind is not int:
         raise InvalidRecord(f"field {name!r} must be a number, got {_kind(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past the largest float
+        raise InvalidRecord(f"field {name!r} must be finite, got {_integer_shown(value)}") from None
     if not math.isfinite(number):
         raise InvalidRecord(f"field {name!r} must be finite, got {value}")
     return number
