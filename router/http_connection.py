@@ -58,7 +58,7 @@ class Connection(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self.stalled: float | None = None  # since when the client has taken nothing of its answers
         self._unsent = 0  # the answers' bytes waiting for the client then
-        self.active = server.loop.time()  # when bytes last came in or an answer ended
+        self.active = server.loop.time()  # when bytes last came in, an answer ended or the close began
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are no asyncio.Transport
@@ -232,7 +232,8 @@ class Connection(asyncio.Protocol):
         self._drained = self.stalled = None
 
     def stalled_for(self, now: float) -> float:
-        """How long the client has taken none of its answers' bytes waiting to be sent (0 while it takes some)."""
+        """How long, as of the last call, the client has taken none of the answers' bytes waiting to be sent (0
+        while writing is not paused); a call that finds fewer bytes waiting starts the clock again."""
         if self.stalled is None:
             return 0.0
         unsent = self._buffered()

@@ -41,7 +41,8 @@ class HttpServer:
         and cut those whose client has read nothing for as long (one timer for all, not one per request)."""
         now = self.loop.time()
         for connection in list(self.connections):
-            late = connection.began is not None and connection.began < now - self.request_s
+            began = connection.began if connection.refused is None else None  # a refused one reads no more
+            late = began is not None and began < now - self.request_s
             if connection.stalled_for(now) > self.keep_alive_s:
                 connection.abort()  # its handler is cancelled, releasing its server
             elif late and not connection.dropping and not connection.paused:
