@@ -96,8 +96,8 @@ class RouterService:
         if servers is None:
             servers = self.pool.snapshots(request, now, frozenset(tried))
         decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
-        self.metrics.decision_latency.observe(time.perf_counter() - started)
         m = self.metrics
+        m.decision_latency.observe(time.perf_counter() - started)
         m.child(m.decisions, decision.profile).inc()
         if decision.heuristic_reason is not None:
             m.child(m.heuristic_decisions, decision.heuristic_reason).inc()
@@ -105,7 +105,7 @@ class RouterService:
             for reason in decision.fallback_reasons:
                 m.child(m.partial_fallbacks, reason).inc()
         if decision.rejection is not None:
-            self.metrics.rejections.inc()
+            m.rejections.inc()
             raise AdmissionRejected(decision.rejection)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:

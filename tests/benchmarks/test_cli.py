@@ -68,6 +68,12 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
     assert row["direct_pool_load_cpu_ms_per_request"] == pytest.approx(0.22)  # median of 0.12, 0.22, 0.32
 
 
+def test_proxy_stream_tokens_below_zero_are_refused(monkeypatch) -> None:
+    monkeypatch.setattr("headroom.benchmarks.proxy.bench_proxy", lambda *a, **k: pytest.fail("the bench ran"))
+    with pytest.raises(CommandError, match="--stream-tokens must not be negative"):
+        _invoke("proxy", "--stream-tokens", "-1")
+
+
 def test_proxy_pin_is_refused_on_one_cpu(monkeypatch) -> None:
     def never(*args, **kwargs):
         raise AssertionError("--pin on one CPU ran the bench")

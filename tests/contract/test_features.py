@@ -29,10 +29,12 @@ def test_a_column_given_as_one_number_is_that_number_in_every_row():
     assert np.array_equal(feature_matrix(shared, rows=3), records_matrix(records))
 
 
-def test_columns_of_different_lengths_are_refused():
-    columns = {name: np.zeros(3) for name in RAW_COLUMNS} | {"num_waiting": np.zeros(2)}
-    with pytest.raises(ValueError, match="num_waiting"):
-        feature_matrix(columns)
+@pytest.mark.parametrize("rows", [None, 3])
+def test_columns_of_different_lengths_are_refused_naming_the_column(rows):
+    for short in (np.zeros(2), np.zeros(1)):
+        columns = {name: np.zeros(3) for name in RAW_COLUMNS} | {"num_waiting": short}
+        with pytest.raises(ValueError, match="num_waiting"):
+            feature_matrix(columns, rows=rows)
 
 
 @pytest.mark.parametrize(("stream", "target", "expected"), [
