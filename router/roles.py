@@ -23,6 +23,7 @@ import numpy as np
 
 from headroom.contract.server_state import ServerState
 from headroom.contract.targets import response_ms
+from headroom.contract.tpot_ratios import TpotRatios
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
 
@@ -151,10 +152,12 @@ class LatencyPredictor(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What plugins may use beyond their arguments: a seedable RNG and the predictor."""
+    """What plugins may use beyond their arguments: a seedable RNG, the predictor, and how the TPOT of the streams
+    the router placed compared with their predictions (its own record, updated as they complete)."""
 
     rng: random.Random
     predictor: LatencyPredictor | None = None
+    tpot_ratios: TpotRatios | None = None
 
 
 @runtime_checkable

@@ -3,7 +3,8 @@
 :meth:`RouterService.pick` turns a request into a :class:`Dispatch` (snapshots → engine → accounting)
 or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
-latency metrics and sends one telemetry record carrying the prediction that was used (or, with a
+latency metrics, records how a stream's TPOT compared with its prediction (the pool's ``tpot_ratios``, which
+the producer calibrates its TPOT verdict with) and sends one telemetry record carrying the prediction that was used (or, with a
 :class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its weight);
 :meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
 releases a request that failed. A proxied attempt that failed before its first byte is reported with
@@ -95,7 +96,8 @@ class RouterService:
         tried = () if retry_of is None else (*retry_of.tried, retry_of.server.server_id)
         if servers is None:
             servers = self.pool.snapshots(request, now, frozenset(tried))
-        decision = self.engine.decide(request, servers, Context(rng=self.rng, predictor=self.predictor))
+        context = Context(rng=self.rng, predictor=self.predictor, tpot_ratios=self.pool.tpot_ratios)
+        decision = self.engine.decide(request, servers, context)
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - started)
         m.child(m.decisions, decision.profile).inc()
@@ -144,6 +146,9 @@ class RouterService:
         self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
+        prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        if dispatch.request.stream and prediction is not None and completion.tpot_ms is not None:
+            self.pool.tpot_ratios.add(dispatch.server.pool_key, prediction.tpot_ms, completion.tpot_ms)
         if not measured:
             self.metrics.telemetry.labels("no_body").inc()
             return None

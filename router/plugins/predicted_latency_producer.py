@@ -6,6 +6,13 @@ Reads each candidate's server snapshot and the request, builds one feature matri
 token arrives with its last, the predicted E2E when the predictor gives one); TPOT only for streaming requests, against the
 tightest of the request's TPOT SLO and those already running on that server, times ``sloBufferFactor``.
 
+The TPOT models predict a mean; where streams' TPOT scatters widely around it (short outputs in a burst: a clean
+decode or a prefill beside every step) a mean below the SLO hides that most streams miss it. With
+``tpotQuantile`` set, the effective TPOT SLO is divided by that quantile of the pool's recent ratios of the TPOT
+streams got to their prediction (``context.tpot_ratios``, the router's record of its completions), clamped to
+``[tpotFactorFloor, tpotFactorCap]``: where the predictions hold, the verdict barely moves; where the mean hides a
+miss, it tightens by what the router saw.
+
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
 that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
 ``no-model-for-pool``, ...); a row the predictor marks not ok or that is not finite gets
@@ -15,6 +22,10 @@ that pool's candidates unpredicted with the predictor's reason (``predictor-unav
 Parameters:
     sloBufferFactor (1.0): multiplies the effective TPOT SLO (below 1 leaves a safety margin).
     maxMetricsAgeMs (5000): metrics older than this make a candidate's prediction stale; 0 disables.
+    tpotQuantile (0): the quantile of the got / predicted TPOT ratios the TPOT SLO is divided by; 0 disables.
+    tpotWindow (500): how many of the pool's most recent ratios it is taken over (at most 10,000).
+    tpotLeast (50): ratios needed before it applies.
+    tpotFactorFloor (1.0), tpotFactorCap (2.0): the bounds of the factor.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.targets import TARGETS, response_ms
+from headroom.contract.tpot_ratios import MAX_RATIOS, TpotRatios
 from headroom.router.candidate_features import table_features
 from headroom.router.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.errors import PredictionUnavailable
@@ -41,10 +53,27 @@ TYPE = "predicted-latency-producer"
 class Params:
     slo_buffer_factor: float = 1.0
     max_metrics_age_ms: float = 5000.0
+    tpot_quantile: float = 0.0
+    tpot_window: int = 500
+    tpot_least: int = 50
+    tpot_factor_floor: float = 1.0
+    tpot_factor_cap: float = 2.0
 
     def __post_init__(self) -> None:
         check_range("slo_buffer_factor", self.slo_buffer_factor, 0.01, 10.0)
         check_range("max_metrics_age_ms", self.max_metrics_age_ms, 0.0, 3.6e6)
+        check_range("tpot_quantile", self.tpot_quantile, 0.0, 1.0)
+        check_range("tpot_window", self.tpot_window, 1, MAX_RATIOS)
+        check_range("tpot_least", self.tpot_least, 1, self.tpot_window)
+        check_range("tpot_factor_floor", self.tpot_factor_floor, 0.1, 10.0)
+        check_range("tpot_factor_cap", self.tpot_factor_cap, self.tpot_factor_floor, 10.0)
+
+    def tpot_factor(self, ratios: TpotRatios | None, pool_key: str) -> float:
+        """What the pool's TPOT SLO is divided by: 1 unless calibrating and enough ratios are known."""
+        if not self.tpot_quantile or ratios is None:
+            return 1.0
+        q = ratios.quantile(pool_key, self.tpot_quantile, self.tpot_window, self.tpot_least)
+        return 1.0 if q is None else min(max(q, self.tpot_factor_floor), self.tpot_factor_cap)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,7 @@ class PredictedLatencyProducer:
         n = len(table)
         predicted = np.zeros(n, dtype=bool)
         ttft, tpot, e2e = np.full(n, math.nan), np.full(n, math.nan), np.full(n, math.nan)
+        tpot_factor = np.ones(n)
         reasons: list[str | None] = list(cands.fallback_reason_by_row)
         versions: list[Mapping[str, int]] = [NO_VERSIONS] * n
         rows = cands.member_rows()
@@ -89,6 +119,7 @@ class PredictedLatencyProducer:
                     continue
             predicted[group] = True
             ttft[group], tpot[group] = values[0], values[1]
+            tpot_factor[group] = self.params.tpot_factor(context.tpot_ratios, pool_key)
             if len(values) > 2:
                 e2e[group] = values[2]
             versions_used = dict(batch.versions)
@@ -97,13 +128,13 @@ class PredictedLatencyProducer:
             else:
                 for i in group.tolist():
                     reasons[i], versions[i] = None, versions_used
-        ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e)
+        ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e, tpot_factor)
         return cands.with_predictions(predicted, ttft, tpot, e2e, ttft_headroom, tpot_headroom, tuple(reasons),
                                       tuple(versions))
 
     def _headroom(self, request: Request, table: ServerTable, predicted: np.ndarray, ttft: np.ndarray,
-                  tpot: np.ndarray, e2e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """TTFT and TPOT headroom per row (NaN where it does not apply)."""
+                  tpot: np.ndarray, e2e: np.ndarray, tpot_factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """TTFT and TPOT headroom per row (NaN where it does not apply); ``tpot_factor`` divides the TPOT SLO."""
         missing = np.full(len(table), math.nan)
         if not request.has_slo:
             return missing, missing
@@ -115,7 +146,7 @@ class PredictedLatencyProducer:
         if request.stream:
             own = math.nan if request.slo_tpot_ms is None else request.slo_tpot_ms
             slo = np.fmin(own, table.tightest_tpot_slo_ms)  # NaN only where neither applies
-            tpot_headroom = np.where(predicted, slo * self.params.slo_buffer_factor - tpot, math.nan)
+            tpot_headroom = np.where(predicted, slo * self.params.slo_buffer_factor / tpot_factor - tpot, math.nan)
         return ttft_headroom, tpot_headroom
 
 

@@ -11,7 +11,8 @@ place when a scrape lands or the in-flight load changes, so a decision copies co
 an object per server; ``metrics_age_s`` is computed at the decision's time, and so are the age of the last
 token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`) and how
 many of its streams are at risk of missing their TPOT SLO (from :meth:`PoolState.token`), each weighted by
-the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). Expired
+the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). How the
+TPOT of completed streams compared with their predictions is kept per pool in ``tpot_ratios``. Expired
 in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.slo import OutputLengths
+from headroom.contract.tpot_ratios import TpotRatios
 from headroom.router.roles import Request
 from headroom.router.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
@@ -52,6 +54,7 @@ class PoolState:
         self.inflight = inflight or Inflight()
         self.outliers = Outliers(outliers or OutlierPolicy())
         self.lengths = OutputLengths()
+        self.tpot_ratios = TpotRatios()
         self.prefix = prefix or PrefixIndex()
         self.encoder = encoder or EncoderIndex()
         self.unhealthy_after_s = unhealthy_after_s

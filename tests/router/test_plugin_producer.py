@@ -1,9 +1,13 @@
+import random
+
 import numpy as np
 import pytest
 
 from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.tpot_ratios import TpotRatios
+from headroom.router.errors import ConfigError
 from headroom.router.plugins.predicted_latency_producer import build
-from headroom.router.roles import Candidate, PredictionBatch
+from headroom.router.roles import Candidate, Context, PredictionBatch
 from tests.router.routercases import TablePredictor, ctx, req, server
 
 
@@ -80,3 +84,45 @@ def test_batch_without_a_target_fails_every_row():
             return PredictionBatch(values={"ttft": batch.values["ttft"]}, ok=batch.ok, versions=batch.versions)
     out = build("p").produce(req(), candidates(server("a"), server("b")), ctx(predictor=TtftOnly()))
     assert [c.fallback_reason for c in out] == ["prediction-failed"] * 2 and not any(c.predicted for c in out)
+
+
+def bimodal_ratios(pool_key="default"):
+    """Streams predicted at 40 ms: 60 of 100 got 20 ms, 40 got 52 (0.9 quantile of got / predicted: 1.3)."""
+    ratios = TpotRatios()
+    for got in [20.0] * 60 + [52.0] * 40:
+        ratios.add(pool_key, predicted_ms=40.0, got_ms=got)
+    return ratios
+
+
+def produce_tpot(params, ratios, tpot=40.0, pool_key="default"):
+    context = Context(rng=random.Random(0), predictor=TablePredictor(tpot=tpot), tpot_ratios=ratios)
+    (out,) = build("p", params).produce(req(slo_tpot_ms=50.0, stream=True), candidates(server("a", pool_key=pool_key)),
+                                        context)
+    return out
+
+
+def test_tpot_verdict_is_calibrated_by_what_streams_got():
+    calibrated = {"tpotQuantile": 0.9}
+    assert produce_tpot({}, bimodal_ratios()).meets_slo is True  # the mean, 40 ms, is under 50
+    late = produce_tpot(calibrated, bimodal_ratios())
+    assert late.meets_slo is False and late.tpot_headroom_ms == pytest.approx(50.0 / 1.3 - 40.0)
+    assert produce_tpot(calibrated, bimodal_ratios(), tpot=30.0).meets_slo is True  # 30 x 1.3 is in time
+    assert produce_tpot(calibrated, bimodal_ratios("other")).tpot_headroom_ms == 10.0  # none of its own pool
+    assert produce_tpot(calibrated, None).tpot_headroom_ms == 10.0  # no record: uncalibrated
+    assert produce_tpot({**calibrated, "tpotLeast": 101}, bimodal_ratios()).tpot_headroom_ms == 10.0  # too few
+
+
+def test_tpot_factor_is_bounded():
+    accurate = TpotRatios()
+    for got in [30.0] * 100:  # predictions too pessimistic: never loosened below the floor
+        accurate.add("default", predicted_ms=40.0, got_ms=got)
+    assert produce_tpot({"tpotQuantile": 0.9}, accurate).tpot_headroom_ms == 10.0
+    capped = produce_tpot({"tpotQuantile": 0.9, "tpotFactorCap": 1.1}, bimodal_ratios())
+    assert capped.tpot_headroom_ms == pytest.approx(50.0 / 1.1 - 40.0)
+
+
+def test_tpot_calibration_parameters_are_checked():
+    with pytest.raises(ConfigError, match="tpotLeast"):
+        build("p", {"tpotWindow": 10, "tpotLeast": 20})
+    with pytest.raises(ConfigError, match="tpotFactorCap"):
+        build("p", {"tpotFactorFloor": 1.5, "tpotFactorCap": 1.2})

@@ -3,6 +3,7 @@
 import asyncio
 
 import aiohttp
+import pytest
 import uvloop
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
@@ -77,6 +78,8 @@ def test_streaming_measures_tpot_in_tokens_and_records_the_prediction():
     assert record.ttft_ms is not None and record.tpot_ms is not None and record.tpot_ms > 0
     assert (record.predicted_ttft_ms, record.predicted_tpot_ms) == (40.0, 7.0)
     assert record.model_versions == {"ttft": 3, "tpot": 3}
+    # the stream's TPOT against its prediction is what the producer calibrates its TPOT verdict with
+    assert router.pool.tpot_ratios.quantile(record.pool_key, 0.5, 1, 1) == pytest.approx(record.tpot_ms / 7.0)
     assert 'headroom_router_decisions_total{profile="predicted"} 1.0' in router.metrics.exposition().decode()
 
 
