@@ -2,7 +2,8 @@
 
 Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
 and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts, the
-TPOT SLOs it holds its running streams to and how many of those are over it, and prefix matches). A request
+TPOT SLOs it holds its running streams to and how many of those are over it, how its completed streams' TPOT
+compared with their predictions, and prefix matches). A request
 keeps its priority, so the admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`);
 ``slo`` overrides every request's own SLOs when given; ``predict=False`` schedules every request with the
 heuristic profile.
@@ -41,7 +42,7 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
         if overlays.get(plugin["type"]):
             plugin["params"] = {**plugin.get("params", {}), **overlays[plugin["type"]]}
     engine = Engine(load_pipeline(config))
-    context = Context(rng=random.Random(seed), predictor=predictor)
+    rng = random.Random(seed)
 
     def pick(request: SimRequest, view: PoolView) -> PickResult:
         servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
@@ -52,7 +53,7 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
         decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,
                                          max_tokens=request.max_tokens, stream=request.stream, slo_ttft_ms=ttft_slo,
                                          slo_tpot_ms=tpot_slo, priority=request.priority, predict=predict),
-                                 servers, context)
+                                 servers, Context(rng=rng, predictor=predictor, tpot_ratios=view.tpot_ratios))
         chosen = decision.chosen
         if chosen is None:
             return Shed(decision.rejection or "rejected")

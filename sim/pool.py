@@ -6,7 +6,7 @@ scraped metrics. The router's knowledge is modelled explicitly: server metrics a
 ``scrape_interval_s`` (the view is that stale); in-flight counts are the router's own and always fresh.
 With ``routers`` > 1, several router replicas share the pool: each request goes to one of them at random
 (as a Service spreads connections), and each sees only its own in-flight requests, the streams it relays
-(their TPOT SLOs, the lengths they completed with) and, with ``prefix_knowledge="router"``, only the
+(their TPOT SLOs, the lengths they completed with, their TPOT against its prediction) and, with ``prefix_knowledge="router"``, only the
 prefixes it sent itself (:mod:`sim.view`).
 
 Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
@@ -322,7 +322,11 @@ class _Run:
         r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
         if outcome.request.stream:
-            self.views[r].lengths.add(outcome.output_tokens)
+            view = self.views[r]
+            view.lengths.add(outcome.output_tokens)
+            predicted = seen.decision.predicted_tpot_ms if seen and type(seen.decision) is Pick else None
+            if predicted is not None and outcome.tpot_ms is not None:
+                view.tpot_ratios.add(seen.pool_key, predicted, outcome.tpot_ms)  # type: ignore[union-attr]
         if self.telemetry:
             self.seen.append(seen)
         if self.on_record is not None:

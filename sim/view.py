@@ -15,6 +15,8 @@ each routable server ``i`` (ready, not draining), in the same order:
   them to, but by little enough to be saved (:func:`contract.slo.tpot_at_risk`, from the tokens relaying
   them shows), each weighted by the chance that it ends within a few tokens (``lengths``, the router's
   record of the lengths streams completed with), computed on demand;
+- ``tpot_ratios`` — how the TPOT of the router's completed streams compared with the TPOT predicted for them
+  (:class:`~contract.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate — unless
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.contract.slo import OutputLengths, tpot_at_risk
+from headroom.contract.tpot_ratios import TpotRatios
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
 
@@ -64,7 +67,7 @@ class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
-                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "_engines",
+                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios", "_engines",
                  "_matches", "_tpot_slos", "_known")
 
     def __init__(self) -> None:
@@ -77,6 +80,7 @@ class PoolView:
         self.inflight_decode_tokens: list[int] = []
         self.running_tpot_slos: list[tuple[float, ...]] = []
         self.lengths = OutputLengths()
+        self.tpot_ratios = TpotRatios()
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
         self._tpot_slos: list[dict[str, float]] = []  # per server: request id -> the TPOT SLO it is held to

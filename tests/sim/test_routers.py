@@ -7,7 +7,7 @@ import pytest
 
 from headroom.sim.pool import SimulationError, run, uniform_pool
 from headroom.sim.request import SimRequest
-from headroom.sim.view import Shed
+from headroom.sim.view import Pick, Shed
 
 
 def recorder(seen: list, router: int, choose=lambda view: view.snapshots[0].server_id):
@@ -85,3 +85,20 @@ def test_a_shed_request_is_dropped_with_its_reason_whichever_router_sheds_it():
     result = run(requests, uniform_pool(1), sheds, routers=2, seed=2)
     assert {d.reason for d in result.dropped} == {"router 0 sheds"}
     assert 0 < len(result.dropped) < 40 and len(result.dropped) + len(result.outcomes) == 40
+
+
+def test_each_router_records_its_own_streams_tpot_against_the_prediction_it_placed_them_with():
+    requests = [SimRequest(f"r{i}", 0.01 * i, 500, 20) for i in range(100)]
+    routed, views = {}, {}
+
+    def pick(router):
+        def choose(request, view):
+            routed[request.request_id], views[router] = router, view
+            return Pick(view.snapshots[0].server_id, predicted_tpot_ms=10.0 * (router + 1))
+        return choose
+
+    result = run(requests, uniform_pool(1), [pick(r) for r in range(2)], routers=2, seed=3)
+    for router, view in views.items():
+        got = [o.tpot_ms / (10.0 * (router + 1)) for o in result.outcomes if routed[o.request.request_id] == router]
+        assert len(view.tpot_ratios) == len(got) > 10
+        assert view.tpot_ratios.quantile(view.snapshots[0].pool_key, 1.0, 1000, 1) == pytest.approx(max(got))
