@@ -34,6 +34,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -155,8 +156,9 @@ def measure(requests, result, slo) -> tuple[float, ...]:
             met / n, sum(ttft_ok) / n, sum(tpot_ok) / n, met / span, len(served) / n)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a routing-quality run: the load, the SLO, the training and the policies."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--trace", default="azure", help="A trace file, a shared trace (azure, mooncake) or a "
                                                          "synthetic load spec (e.g. code:burst_factor=8).")
     parser.add_argument("--format", choices=("azure", "mooncake", "synthetic"), help="Default: from --trace.")
@@ -166,46 +168,79 @@ def main() -> int:
     parser.add_argument("--slo-tpot-ms", type=float, default=50.0)
     parser.add_argument("--loads", default="0.5,1,1.5,2", help="Evaluation loads, multiples of pool capacity.")
     parser.add_argument("--train-loads", help="Training loads (default: the evaluation loads).")
-    parser.add_argument("--seeds", type=int, default=1, help="Seeds 0..N-1 of pickers and simulator.")
     parser.add_argument("--sheddable", type=float, default=0.0, help="Share of sheddable requests.")
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
     parser.add_argument("--pool-slo", action="store_true",
                         help="Hold headroom's requests to the pipeline's defaultSLO instead of sending SLO headers.")
     parser.add_argument("--no-oracle", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A run's trained state: the workload, its capacity and loads, and the models trained on it."""
+    slo: tuple[float, float]  # TTFT and TPOT SLO, ms
+    work: Workload
+    capacity: float  # req/s per server
+    loads: list[float]
+    train_loads: list[float]
+    records: list
+    predictor: EmbeddedPredictor
+    lengths: list[int]  # the streams' output lengths a router that ran before has seen
+
+
+def prepare(args: argparse.Namespace) -> Setup:
+    """Train the models as :func:`train_runtime` does, at the training loads of ``args``."""
     slo = (args.slo_ttft_ms, args.slo_tpot_ms)
     work = Workload(args.trace, args.format, args.requests, args.load_seed, args.sheddable)
     capacity = capacity_rps(work.slices(None)[0])
     loads = [float(x) for x in args.loads.split(",")]
     train_loads = [float(x) for x in args.train_loads.split(",")] if args.train_loads else loads
-    started = time.time()
     runtime, records = train_runtime(work, capacity, train_loads, slo)
-    lengths = [r.output_tokens for r in records if r.stream][-1000:]  # what a router that ran before has seen
-    predictor = EmbeddedPredictor(runtime)
-    print(f"# {args.trace}: capacity {capacity:.2f} req/s per server; trained at loads {train_loads} on {len(records)} "
-          f"records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
-    policies = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
+    lengths = [r.output_tokens for r in records if r.stream][-1000:]
+    return Setup(slo, work, capacity, loads, train_loads, records, EmbeddedPredictor(runtime), lengths)
+
+
+def policies(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Any, bool]]:
+    """(name, seed → pick function, deterministic) of every policy ``args`` asks for."""
+    slo, predictor = setup.slo, setup.predictor
+    chosen = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
     headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
 
     def ours(seed, pipeline=None, overlays=None):
         config = {**(pipeline or DEFAULT_PIPELINE), **({"defaultSLO": pool_slo} if pool_slo else {})}
         return headroom(predictor, headers, seed, config, overlays)
 
-    policies += [("headroom", ours, False), ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
+    chosen += [("headroom", ours, False), ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
     for name, pipeline, overlays in map(variant, args.variant):
-        policies.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))
+        chosen.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))
     if not args.no_oracle:
-        policies.append(("oracle", oracle, True))
+        chosen.append(("oracle", oracle, True))
+    return chosen
+
+
+def main() -> int:
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=1, help="Seeds 0..N-1 of pickers and simulator.")
+    args = parser.parse_args()
+    started = time.time()
+    setup = prepare(args)
+    slo = setup.slo
+    print(f"# {args.trace}: capacity {setup.capacity:.2f} req/s per server; trained at loads {setup.train_loads} "
+          f"on {len(setup.records)} records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}",
+          flush=True)
+    chosen = policies(args, setup)
     print("| policy | load | TTFT p50 | TTFT mean | TTFT p99 | TPOT p99 | SLO attainment | TTFT-only | TPOT-only "
           "| goodput/s | served |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary = []
-    for load in loads:
-        _, requests = work.slices(load * SERVERS * capacity)
+    for load in setup.loads:
+        _, requests = setup.work.slices(load * SERVERS * setup.capacity)
         results = {}
-        for name, make, deterministic in policies:
-            runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed, lengths=lengths), slo)
+        for name, make, deterministic in chosen:
+            runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed,
+                                          lengths=setup.lengths), slo)
                     for seed in range(1 if deterministic else args.seeds)]
             mean = results[name] = np.mean(runs, axis=0)
             low, high = min(r[4] for r in runs), max(r[4] for r in runs)
@@ -214,7 +249,7 @@ def main() -> int:
                   f"{mean[4]:.3f}{spread} | {mean[5]:.3f} | {mean[6]:.3f} | {mean[7]:.1f} | {mean[8]:.3f} |",
                   flush=True)
         summary.append((load, results))
-    print_summary(summary, [p[0] for p in policies if p[0] in BASELINES])
+    print_summary(summary, [p[0] for p in chosen if p[0] in BASELINES])
     print(f"\n# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: done in {time.time() - started:.0f} s; "
           f"load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
