@@ -18,9 +18,7 @@ True
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import deque
 
 import numpy as np
 
@@ -28,30 +26,46 @@ MAX_RATIOS = 10_000  # per pool: the longest window a reader may ask for
 
 
 class TpotRatios:
-    """Per pool, the ratios got / predicted TPOT of the last ``capacity`` streams that completed."""
+    """Per pool, the ratios got / predicted TPOT of the last ``capacity`` streams that completed, in a ring of
+    ``capacity`` floats (80 KB at the default); the quantiles asked for are kept until the pool's next ratio."""
 
     def __init__(self, capacity: int = MAX_RATIOS):
         self.capacity = capacity
-        self._recent: dict[str, deque[float]] = {}
-        self._quantiles: dict[tuple[str, float, int], float] = {}  # cleared by every add
+        self._rings: dict[str, np.ndarray] = {}
+        self._counts: dict[str, int] = {}  # ratios ever added per pool; the next goes to count % capacity
+        self._quantiles: dict[str, dict[tuple[float, int], float]] = {}
 
     def add(self, pool_key: str, predicted_ms: float, got_ms: float) -> None:
-        """A stream placed with a TPOT prediction of ``predicted_ms`` completed with a TPOT of ``got_ms``."""
-        if not (predicted_ms > 0 and got_ms >= 0 and math.isfinite(predicted_ms) and math.isfinite(got_ms)):
+        """A stream placed with a TPOT prediction of ``predicted_ms`` completed with a TPOT of ``got_ms``; a ratio
+        that is not a finite number is left out."""
+        if not (predicted_ms > 0 and got_ms >= 0):
             return
-        self._recent.setdefault(pool_key, deque(maxlen=self.capacity)).append(got_ms / predicted_ms)
-        self._quantiles.clear()
+        ratio = got_ms / predicted_ms
+        if not math.isfinite(ratio):
+            return
+        ring = self._rings.get(pool_key)
+        if ring is None:
+            ring = self._rings[pool_key] = np.empty(self.capacity)
+        count = self._counts.get(pool_key, 0)
+        ring[count % self.capacity] = ratio
+        self._counts[pool_key] = count + 1
+        self._quantiles.pop(pool_key, None)
 
     def quantile(self, pool_key: str, q: float, window: int, least: int) -> float | None:
         """The ``q`` quantile of the pool's last ``window`` ratios; None while fewer than ``least`` are known."""
-        recent = self._recent.get(pool_key, ())
-        if len(recent) < least:
+        count = self._counts.get(pool_key, 0)
+        if count < least:
             return None
-        key = (pool_key, q, window)
-        if key not in self._quantiles:
-            values = np.fromiter(itertools.islice(reversed(recent), window), dtype=np.float64)
-            self._quantiles[key] = float(np.quantile(values, q))
-        return self._quantiles[key]
+        known = self._quantiles.setdefault(pool_key, {})
+        value = known.get((q, window))
+        if value is None:
+            value = known[(q, window)] = float(np.quantile(self._last(pool_key, min(window, count)), q))
+        return value
+
+    def _last(self, pool_key: str, n: int) -> np.ndarray:
+        """The pool's last ``n`` ratios (in ring order: a quantile does not mind)."""
+        ring, end = self._rings[pool_key], self._counts[pool_key] % self.capacity
+        return ring[end - n:end] if n <= end else np.concatenate((ring[:end], ring[end - n:]))
 
     def __len__(self) -> int:
-        return sum(len(recent) for recent in self._recent.values())
+        return sum(min(count, self.capacity) for count in self._counts.values())

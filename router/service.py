@@ -4,8 +4,9 @@
 or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
 latency metrics, records how a stream's TPOT compared with its prediction (the pool's ``tpot_ratios``, which
-the producer calibrates its TPOT verdict with) and sends one telemetry record carrying the prediction that was used (or, with a
-:class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its weight);
+the producer calibrates its TPOT verdict with) and sends one telemetry record carrying the prediction that was
+used (or, with a :class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its
+weight);
 :meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
 releases a request that failed. A proxied attempt that failed before its first byte is reported with
 :meth:`RouterService.upstream_failed` (passive outlier detection) and may go to another server

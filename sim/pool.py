@@ -6,8 +6,8 @@ scraped metrics. The router's knowledge is modelled explicitly: server metrics a
 ``scrape_interval_s`` (the view is that stale); in-flight counts are the router's own and always fresh.
 With ``routers`` > 1, several router replicas share the pool: each request goes to one of them at random
 (as a Service spreads connections), and each sees only its own in-flight requests, the streams it relays
-(their TPOT SLOs, the lengths they completed with, their TPOT against its prediction) and, with ``prefix_knowledge="router"``, only the
-prefixes it sent itself (:mod:`sim.view`).
+(their TPOT SLOs, the lengths they completed with, their TPOT against its prediction) and, with
+``prefix_knowledge="router"``, only the prefixes it sent itself (:mod:`sim.view`).
 
 Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
 ``actions`` run once at given times; both get a :class:`PoolControl` that can add servers (routable after

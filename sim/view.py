@@ -67,8 +67,8 @@ class PoolView:
     """The router's view at one arrival; the runner reuses one instance and updates it in place."""
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
-                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios", "_engines",
-                 "_matches", "_tpot_slos", "_known")
+                 "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios",
+                 "_engines", "_matches", "_tpot_slos", "_known")
 
     def __init__(self) -> None:
         self.now = 0.0

@@ -11,7 +11,8 @@ decode or a prefill beside every step) a mean below the SLO hides that most stre
 ``tpotQuantile`` set, the effective TPOT SLO is divided by that quantile of the pool's recent ratios of the TPOT
 streams got to their prediction (``context.tpot_ratios``, the router's record of its completions), clamped to
 ``[tpotFactorFloor, tpotFactorCap]``: where the predictions hold, the verdict barely moves; where the mean hides a
-miss, it tightens by what the router saw.
+miss, it tightens by what the router saw. The ratios come from every completion the router is told of, the Pick
+API's reports included, as its telemetry does; ``tpotFactorCap`` bounds what any of them can do.
 
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
 that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
@@ -87,7 +88,8 @@ class PredictedLatencyProducer:
         n = len(table)
         predicted = np.zeros(n, dtype=bool)
         ttft, tpot, e2e = np.full(n, math.nan), np.full(n, math.nan), np.full(n, math.nan)
-        tpot_factor = np.ones(n)
+        calibrating = bool(self.params.tpot_quantile) and request.stream and request.has_slo  # a TPOT verdict
+        tpot_factor = np.ones(n) if calibrating else None
         reasons: list[str | None] = list(cands.fallback_reason_by_row)
         versions: list[Mapping[str, int]] = [NO_VERSIONS] * n
         rows = cands.member_rows()
@@ -119,7 +121,8 @@ class PredictedLatencyProducer:
                     continue
             predicted[group] = True
             ttft[group], tpot[group] = values[0], values[1]
-            tpot_factor[group] = self.params.tpot_factor(context.tpot_ratios, pool_key)
+            if tpot_factor is not None:
+                tpot_factor[group] = self.params.tpot_factor(context.tpot_ratios, pool_key)
             if len(values) > 2:
                 e2e[group] = values[2]
             versions_used = dict(batch.versions)
@@ -128,12 +131,13 @@ class PredictedLatencyProducer:
             else:
                 for i in group.tolist():
                     reasons[i], versions[i] = None, versions_used
-        ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e, tpot_factor)
+        ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e,
+                                                      1.0 if tpot_factor is None else tpot_factor)
         return cands.with_predictions(predicted, ttft, tpot, e2e, ttft_headroom, tpot_headroom, tuple(reasons),
                                       tuple(versions))
 
     def _headroom(self, request: Request, table: ServerTable, predicted: np.ndarray, ttft: np.ndarray,
-                  tpot: np.ndarray, e2e: np.ndarray, tpot_factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  tpot: np.ndarray, e2e: np.ndarray, tpot_factor: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
         """TTFT and TPOT headroom per row (NaN where it does not apply); ``tpot_factor`` divides the TPOT SLO."""
         missing = np.full(len(table), math.nan)
         if not request.has_slo:
