@@ -176,8 +176,8 @@ def _decode_field_by_field(raw: bytes) -> TelemetryRecord:
 def validate(body: Any) -> TelemetryRecord:
     """Check a decoded JSON object (or one built of the same Python types); raises :class:`InvalidRecord` with
     the reason. As in :func:`decode`, the fast path converts it with msgspec against :data:`WIRE_TYPE` (strictly:
-    no bool for a number, no numpy scalar; an int subclass such as an IntEnum is taken as its int); anything it
-    refuses, or a body that is no plain ``dict``, is checked field by field, which says why."""
+    no bool for a number, no numpy scalar; an int subclass such as an IntEnum as its int, as field by field);
+    anything it refuses, or a body that is no plain ``dict``, is checked field by field, which says why."""
     record = _wire_record(_CONVERT_STRICT, body) if type(body) is dict else None
     return record if record is not None else _validate_field_by_field(body)
 
@@ -218,11 +218,17 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _integer(name: str, value: Any) -> int:
-    if type(value) is not int:
+    if not _is_integer(value):
         raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
+    value = int(value)  # an int subclass (an IntEnum) as its value
     if abs(value) > MAX_INTEGER:
         raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {_integer_shown(value)}")
     return value
+
+
+def _is_integer(value: Any) -> bool:
+    """An int or an int subclass but a bool, as msgspec's strict conversion takes them."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _integer_shown(value: int) -> str:
@@ -238,8 +244,7 @@ def _count(name: str, value: Any) -> int:
 
 
 def _number(name: str, value: Any) -> float:
-    kind = type(value)
-    if kind is not float and kind is not int:
+    if type(value) is not float and not _is_integer(value):
         raise InvalidRecord(f"field {name!r} must be a number, got {_kind(value)}")
     try:
         number = float(value)
@@ -284,10 +289,10 @@ def _versions(_name: str, value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise InvalidRecord(f"field 'model_versions' must be an object of target -> version, got {_kind(value)}")
     for target, version in value.items():
-        if type(version) is not int or not 0 <= version <= MAX_INTEGER:
+        if not _is_integer(version) or not 0 <= version <= MAX_INTEGER:
             raise InvalidRecord(f"field 'model_versions' entry {target!r} must be a non-negative integer, "
                                 f"got {_kind(version)}")
-    return dict(value)
+    return {target: int(version) for target, version in value.items()}
 
 
 def _check_consistency(record: TelemetryRecord) -> None:

@@ -1,4 +1,5 @@
 import dataclasses
+import enum
 import json
 import math
 
@@ -132,13 +133,24 @@ def test_fast_path_agrees_with_the_field_by_field_validator(data):
     assert typed(outcomes[0]) == typed(outcomes[1])
 
 
+class Level(enum.IntEnum):
+    TWO = 2
+
+
 PYTHON_VALUES = (JSON_VALUES | st.floats() | st.integers(-2**64, 2**64) | st.sampled_from(
-    [math.inf, -math.inf, math.nan, 10**400, np.float64(1.5), np.int64(3), np.bool_(True)]))
+    [math.inf, -math.inf, math.nan, 10**400, np.float64(1.5), np.int64(3), np.bool_(True), Level.TWO]))
 
 
 def typed(outcome):
     """A record's values with their types (1 and 1.0 differ), or a refusal's reason."""
     return [(type(v), v) for v in dataclasses.astuple(outcome)] if isinstance(outcome, TelemetryRecord) else outcome
+
+
+@pytest.mark.parametrize("changes", [{"prompt_tokens": Level.TWO}, {"model_versions": {"ttft": Level.TWO}}])
+def test_an_int_subclass_is_taken_as_its_int_on_both_paths(changes):
+    from headroom.contract.telemetry import _validate_field_by_field
+
+    assert typed(validate(wire(**changes))) == typed(_validate_field_by_field(wire(**changes)))
 
 
 @settings(max_examples=400, deadline=None)
