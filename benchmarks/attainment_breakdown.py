@@ -4,8 +4,8 @@
         [--baselines least-kv] [--variant NAME=JSON ...]
 
 Takes :mod:`benchmarks.router_quality`'s options (here by default the code load past capacity, least-KV
-and no oracle) and trains as it does, then runs each policy once (seed 0) at each load and prints, per policy: each server's requests, how many met the SLO, the TTFT
-SLO and the TPOT SLO; how many met it in each tenth of the arrival window; the TPOT quantiles of the
+and no oracle) and trains as it does, then runs each policy once (seed 0) at each load and prints, per
+policy: each server's requests, how many met the SLO, the TTFT SLO and the TPOT SLO; how many met it in each tenth of the arrival window; the TPOT quantiles of the
 requests that started within their TTFT SLO; and, for headroom's pipelines, how the predicted TPOT of the
 chosen server compares with the TPOT the request got (the SLO verdict reads that prediction).
 """
@@ -38,7 +38,8 @@ def breakdown(name: str, requests: list, result: RunResult, slo: tuple[float, fl
         counts.update(n=1, met=ttft_ok and tpot_ok, ttft=ttft_ok, tpot=tpot_ok)
         by_tenth[min(9, int(10 * o.request.arrival_s / span))].update(n=1, met=ttft_ok and tpot_ok)
     met = sum(c["met"] for c in per_server.values())
-    print(f"\n## {name}: {met} of {len(requests)} met; arrivals over {span:.1f} s, last completion {result.end_s:.1f} s")
+    print(f"\n## {name}: {met} of {len(requests)} met; arrivals over {span:.1f} s, "
+          f"last completion {result.end_s:.1f} s")
     print("server (most requests first): requests / met / TTFT met / TPOT met")
     for server, c in sorted(per_server.items(), key=lambda kv: -kv[1]["n"]):
         print(f"  {server}: {c['n']} / {c['met']} / {c['ttft']} / {c['tpot']}")
@@ -66,7 +67,7 @@ def main() -> int:
     setup = prepare(args)
     for load in setup.loads:
         _, requests = setup.work.slices(load * SERVERS * setup.capacity)
-        for name, make, _ in policies(args, setup):
+        for name, make, _ in policies(args, setup, without_slo=False):
             result = run(requests, uniform_pool(SERVERS), make(0), seed=0, lengths=setup.lengths)
             breakdown(f"{name} at load {load:g}", requests, result, setup.slo)
     return 0

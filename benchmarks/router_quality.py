@@ -202,8 +202,9 @@ def prepare(args: argparse.Namespace) -> Setup:
     return Setup(slo, work, capacity, loads, train_loads, records, EmbeddedPredictor(runtime), lengths)
 
 
-def policies(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Any, bool]]:
-    """(name, seed → pick function, deterministic) of every policy ``args`` asks for."""
+def policies(args: argparse.Namespace, setup: Setup, without_slo: bool = True) -> list[tuple[str, Any, bool]]:
+    """(name, seed → pick function, deterministic) of every policy ``args`` asks for, and ``headroom no-SLO``
+    unless not ``without_slo``."""
     slo, predictor = setup.slo, setup.predictor
     chosen = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
     headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
@@ -212,7 +213,9 @@ def policies(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Any, boo
         config = {**(pipeline or DEFAULT_PIPELINE), **({"defaultSLO": pool_slo} if pool_slo else {})}
         return headroom(predictor, headers, seed, config, overlays)
 
-    chosen += [("headroom", ours, False), ("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False)]
+    chosen.append(("headroom", ours, False))
+    if without_slo:
+        chosen.append(("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False))
     for name, pipeline, overlays in map(variant, args.variant):
         chosen.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))
     if not args.no_oracle:
@@ -228,7 +231,8 @@ def main() -> int:
     setup = prepare(args)
     slo = setup.slo
     print(f"# {args.trace}: capacity {setup.capacity:.2f} req/s per server; trained at loads {setup.train_loads} "
-          f"on {len(setup.records)} records in {time.time() - started:.0f} s; load average {os.getloadavg()[0]:.1f}",
+          f"on {len(setup.records)} records, ready in {time.time() - started:.0f} s; "
+          f"load average {os.getloadavg()[0]:.1f}",
           flush=True)
     chosen = policies(args, setup)
     print("| policy | load | TTFT p50 | TTFT mean | TTFT p99 | TPOT p99 | SLO attainment | TTFT-only | TPOT-only "

@@ -1,5 +1,5 @@
-"""The attainment breakdown accounts for every request once: per server, per tenth of the arrival window,
-and in its total — on a real simulated run of a baseline."""
+"""The attainment breakdown accounts for every request once — per server, per tenth of the arrival window,
+and in its total — on a real simulated run of a baseline, and runs the policies router_quality would."""
 
 import re
 
@@ -20,4 +20,14 @@ def test_every_request_is_counted_once_per_server_per_tenth_and_in_the_total(cap
     assert len(per_server) == 2 and sum(n for n, *_ in per_server) == 300
     assert sum(met for _, met, *_ in per_server) == met_total == sum(met for met, _ in tenths)
     assert len(tenths) == 10 and sum(n for _, n in tenths) == 300
-    assert all(met <= min(ttft, tpot) for _, met, ttft, tpot in per_server)
+
+
+def test_the_breakdown_runs_the_policies_asked_for_as_router_quality_does():
+    from headroom.benchmarks.router_quality import Setup, arguments, policies
+
+    setup = Setup((1000.0, 50.0), Workload("code", None, 10), 1.0, [1.0], [1.0], [], None, [])  # type: ignore[arg-type]
+    args = arguments("").parse_args(["--baselines", "least-kv,random", "--variant", 'x={"producer":{}}'])
+    assert [p[0] for p in policies(args, setup)] == ["least-kv", "random", "headroom", "headroom no-SLO", "x",
+                                                      "oracle"]
+    args = arguments("").parse_args(["--baselines", "", "--no-oracle"])
+    assert [p[0] for p in policies(args, setup, without_slo=False)] == ["headroom"]
