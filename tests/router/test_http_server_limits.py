@@ -332,3 +332,20 @@ def test_a_closed_connection_whose_client_never_reads_the_end_is_cut_after_keep_
             writer.close()
             await server.close(grace_s=0.1)
     assert run(scenario)
+
+
+def test_a_refused_connection_with_a_request_begun_behind_it_is_closed_after_keep_alive_s(monkeypatch):
+    monkeypatch.setattr(http_connection, "LINGER_S", 60.0)  # not the linger's abort: the keep-alive limit's close
+
+    async def scenario():
+        server, port = await serving(max_headers=10, keep_alive_s=0.5, request_s=0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n" + b"X-A: a\r\n" * 20 + b"\r\n" + b"GET / HTTP/1.1\r\nHost: h\r\n")
+        try:
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            return answer, await gone(server)
+        finally:
+            writer.close()
+            await server.close(grace_s=0.1)
+    answer, result = run(scenario)
+    assert answer.startswith(b"HTTP/1.1 431 ") and result
