@@ -67,7 +67,7 @@ def main() -> int:
     setup = prepare(args)
     for load in setup.loads:
         _, requests = setup.work.slices(load * SERVERS * setup.capacity)
-        for name, make, _ in policies(args, setup, without_slo=False):
+        for name, make, _ in policies(args, setup, include_no_slo=False):
             result = run(requests, uniform_pool(SERVERS), make(0), seed=0, lengths=setup.lengths)
             breakdown(f"{name} at load {load:g}", requests, result, setup.slo)
     return 0

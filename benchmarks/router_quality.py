@@ -202,9 +202,9 @@ def prepare(args: argparse.Namespace) -> Setup:
     return Setup(slo, work, capacity, loads, train_loads, records, EmbeddedPredictor(runtime), lengths)
 
 
-def policies(args: argparse.Namespace, setup: Setup, without_slo: bool = True) -> list[tuple[str, Any, bool]]:
-    """(name, seed → pick function, deterministic) of every policy ``args`` asks for, and ``headroom no-SLO``
-    unless not ``without_slo``."""
+def policies(args: argparse.Namespace, setup: Setup, include_no_slo: bool = True) -> list[tuple[str, Any, bool]]:
+    """(name, seed → pick function, deterministic) of every policy ``args`` asks for, ``headroom no-SLO``
+    included unless not ``include_no_slo``."""
     slo, predictor = setup.slo, setup.predictor
     chosen = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
     headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
@@ -214,7 +214,7 @@ def policies(args: argparse.Namespace, setup: Setup, without_slo: bool = True) -
         return headroom(predictor, headers, seed, config, overlays)
 
     chosen.append(("headroom", ours, False))
-    if without_slo:
+    if include_no_slo:
         chosen.append(("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False))
     for name, pipeline, overlays in map(variant, args.variant):
         chosen.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))

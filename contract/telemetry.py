@@ -220,10 +220,10 @@ def _flag(name: str, value: Any) -> bool:
 def _integer(name: str, value: Any) -> int:
     if not _is_integer(value):
         raise InvalidRecord(f"field {name!r} must be an integer, got {_kind(value)}")
-    value = int(value)  # an int subclass (an IntEnum) as its value
-    if abs(value) > MAX_INTEGER:
-        raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {_integer_shown(value)}")
-    return value
+    number = int(value)  # an int subclass (an IntEnum) as its value
+    if abs(number) > MAX_INTEGER:
+        raise InvalidRecord(f"field {name!r} is out of range (|value| > 2^53 - 1), got {_integer_shown(number)}")
+    return number
 
 
 def _is_integer(value: Any) -> bool:

@@ -38,7 +38,7 @@ class TpotRatios:
     def add(self, pool_key: str, predicted_ms: float, got_ms: float) -> None:
         """A stream placed with a TPOT prediction of ``predicted_ms`` completed with a TPOT of ``got_ms``; a ratio
         that is not a finite number is left out."""
-        if not (predicted_ms > 0 and got_ms >= 0):
+        if not (predicted_ms > 0 and got_ms >= 0 and math.isfinite(predicted_ms)):
             return
         ratio = got_ms / predicted_ms
         if not math.isfinite(ratio):
@@ -59,7 +59,7 @@ class TpotRatios:
         known = self._quantiles.setdefault(pool_key, {})
         value = known.get((q, window))
         if value is None:
-            value = known[(q, window)] = float(np.quantile(self._last(pool_key, min(window, count)), q))
+            value = known[(q, window)] = float(np.quantile(self._last(pool_key, min(window, count, self.capacity)), q))
         return value
 
     def _last(self, pool_key: str, n: int) -> np.ndarray:

@@ -30,4 +30,4 @@ def test_the_breakdown_runs_the_policies_asked_for_as_router_quality_does():
     assert [p[0] for p in policies(args, setup)] == ["least-kv", "random", "headroom", "headroom no-SLO", "x",
                                                       "oracle"]
     args = arguments("").parse_args(["--baselines", "", "--no-oracle"])
-    assert [p[0] for p in policies(args, setup, without_slo=False)] == ["headroom"]
+    assert [p[0] for p in policies(args, setup, include_no_slo=False)] == ["headroom"]

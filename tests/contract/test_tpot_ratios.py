@@ -22,12 +22,17 @@ def test_the_window_reads_across_the_ring_s_end():
         ratios.add("a", predicted_ms=1.0, got_ms=float(got))
     assert ratios.quantile("a", 0.0, window=5, least=1) == 7.0  # the last five: 7..11
     assert ratios.quantile("a", 0.0, window=8, least=1) == 4.0
+    assert ratios.quantile("a", 0.0, window=10, least=1) == 4.0  # a window past the ring: what it holds
+    assert ratios.quantile("a", 1.0, window=8, least=1) == 11.0
+    for got in range(12, 17):  # 16 added: the ring's end at slot 0
+        ratios.add("a", predicted_ms=1.0, got_ms=float(got))
+    assert (ratios.quantile("a", 0.0, window=8, least=1), ratios.quantile("a", 1.0, window=3, least=1)) == (9.0, 16.0)
 
 
 def test_too_few_or_unusable_ratios_give_nothing():
     ratios = TpotRatios()
-    for predicted, got in [(0.0, 30.0), (-1.0, 30.0), (math.nan, 30.0), (40.0, math.inf), (40.0, -1.0),
-                           (1e-300, 1e10)]:  # the last: each finite, their ratio not
+    for predicted, got in [(0.0, 30.0), (-1.0, 30.0), (math.nan, 30.0), (math.inf, 30.0), (40.0, math.inf),
+                           (40.0, -1.0), (1e-300, 1e10)]:  # the last: each finite, their ratio not
         ratios.add("a", predicted_ms=predicted, got_ms=got)
     assert len(ratios) == 0
     ratios.add("a", predicted_ms=40.0, got_ms=60.0)
