@@ -165,9 +165,7 @@ class PredictionApi:
         n = len(rows)
         columns = {name: np.fromiter((getattr(r, name) for r in rows), dtype=np.float64, count=n)
                    for name in _NUMERIC}
-        raw = {name: np.full(n, value, dtype=np.float64) if np.isscalar(value) else value
-               for name, value in raw_values(columns).items()}
-        features = feature_matrix(raw)
+        features = feature_matrix(raw_values(columns), n)  # a default is one number for every row
         errors: list[str | None] = [None] * n
         invalid = encoder_excess(columns["encoder_matched_size"], columns["encoder_input_size"])
         for i, error in invalid.items():
