@@ -24,7 +24,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not kafka and not e2e and not kube"
 
-# ruff over the tree; mypy (strict on contract/ and router/) over the modules under their installed names,
+# ruff over the tree; mypy (strict on contract/, feedback/ and router/) over the modules under their installed names,
 # through a tree of links that mypy can follow (headroom.cli.typecheck_tree).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -36,10 +36,11 @@ chart:
 	$(HELM) lint infra/helm/headroom --kube-version 1.30.0
 	$(HELM) template headroom infra/helm/headroom --kube-version 1.30.0 --output-dir $(CHART_OUT)
 
-# helm and the test API server, built once into ~/.cache/headroom/bin (the tests build them when missing).
+# helm, the test API server and GIE's endpoint picker, built once into ~/.cache/headroom/bin (the tests build them when missing).
 tools:
 	infra/build-tool helm
 	infra/build-tool kube-apiserver
+	infra/build-tool epp
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'

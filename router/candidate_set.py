@@ -24,7 +24,7 @@ from typing import overload
 import numpy as np
 
 from headroom.contract.targets import response_ms
-from headroom.router.roles import Candidate, Prediction, Scored, ServerSnapshot
+from headroom.router.roles import NO_CORRECTION, Candidate, Prediction, Scored, ServerSnapshot
 from headroom.router.server_table import ServerTable
 
 NO_VERSIONS: Mapping[str, int] = MappingProxyType({})
@@ -43,6 +43,7 @@ class CandidateSet(Sequence[Candidate]):
     fallback_reason_by_row: tuple[str | None, ...]
     versions_by_row: tuple[Mapping[str, int], ...]
     originals: tuple[Candidate, ...] | None = field(default=None, repr=False)  # per row of ``servers``
+    corrected: bool = False  # the predictions include each server's ``latency_correction``
 
     @classmethod
     def unpredicted(cls, servers: Sequence[ServerSnapshot]) -> CandidateSet:
@@ -76,18 +77,19 @@ class CandidateSet(Sequence[Candidate]):
 
     def with_predictions(self, predicted: np.ndarray, ttft_ms: np.ndarray, tpot_ms: np.ndarray,
                          e2e_ms: np.ndarray, ttft_headroom_ms: np.ndarray, tpot_headroom_ms: np.ndarray,
-                         fallback_reasons: tuple[str | None, ...],
-                         versions: tuple[Mapping[str, int], ...]) -> CandidateSet:
-        """The same members with new prediction columns (each one value per row of ``servers``)."""
+                         fallback_reasons: tuple[str | None, ...], versions: tuple[Mapping[str, int], ...],
+                         corrected: bool = False) -> CandidateSet:
+        """The same members with new prediction columns (each one value per row of ``servers``), ``corrected``
+        when they include each server's ``latency_correction``."""
         return CandidateSet(self.servers, self.rows, predicted, ttft_ms, tpot_ms, e2e_ms, ttft_headroom_ms,
-                            tpot_headroom_ms, fallback_reasons, versions)
+                            tpot_headroom_ms, fallback_reasons, versions, corrected=corrected)
 
     def take(self, positions: np.ndarray) -> CandidateSet:
         """The members at ``positions`` (indices into this set), in that order."""
         rows = positions if self.rows is None else self.rows[positions]
         return CandidateSet(self.servers, rows, self.predicted, self.ttft_ms, self.tpot_ms, self.e2e_ms,
                             self.ttft_headroom_ms_by_row, self.tpot_headroom_ms_by_row,
-                            self.fallback_reason_by_row, self.versions_by_row, self.originals)
+                            self.fallback_reason_by_row, self.versions_by_row, self.originals, self.corrected)
 
     def member_rows(self) -> np.ndarray:
         """Row numbers of ``servers`` of the members, in candidate order."""
@@ -157,8 +159,9 @@ class CandidateSet(Sequence[Candidate]):
         prediction = None
         if self.predicted[row]:
             e2e = float(self.e2e_ms[row])
+            correction = tuple(self.servers.latency_correction[:, row].tolist()) if self.corrected else NO_CORRECTION
             prediction = Prediction(float(self.ttft_ms[row]), float(self.tpot_ms[row]),
-                                    None if math.isnan(e2e) else e2e, self.versions_by_row[row])
+                                    None if math.isnan(e2e) else e2e, self.versions_by_row[row], correction)
         return Candidate(self.servers[row], prediction, _optional(self.ttft_headroom_ms_by_row[row]),
                          _optional(self.tpot_headroom_ms_by_row[row]), self.fallback_reason_by_row[row])
 

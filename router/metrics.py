@@ -5,11 +5,11 @@ Latency histograms follow SPEC §4: TTFT means E2E when the request does not str
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -88,6 +88,10 @@ class RouterMetrics:
         """Export ``counts`` (the sink's :class:`~router.telemetry_sink.TelemetryCounts`), read at scrape time."""
         self.registry.register(_TelemetryDelivery(counts))
 
+    def report_corrections(self, corrections: Callable[[], Iterator[tuple[str, str, float]]]) -> None:
+        """Export each server's latency correction per target, ``corrections()`` read at scrape time."""
+        self.registry.register(_LatencyCorrections(corrections))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -102,6 +106,19 @@ class _TelemetryDelivery:
                                      labels=["outcome"])
         for outcome in ("delivered", "failed", "dropped"):
             family.add_metric([outcome], getattr(self.counts, outcome))
+        yield family
+
+
+class _LatencyCorrections:
+    def __init__(self, corrections: Callable[[], Iterator[tuple[str, str, float]]]) -> None:
+        self.corrections = corrections
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("headroom_router_latency_correction", "What each server's predictions are "
+                                   "multiplied by, per target: how far its latencies have lately departed from the "
+                                   "models' (1: not at all).", labels=["server", "target"])
+        for server, target, factor in self.corrections():
+            family.add_metric([server, target], factor)
         yield family
 
 

@@ -14,6 +14,7 @@ a plugin has one code path whoever calls it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +23,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from headroom.contract.server_state import ServerState
-from headroom.contract.targets import response_ms
+from headroom.contract.targets import TARGETS, response_ms
 from headroom.contract.tpot_ratios import TpotRatios
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
+NO_CORRECTION = (0.0,) * len(TARGETS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +71,9 @@ class ServerSnapshot(ServerState):
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests the router has running there
     metrics_age_s: float = 0.0  # how old the scraped metrics are
     tpot_at_risk: float = 0.0  # expected misses among its streams behind their TPOT SLO if a prefill lands there
+    # per target (contract.targets.TARGETS order), the log factor its predictions are corrected by: how far its
+    # latencies have lately departed from the models' (feedback.latency_corrections)
+    latency_correction: tuple[float, ...] = NO_CORRECTION
 
     @property
     def is_idle(self) -> bool:
@@ -81,16 +86,24 @@ class ServerSnapshot(ServerState):
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """Predicted latencies (ms) for one request on one server, and the model versions that made them."""
+    """Predicted latencies (ms) for one request on one server, the model versions that made them, and the log
+    factors per target (``TARGETS`` order) the models' values were corrected by for that server."""
 
     ttft_ms: float
     tpot_ms: float
     e2e_ms: float | None = None
     versions: Mapping[str, int] = field(default_factory=dict, hash=False)
+    correction: tuple[float, ...] = NO_CORRECTION
 
     def response_ms(self, stream: bool) -> float:
         """When the client's response starts (:func:`contract.targets.response_ms`)."""
         return response_ms(stream, self.ttft_ms, self.e2e_ms)
+
+    def model_ms(self) -> dict[str, float | None]:
+        """Per target, what the model predicted before the server's correction."""
+        values = (self.ttft_ms, self.tpot_ms, self.e2e_ms)
+        return {target: None if value is None else value / math.exp(log_factor)
+                for target, value, log_factor in zip(TARGETS, values, self.correction)}
 
 
 @dataclass(frozen=True, slots=True)

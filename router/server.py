@@ -90,6 +90,7 @@ class RouterServer:
             predictor = self._remote_predictor()
         if isinstance(self.telemetry, KafkaTelemetry):
             self.metrics.report_telemetry(self.telemetry.counts)
+        self.metrics.report_corrections(lambda: self.pool.latency_corrections(time.monotonic()))
         limits = RequestLimits(s.max_body_bytes, s.max_json_depth, s.max_hashed_tokens, s.max_block_hashes,
                                s.max_candidates)
         self.service = RouterService(Engine(config.pipeline), self.pool, self.telemetry, self.metrics,

@@ -6,20 +6,21 @@ holds one float64 column (counts too) per field of the contract's
 :class:`~contract.server_state.ServerState`, by name; names are tuples, and the router's own numbers are
 columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running;
 ``tpot_at_risk`` counts the running streams at risk of missing their TPOT SLO, each weighted by the chance
-that it ends soon. A table is a value: its columns are copies, never views of state that changes later.
+that it ends soon; ``latency_correction`` holds, per target (rows in ``TARGETS`` order) and server, the log factor
+its predictions are corrected by. A table is a value: its columns are copies, never views of state that changes later.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 import numpy as np
 
 from headroom.contract.server_state import SERVER_FIELDS
-from headroom.router.roles import COLD_KV_USAGE, ServerSnapshot
+from headroom.router.roles import COLD_KV_USAGE, NO_CORRECTION, ServerSnapshot
 
 _PYTHON_TYPE = {name: int if raw.kind == "count" else float for name, raw in SERVER_FIELDS.items()}
 
@@ -34,6 +35,7 @@ class ServerTable(Sequence[ServerSnapshot]):
     tightest_tpot_slo_ms: np.ndarray
     metrics_age_s: np.ndarray
     tpot_at_risk: np.ndarray
+    latency_correction: np.ndarray  # (len(TARGETS), servers)
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -52,7 +54,9 @@ class ServerTable(Sequence[ServerSnapshot]):
             running_tpot_slos_ms=tuple(s.running_tpot_slos_ms for s in snaps),
             tightest_tpot_slo_ms=np.array([min(s.running_tpot_slos_ms, default=math.nan) for s in snaps],
                                           dtype=np.float64).reshape(len(snaps)),
-            metrics_age_s=column("metrics_age_s"), tpot_at_risk=column("tpot_at_risk"), originals=snaps)
+            metrics_age_s=column("metrics_age_s"), tpot_at_risk=column("tpot_at_risk"),
+            latency_correction=np.array([s.latency_correction for s in snaps], dtype=np.float64).reshape(
+                len(snaps), len(NO_CORRECTION)).T, originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
         """The servers at ``rows`` (row numbers), in that order."""
@@ -63,8 +67,12 @@ class ServerTable(Sequence[ServerSnapshot]):
             state={name: column[rows] for name, column in self.state.items()},
             running_tpot_slos_ms=tuple(self.running_tpot_slos_ms[i] for i in picked),
             tightest_tpot_slo_ms=self.tightest_tpot_slo_ms[rows], metrics_age_s=self.metrics_age_s[rows],
-            tpot_at_risk=self.tpot_at_risk[rows],
+            tpot_at_risk=self.tpot_at_risk[rows], latency_correction=self.latency_correction[:, rows],
             originals=None if self.originals is None else tuple(self.originals[i] for i in picked))
+
+    def with_correction(self, latency_correction: np.ndarray) -> ServerTable:
+        """The same servers with another ``latency_correction`` (e.g. the router's own, for a caller's candidates)."""
+        return replace(self, latency_correction=latency_correction, originals=None)
 
     @property
     def is_idle(self) -> np.ndarray:
@@ -96,4 +104,5 @@ class ServerTable(Sequence[ServerSnapshot]):
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
             running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
-            tpot_at_risk=float(self.tpot_at_risk[i]), **state)
+            tpot_at_risk=float(self.tpot_at_risk[i]), latency_correction=tuple(self.latency_correction[:, i].tolist()),
+            **state)

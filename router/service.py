@@ -4,8 +4,10 @@
 or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
 latency metrics, records how a stream's TPOT compared with its prediction (the pool's ``tpot_ratios``, which
-the producer calibrates its TPOT verdict with) and sends one telemetry record carrying the prediction that was
-used (or, with a :class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its
+the producer calibrates its TPOT verdict with) and how each latency compared with what the model predicted there
+(the pool's ``corrections``, which the producer corrects each server's predictions with), and sends one telemetry
+record carrying the model's prediction that was used (uncorrected: the residuals the worker's drift detectors
+watch are the model's) (or, with a :class:`~router.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its
 weight);
 :meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
 releases a request that failed. A proxied attempt that failed before its first byte is reported with
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
-from headroom.contract.targets import response_ms
+from headroom.contract.targets import response_ms, trains
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.router.engine import Decision, Engine
 from headroom.router.errors import AdmissionRejected
@@ -35,7 +37,7 @@ from headroom.router.limits import RequestLimits
 from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
 from headroom.router.prompt import PromptInfo
-from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.roles import Context, LatencyPredictor, Prediction, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 from headroom.router.telemetry_sampler import TelemetrySampler
 from headroom.router.telemetry_sink import TelemetrySink
@@ -97,6 +99,8 @@ class RouterService:
         tried = () if retry_of is None else (*retry_of.tried, retry_of.server.server_id)
         if servers is None:
             servers = self.pool.snapshots(request, now, frozenset(tried))
+        else:
+            servers = self.pool.with_corrections(servers, now)
         context = Context(rng=self.rng, predictor=self.predictor, tpot_ratios=self.pool.tpot_ratios)
         decision = self.engine.decide(request, servers, context)
         m = self.metrics
@@ -114,6 +118,7 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 m.child(m.model_version, target).set(version)
+                self.pool.corrections.model_version(chosen.server.pool_key, target, version)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
@@ -148,8 +153,8 @@ class RouterService:
         self.pool.upstream_succeeded(dispatch.server.server_id)
         self._observe(dispatch, completion)
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
-        if dispatch.request.stream and prediction is not None and completion.tpot_ms is not None:
-            self.pool.tpot_ratios.add(dispatch.server.pool_key, prediction.tpot_ms, completion.tpot_ms)
+        if prediction is not None:
+            self._learn(dispatch, prediction, completion)
         if not measured:
             self.metrics.telemetry.labels("no_body").inc()
             return None
@@ -163,6 +168,19 @@ class RouterService:
         if record is not None:
             self.telemetry.send(record)
         return record
+
+    def _learn(self, dispatch: Dispatch, prediction: Prediction, done: Completion) -> None:
+        """How the request's latencies compared with the predictions it was placed with."""
+        server, stream = dispatch.server, dispatch.request.stream
+        if stream and done.tpot_ms is not None:
+            self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
+        observed = {"ttft": done.ttft_ms, "tpot": done.tpot_ms, "e2e": done.e2e_ms}
+        now = self.monotonic()
+        for target, predicted in prediction.model_ms().items():
+            version, actual = prediction.versions.get(target), observed[target]
+            if trains(target, stream) and predicted is not None and actual is not None and version is not None:
+                self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
+                                              now)
 
     def streamed(self, dispatch: Dispatch, now: float, events: int = 1) -> None:
         """``events`` chunks of the request's text went by at ``now`` (monotonic): the server's step rhythm, the
@@ -206,9 +224,9 @@ class RouterService:
             slo_ttft_ms=request.slo_ttft_ms, slo_tpot_ms=request.slo_tpot_ms, priority=request.priority,
             retries=len(dispatch.tried), ejections=dispatch.ejections)
         if prediction is not None:  # a prediction beyond the plausible reads as the bound, not as a lost record
-            fields.update(predicted_ttft_ms=_plausible(prediction.ttft_ms), predicted_tpot_ms=_plausible(
-                prediction.tpot_ms), predicted_e2e_ms=_plausible(prediction.e2e_ms),
-                model_versions=dict(prediction.versions) or None)
+            model = prediction.model_ms()
+            fields.update(predicted_ttft_ms=_plausible(model["ttft"]), predicted_tpot_ms=_plausible(model["tpot"]),
+                          predicted_e2e_ms=_plausible(model["e2e"]), model_versions=dict(prediction.versions) or None)
         try:
             return validate({"v": SCHEMA_VERSION, **{k: v for k, v in fields.items() if v is not None}})
         except InvalidRecord as err:

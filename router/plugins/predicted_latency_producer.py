@@ -14,6 +14,11 @@ streams got to their prediction (``context.tpot_ratios``, the router's record of
 miss, it tightens by what the router saw. The ratios come from every completion the router is told of, the Pick
 API's reports included, as its telemetry does; ``tpotFactorCap`` bounds what any of them can do.
 
+A model is retrained every so often; a server can change within seconds. With ``latencyCorrection`` (the
+default), each candidate's predictions are multiplied by its ``latency_correction``: how far that server's latencies
+have lately departed from the models' predictions, learned by the router from its own completions
+(:mod:`feedback.latency_corrections`).
+
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
 that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
 ``no-model-for-pool``, ...); a row the predictor marks not ok or that is not finite gets
@@ -27,6 +32,7 @@ Parameters:
     tpotWindow (500): how many of the pool's most recent ratios it is taken over (at most 10,000).
     tpotLeast (50): ratios needed before it applies.
     tpotFactorFloor (1.0), tpotFactorCap (2.0): the bounds of the factor.
+    latencyCorrection (true): multiply each server's predictions by its latency correction.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class Params:
     tpot_least: int = 50
     tpot_factor_floor: float = 1.0
     tpot_factor_cap: float = 2.0
+    latency_correction: bool = True
 
     def __post_init__(self) -> None:
         check_range("slo_buffer_factor", self.slo_buffer_factor, 0.01, 10.0)
@@ -131,10 +138,14 @@ class PredictedLatencyProducer:
             else:
                 for i in group.tolist():
                     reasons[i], versions[i] = None, versions_used
+        corrected = self.params.latency_correction
+        if corrected and table.latency_correction.any():
+            factors = np.exp(table.latency_correction)
+            ttft, tpot, e2e = ttft * factors[0], tpot * factors[1], e2e * factors[2]
         ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e,
                                                       1.0 if tpot_factor is None else tpot_factor)
         return cands.with_predictions(predicted, ttft, tpot, e2e, ttft_headroom, tpot_headroom, tuple(reasons),
-                                      tuple(versions))
+                                      tuple(versions), corrected)
 
     def _headroom(self, request: Request, table: ServerTable, predicted: np.ndarray, ttft: np.ndarray,
                   tpot: np.ndarray, e2e: np.ndarray, tpot_factor: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:

@@ -12,14 +12,16 @@ an object per server; ``metrics_age_s`` is computed at the decision's time, and 
 token each server streamed through the router (its step rhythm, from :meth:`PoolState.token_seen`) and how
 many of its streams are at risk of missing their TPOT SLO (from :meth:`PoolState.token`), each weighted by
 the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). How the
-TPOT of completed streams compared with their predictions is kept per pool in ``tpot_ratios``. Expired
+TPOT of completed streams compared with their predictions is kept per pool in ``tpot_ratios``, and how far each
+server's latencies have lately departed from the models' in ``corrections`` (each candidate's
+``latency_correction``, faded to the decision's time). Expired
 in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +29,10 @@ import numpy as np
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.slo import OutputLengths
+from headroom.contract.targets import TARGETS
 from headroom.contract.tpot_ratios import TpotRatios
-from headroom.router.roles import Request
+from headroom.feedback.latency_corrections import LatencyCorrections
+from headroom.router.roles import Request, ServerSnapshot
 from headroom.router.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
 from headroom.router.state.inflight import Inflight
@@ -55,6 +59,7 @@ class PoolState:
         self.outliers = Outliers(outliers or OutlierPolicy())
         self.lengths = OutputLengths()
         self.tpot_ratios = TpotRatios()
+        self.corrections = LatencyCorrections()
         self.prefix = prefix or PrefixIndex()
         self.encoder = encoder or EncoderIndex()
         self.unhealthy_after_s = unhealthy_after_s
@@ -74,6 +79,7 @@ class PoolState:
             self.prefix.forget(gone)
             self.encoder.forget(gone)
             self.outliers.forget(gone)
+            self.corrections.forget(gone)
         for sid in self.servers:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
@@ -83,6 +89,7 @@ class PoolState:
         self._addresses = tuple(s.address for s in self.servers.values())
         self._pools = tuple(s.pool_key for s in self.servers.values())
         self._position = {sid: i for i, sid in enumerate(ids)}
+        self._correction_slots = self.corrections.slots(ids)
         self._prefix_bits = self.prefix.bits(ids)
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
@@ -141,7 +148,21 @@ class PoolState:
             server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
             metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
-            tpot_at_risk=column(self._at_risk(now)))
+            tpot_at_risk=column(self._at_risk(now)),
+            latency_correction=self.corrections.log_factors(
+                self._correction_slots if rows is None else self._correction_slots[rows], now))
+
+    def with_corrections(self, servers: Sequence[ServerSnapshot], now: float) -> ServerTable:
+        """A caller's candidate ``servers`` with the corrections this router learned for them (by server id)."""
+        table = ServerTable.of(servers)
+        return table.with_correction(self.corrections.log_factors_of(table.server_id, now))
+
+    def latency_corrections(self, now: float) -> Iterator[tuple[str, str, float]]:
+        """``(server id, target, factor)`` of every server: what its predictions are multiplied by at ``now``."""
+        factors = np.exp(self.corrections.log_factors(self._correction_slots, now))
+        for t, target in enumerate(TARGETS):
+            for i, server_id in enumerate(self._ids):
+                yield server_id, target, float(factors[t, i])
 
     def dispatched(self, request: Request, server_id: str, now: float, key: str | None = None) -> None:
         """Account a request sent to ``server_id``: in flight (under ``key``, the request id by default), and

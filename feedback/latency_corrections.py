@@ -1,0 +1,157 @@
+"""How far each server's latencies have lately departed from what the models predict: learned from its own
+completions, in seconds, where retraining takes minutes.
+
+A latency model is trained per pool and retrained every so often; one server can change within seconds (a bad
+driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every completion's TTFT, TPOT or E2E
+next to what the model predicted for it there. :class:`LatencyCorrections` keeps, per server and target, the
+last :data:`RING` log ratios ``ln(actual / predicted)``, each clipped to ``±ln(MAX_FACTOR)``, and their median,
+shrunk towards 0 while few have been seen: the log factor the server's predictions are multiplied by
+(:meth:`log_factors`). A median moves only once most recent completions agree, so a wild one (or a forged
+report) moves nothing, and a server that turned 2× slower is priced 2× slower after three of its completions.
+
+It fades, so it never outlives what it knew:
+
+- with the time since the server's last completion (half-life ``half_life_s``): a server priced out of traffic
+  is tried again, and learns anew whether it recovered;
+- by ``version_fade`` when the pool's model of that target changes (:meth:`model_version`): the new model has
+  learned part of what the correction held. Ratios measured against an older model are left out.
+
+Times are the caller's (monotonic seconds in the router, virtual ones in the simulator).
+
+>>> corrections = LatencyCorrections()
+>>> slots = corrections.slots(["s1", "s2"])
+>>> def factors(now):
+...     return [round(math.exp(f), 2) for f in corrections.log_factors(slots, now)[0]]  # TTFT, per server
+>>> for _ in range(3):  # s1 turned 2x slower than its model says
+...     corrections.observe("s1", "h100", "ttft", predicted_ms=50.0, actual_ms=100.0, version=1, now=10.0)
+>>> factors(now=10.0), factors(now=40.0)  # a half-life later
+([1.68, 1.0], [1.3, 1.0])
+>>> corrections.model_version("h100", "ttft", 2)  # a new model
+>>> factors(now=10.0)
+[1.3, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from headroom.contract.targets import TARGETS
+
+RING = 5  # ratios kept per server and target
+MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
+PRIOR = 1.0  # shrinkage: the median counts n / (n + PRIOR), n the ratios observed so far
+MAX_SERVERS = 4096  # servers observed at once; one more is left out until another is forgotten
+TARGET_INDEX = {target: i for i, target in enumerate(TARGETS)}
+
+
+class LatencyCorrections:
+    """Per server (a slot each) and target, the recent log ratios actual / predicted and their shrunk median."""
+
+    def __init__(self, half_life_s: float = 30.0, version_fade: float = 0.5):
+        if not half_life_s > 0 or not 0.0 <= version_fade <= 1.0:
+            raise ValueError(f"half_life_s must be positive and version_fade within [0, 1], got {half_life_s!r}, "
+                             f"{version_fade!r}")
+        self.half_life_s, self.version_fade = half_life_s, version_fade
+        self._slot: dict[str, int] = {}
+        self._pool: list[str] = []
+        self._free: list[int] = []
+        self._ratios = np.zeros((0, len(TARGETS), RING))  # per slot and target, a ring of log ratios
+        self._count = np.zeros((0, len(TARGETS)), dtype=np.int64)  # ratios ever added (the ring's next index)
+        self._estimate = np.zeros((len(TARGETS), 0))  # the shrunk median, per target and slot
+        self._at = np.full((len(TARGETS), 0), -math.inf)  # when each was last observed
+        self._versions: dict[tuple[str, str], int] = {}  # (pool, target) -> the newest model version seen
+
+    def slots(self, server_ids: Sequence[str]) -> np.ndarray:
+        """The slots of ``server_ids`` (new servers get empty ones), to read :meth:`log_factors` with."""
+        return np.array([self._slot_of(sid) for sid in server_ids], dtype=np.intp)
+
+    def log_factors(self, slots: np.ndarray, now: float) -> np.ndarray:
+        """``(len(TARGETS), len(slots))``: the log factor each target's prediction is multiplied by at ``now``."""
+        estimate, at = self._estimate[:, slots], self._at[:, slots]
+        if not estimate.any():
+            return np.zeros_like(estimate)
+        return estimate * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s))
+
+    def log_factors_of(self, server_ids: Sequence[str], now: float) -> np.ndarray:
+        """:meth:`log_factors` by server id, without taking a slot for a server never observed (0 for it)."""
+        slots = np.array([self._slot.get(sid, -1) for sid in server_ids], dtype=np.intp)
+        factors = np.zeros((len(TARGETS), len(slots)))
+        known = slots >= 0
+        if known.any():
+            factors[:, known] = self.log_factors(slots[known], now)
+        return factors
+
+    def observe(self, server_id: str, pool_key: str, target: str, predicted_ms: float, actual_ms: float,
+                version: int, now: float) -> None:
+        """A request the model of ``target`` (``version``) predicted ``predicted_ms`` for on ``server_id`` took
+        ``actual_ms``. Values that are not positive and finite, and ratios against an older model, are left out."""
+        if not (predicted_ms > 0 and actual_ms > 0 and math.isfinite(predicted_ms) and math.isfinite(actual_ms)):
+            return
+        t = TARGET_INDEX[target]
+        if version < self._versions.get((pool_key, target), version):
+            return
+        self.model_version(pool_key, target, version)
+        if server_id not in self._slot and len(self._slot) >= MAX_SERVERS:
+            return
+        slot = self._slot_of(server_id)
+        self._pool[slot] = pool_key
+        limit = math.log(MAX_FACTOR)
+        ratio = min(max(math.log(actual_ms / predicted_ms), -limit), limit)
+        count = int(self._count[slot, t])
+        self._ratios[slot, t, count % RING] = ratio
+        self._count[slot, t] = count + 1
+        self._at[t, slot] = now
+        self._estimate[t, slot] = self._median(slot, t)
+
+    def model_version(self, pool_key: str, target: str, version: int) -> None:
+        """The pool's model of ``target`` is now ``version``: a newer one fades what its servers' corrections hold."""
+        key = (pool_key, target)
+        known = self._versions.get(key)
+        if known is not None and version <= known:
+            return
+        self._versions[key] = version
+        if known is None or self.version_fade == 1.0:
+            return
+        t = TARGET_INDEX[target]
+        for slot, pool in enumerate(self._pool):
+            if pool == pool_key:
+                self._ratios[slot, t] *= self.version_fade
+                self._estimate[t, slot] *= self.version_fade
+
+    def forget(self, server_id: str) -> None:
+        """A server left the pool: its slot is emptied for another."""
+        slot = self._slot.pop(server_id, None)
+        if slot is None:
+            return
+        self._ratios[slot], self._count[slot] = 0.0, 0
+        self._estimate[:, slot], self._at[:, slot] = 0.0, -math.inf
+        self._pool[slot] = ""
+        self._free.append(slot)
+
+    def _median(self, slot: int, t: int) -> float:
+        count = int(self._count[slot, t])
+        return float(np.median(self._ratios[slot, t, :min(count, RING)])) * count / (count + PRIOR)
+
+    def _slot_of(self, server_id: str) -> int:
+        slot = self._slot.get(server_id)
+        if slot is not None:
+            return slot
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = len(self._pool)
+            self._pool.append("")
+            if slot >= self._count.shape[0]:
+                self._grow(max(8, 2 * slot))
+        self._slot[server_id] = slot
+        return slot
+
+    def _grow(self, size: int) -> None:
+        old = self._count.shape[0]
+        self._ratios = np.concatenate((self._ratios, np.zeros((size - old, len(TARGETS), RING))))
+        self._count = np.concatenate((self._count, np.zeros((size - old, len(TARGETS)), dtype=np.int64)))
+        self._estimate = np.concatenate((self._estimate, np.zeros((len(TARGETS), size - old))), axis=1)
+        self._at = np.concatenate((self._at, np.full((len(TARGETS), size - old), -math.inf)), axis=1)

@@ -1,0 +1,99 @@
+"""The router corrects each server's predictions by how far its completions departed from them."""
+
+import math
+
+import pytest
+
+from headroom.router.engine import Engine
+from headroom.router.metering import Completion
+from headroom.router.metrics import RouterMetrics
+from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.service import RouterService
+from headroom.router.state.pool import PoolState
+from headroom.router.state.server_metrics import ServerMetrics
+from headroom.router.state.servers import ServerSpec
+from headroom.router.telemetry_sink import MemoryTelemetry
+from tests.router.routercases import TablePredictor, req, server
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def service(predictor, scheduling=None):
+    clock = Clock()
+    pool = PoolState((ServerSpec("a", "127.0.0.1:1"), ServerSpec("b", "127.0.0.1:2")))
+    for sid in ("a", "b"):
+        pool.scraped(sid, ServerMetrics(0.1, 0, 1), now=clock.now)
+    return RouterService(Engine(load_pipeline(scheduling)), pool, MemoryTelemetry(), RouterMetrics(),
+                         predictor=predictor, monotonic=clock, wall=clock), clock
+
+
+def serve(router, clock, n, slowdown, request_id="r"):
+    """``n`` requests, each completed right away, taking ``slowdown`` × the model's TTFT wherever they went."""
+    chosen = []
+    for i in range(n):
+        dispatch = router.pick(req(request_id=f"{request_id}{i}", stream=True))
+        model = dispatch.decision.chosen.prediction.model_ms()
+        factor = slowdown.get(dispatch.server.server_id, 1.0)
+        router.complete(dispatch, Completion(e2e_ms=500.0, output_tokens=10, ttft_ms=model["ttft"] * factor,
+                                             tpot_ms=model["tpot"]))
+        clock.now += 0.01
+        chosen.append(dispatch.server.server_id)
+    return chosen
+
+
+def test_a_server_that_turns_slower_is_priced_slower_after_a_few_completions_and_avoided():
+    router, clock = service(TablePredictor(base=100.0))
+    serve(router, clock, 20, {})
+    sent = serve(router, clock, 6, {"a": 2.0, "b": 2.0})  # both slow: nothing to choose
+    assert set(sent) == {"a", "b"}
+    serve(router, clock, 20, {"a": 2.0})  # only a stays slow
+    later = serve(router, clock, 20, {"a": 2.0})
+    assert later.count("b") == 20
+    (a, b) = router.pool.snapshots(req(), clock.now)
+    assert math.exp(a.latency_correction[0]) > 1.7 and math.exp(b.latency_correction[0]) < 1.2
+
+
+def test_the_decision_uses_the_corrected_prediction_and_the_telemetry_carries_the_models():
+    router, clock = service(TablePredictor(base=100.0))
+    serve(router, clock, 10, {"a": 3.0, "b": 3.0})
+    dispatch = router.pick(req(request_id="x", stream=True))
+    prediction = dispatch.decision.chosen.prediction
+    assert prediction.ttft_ms > 200.0 and prediction.model_ms()["ttft"] == pytest.approx(100.0)
+    record = router.complete(dispatch, Completion(e2e_ms=500.0, output_tokens=10, ttft_ms=300.0, tpot_ms=20.0))
+    assert record.predicted_ttft_ms == pytest.approx(100.0)  # the model's residual is what drift detection watches
+
+
+def test_a_new_model_version_fades_the_correction():
+    predictor = TablePredictor(base=100.0, version=3)
+    router, clock = service(predictor)
+    serve(router, clock, 20, {"a": 4.0, "b": 4.0})
+    before = math.exp(router.pool.snapshots(req(), clock.now)[0].latency_correction[0])
+    predictor.version = 4
+    router.pick(req(request_id="new", stream=True))
+    after = math.exp(router.pool.snapshots(req(), clock.now)[0].latency_correction[0])
+    assert after == pytest.approx(math.sqrt(before))
+
+
+def test_it_can_be_switched_off():
+    scheduling = {**DEFAULT_PIPELINE, "plugins": [
+        {**p, "params": {"latencyCorrection": False}} if p["type"] == "predicted-latency-producer" else p
+        for p in DEFAULT_PIPELINE["plugins"]]}
+    router, clock = service(TablePredictor(base=100.0), scheduling)
+    serve(router, clock, 20, {"a": 3.0, "b": 3.0})
+    prediction = router.pick(req(request_id="x", stream=True)).decision.chosen.prediction
+    assert prediction.ttft_ms == pytest.approx(100.0) and prediction.model_ms()["ttft"] == pytest.approx(100.0)
+
+
+def test_a_callers_candidates_get_the_corrections_learned_for_them():
+    router, clock = service(TablePredictor(base=100.0))
+    serve(router, clock, 10, {"a": 3.0, "b": 3.0})
+    table = router.pool.with_corrections(list(router.pool.snapshots(req(), clock.now)), clock.now)
+    assert math.exp(table.latency_correction[0, 0]) > 2.0
+    unknown = router.pool.with_corrections([server("elsewhere")], clock.now)
+    assert unknown.latency_correction.tolist() == [[0.0], [0.0], [0.0]]
