@@ -3,7 +3,7 @@
 Each simulated request is scheduled exactly as the router would schedule it — the same pipeline, plugins
 and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts, the
 TPOT SLOs it holds its running streams to and how many of those are over it, how its completed streams' TPOT
-compared with their predictions, and prefix matches). A request
+compared with their predictions, how far each server's latencies departed from the models', and prefix matches). A request
 keeps its priority, so the admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`);
 ``slo`` overrides every request's own SLOs when given; ``predict=False`` schedules every request with the
 heuristic profile.
@@ -47,7 +47,8 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
     def pick(request: SimRequest, view: PoolView) -> PickResult:
         servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
                                   running_tpot_slos_ms=view.running_tpot_slos[i], tpot_at_risk=view.tpot_at_risk(i),
-                                  metrics_age_s=max(0.0, view.now - s.time_s), **state_values(view.server_state(i)))
+                                  metrics_age_s=max(0.0, view.now - s.time_s),
+                                  latency_correction=view.latency_correction(i), **state_values(view.server_state(i)))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
         decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,
@@ -58,7 +59,12 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
         if chosen is None:
             return Shed(decision.rejection or "rejected")
         prediction = chosen.prediction
-        return Pick(chosen.server.server_id, prediction.ttft_ms if prediction else None,
-                    prediction.tpot_ms if prediction else None, tpot_slo_ms=decision.request.slo_tpot_ms)
+        if prediction is None:
+            return Pick(chosen.server.server_id, tpot_slo_ms=decision.request.slo_tpot_ms)
+        for target, version in prediction.versions.items():
+            view.corrections.model_version(chosen.server.pool_key, target, version)
+        model = prediction.model_ms()
+        return Pick(chosen.server.server_id, model["ttft"], model["tpot"], model["e2e"], dict(prediction.versions),
+                    decision.request.slo_tpot_ms, prediction.correction)
 
     return pick

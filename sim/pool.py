@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Any
 
+from headroom.contract.targets import trains
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.errors import HeadroomError
 from headroom.sim.engine import ServerEngine
@@ -247,6 +248,7 @@ class _Run:
             view.inflight_prefill_tokens = [s.prefill_tokens[r] for s in self.routable]
             view.inflight_decode_tokens = [s.decode_tokens[r] for s in self.routable]
             view.running_tpot_slos = [tuple(s.tpot_slos[r].values()) for s in self.routable]
+            view._servers_changed()
             view._tpot_slos = [s.tpot_slos[r] for s in self.routable]
             view._known = [s.known[r] for s in self.routable] if self.own_prefixes else None
 
@@ -321,12 +323,22 @@ class _Run:
         seen = self.dispatched.get(outcome.request.request_id)
         r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
-        if outcome.request.stream:
-            view = self.views[r]
+        view, stream = self.views[r], outcome.request.stream
+        if stream:
             view.lengths.add(outcome.output_tokens)
-            predicted = seen.decision.predicted_tpot_ms if seen and type(seen.decision) is Pick else None
-            if predicted is not None and outcome.tpot_ms is not None:
-                view.tpot_ratios.add(seen.pool_key, predicted, outcome.tpot_ms)  # type: ignore[union-attr]
+        pick = seen.decision if seen and type(seen.decision) is Pick else None
+        if pick is not None:
+            used_tpot = pick.used_tpot_ms()
+            if stream and used_tpot is not None and outcome.tpot_ms is not None:
+                view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)  # type: ignore[union-attr]
+            versions = pick.model_versions or {}
+            for target, predicted, actual in (("ttft", pick.predicted_ttft_ms, outcome.ttft_ms),
+                                              ("tpot", pick.predicted_tpot_ms, outcome.tpot_ms),
+                                              ("e2e", pick.predicted_e2e_ms, outcome.e2e_ms)):
+                version = versions.get(target)
+                if trains(target, stream) and predicted is not None and actual is not None and version is not None:
+                    view.corrections.observe(outcome.server_id, seen.pool_key, target, predicted, actual,  # type: ignore[union-attr]
+                                             version, self.now)
         if self.telemetry:
             self.seen.append(seen)
         if self.on_record is not None:

@@ -17,6 +17,9 @@ each routable server ``i`` (ready, not draining), in the same order:
   record of the lengths streams completed with), computed on demand;
 - ``tpot_ratios`` — how the TPOT of the router's completed streams compared with the TPOT predicted for them
   (:class:`~contract.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
+- ``corrections`` — how far each server's latencies have lately departed from the models' predictions
+  (:class:`~feedback.latency_corrections.LatencyCorrections`, fed as requests complete, as a router's own is), and
+  ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate — unless
@@ -29,14 +32,19 @@ each routable server ``i`` (ready, not draining), in the same order:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.contract.slo import OutputLengths, tpot_at_risk
+from headroom.contract.targets import TARGETS
 from headroom.contract.tpot_ratios import TpotRatios
+from headroom.feedback.latency_corrections import LatencyCorrections
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
 
@@ -46,7 +54,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """A routing decision with the predictions behind it (all optional)."""
+    """A routing decision with the models' predictions behind it (all optional) and the log factors per target
+    (``TARGETS`` order) the router corrected them by for that server (None: not corrected)."""
 
     server_id: str
     predicted_ttft_ms: float | None = None
@@ -54,6 +63,13 @@ class Pick:
     predicted_e2e_ms: float | None = None
     model_versions: dict[str, int] | None = None
     tpot_slo_ms: float | None = None  # the TPOT SLO the router holds a streaming request to (None: its own)
+    correction: tuple[float, ...] | None = None
+
+    def used_tpot_ms(self) -> float | None:
+        """The TPOT prediction the router judged the request by (corrected)."""
+        if self.predicted_tpot_ms is None or self.correction is None:
+            return self.predicted_tpot_ms
+        return self.predicted_tpot_ms * math.exp(self.correction[TARGETS.index("tpot")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +84,7 @@ class PoolView:
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
                  "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios",
-                 "_engines", "_matches", "_tpot_slos", "_known")
+                 "corrections", "_engines", "_matches", "_tpot_slos", "_known", "_correction_slots", "_corrections")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -81,6 +97,9 @@ class PoolView:
         self.running_tpot_slos: list[tuple[float, ...]] = []
         self.lengths = OutputLengths()
         self.tpot_ratios = TpotRatios()
+        self.corrections = LatencyCorrections()
+        self._correction_slots = np.zeros(0, dtype=np.intp)
+        self._corrections: np.ndarray | None = None  # this arrival's, once read
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
         self._tpot_slos: list[dict[str, float]] = []  # per server: request id -> the TPOT SLO it is held to
@@ -115,6 +134,12 @@ class PoolView:
             last_token_age_ms=min(NO_TOKEN_AGE_MS, (self.now - ends[-1]) * 1000.0) if ends else NO_TOKEN_AGE_MS,
             token_interval_ms=(ends[1] - ends[0]) * 1000.0 if len(ends) == 2 else 0.0)
 
+    def latency_correction(self, i: int) -> tuple[float, ...]:
+        """The log factors per target (``TARGETS`` order) server ``i``'s predictions are corrected by now."""
+        if self._corrections is None:
+            self._corrections = self.corrections.log_factors(self._correction_slots, self.now)
+        return tuple(self._corrections[:, i].tolist())
+
     def tpot_at_risk(self, i: int) -> float:
         """The expected number of misses among the router's streams on server ``i`` that are at risk of missing
         their TPOT SLO now, should they get no step without a prefill before they end."""
@@ -132,6 +157,11 @@ class PoolView:
     def _start(self, request: SimRequest, now: float) -> None:
         self.request, self.now = request, now
         self._matches = [None] * len(self.snapshots)
+        self._corrections = None
+
+    def _servers_changed(self) -> None:
+        """The routable servers changed (``snapshots`` is the new list): their correction slots."""
+        self._correction_slots = self.corrections.slots([s.server_id for s in self.snapshots])
 
 
 def known_prefix(request: SimRequest, known: set[int]) -> float:

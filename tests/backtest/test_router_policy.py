@@ -12,7 +12,21 @@ def test_routes_a_simulated_pool_with_the_predictions_it_used():
     requests = generate(poisson_arrivals(rate=20.0, duration_s=2.0, seed=3), seed=3)[:40]
     result = run(requests, uniform_pool(4), engine_pick(TablePredictor(), slo=(1000.0, 50.0)), seed=0)
     assert len(result.outcomes) == len(requests)
-    assert all(r.predicted_ttft_ms is not None and r.predicted_tpot_ms == 20.0 for r in result.records)
+    # the records carry the models' predictions, not the corrected ones the router judged by
+    assert all(r.predicted_ttft_ms is not None and r.predicted_tpot_ms == pytest.approx(20.0) for r in result.records)
+    assert all(r.model_versions == {"ttft": 3, "tpot": 3} for r in result.records)
+
+
+def test_the_simulated_router_learns_a_slowed_server_from_its_completions():
+    from headroom.sim.pool import slow_down
+    requests = generate(poisson_arrivals(rate=20.0, duration_s=20.0, seed=3), seed=3)
+    pick = engine_pick(TablePredictor(base=100.0), slo=None)
+    result = run(requests, uniform_pool(4), pick, seed=0, actions=[(5.0, slow_down("server-0", 4.0))])
+    late = [r for r in result.records if r.dispatch_ts - 1_700_000_000.0 > 10.0]
+    share = sum(r.server_id == "server-0" for r in late) / len(late)
+    early = [r for r in result.records if r.dispatch_ts - 1_700_000_000.0 < 5.0]
+    assert sum(r.server_id == "server-0" for r in early) / len(early) > 0.15
+    assert share < 0.1  # priced slower, so it is left the requests the others cannot take
 
 
 @pytest.mark.parametrize("overlay, message", [
