@@ -4,10 +4,13 @@ completions, in seconds, where retraining takes minutes.
 A latency model is trained per pool and retrained every so often; one server can change within seconds (a bad
 driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every completion's TTFT, TPOT or E2E
 next to what the model predicted for it there. :class:`LatencyCorrections` keeps, per server and target, the
-last :data:`RING` log ratios ``ln(actual / predicted)``, each clipped to ``±ln(MAX_FACTOR)``, and their median,
-shrunk towards 0 while few have been seen: the log factor the server's predictions are multiplied by
-(:meth:`log_factors`). A median moves only once most recent completions agree, so a wild one (or a forged
-report) moves nothing, and a server that turned 2× slower is priced 2× slower after three of its completions.
+last :data:`RING` ratios ``actual / predicted``, each clipped to ``[1 / MAX_FACTOR, MAX_FACTOR]``, and the log of
+their mean without the highest and the lowest, shrunk towards 0 while few have been seen: the log factor the
+server's predictions are multiplied by (:meth:`log_factors`). A mean, because the models predict one: where a
+latency scatters widely around its mean (the TPOT of short streams), a median of ratios would pull every
+prediction towards the common case and away from what the model is right about. Without its extremes, because
+a wild completion (or a forged report) must move nothing. A server that turned 2× slower is priced 1.2× slower
+after three of its completions, 1.5× after six, 1.9× after ten (a server first seen, 1.7× after three).
 
 It fades, so it never outlives what it knew:
 
@@ -40,15 +43,16 @@ import numpy as np
 
 from headroom.contract.targets import TARGETS
 
-RING = 5  # ratios kept per server and target
+RING = 12  # ratios kept per server and target
+TRIM = 4  # from this many ratios on, the highest and the lowest are left out of the mean
 MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
-PRIOR = 1.0  # shrinkage: the median counts n / (n + PRIOR), n the ratios observed so far
+PRIOR = 1.0  # shrinkage: the mean counts n / (n + PRIOR), n the ratios observed so far
 MAX_SERVERS = 4096  # servers observed at once; one more is left out until another is forgotten
 TARGET_INDEX = {target: i for i, target in enumerate(TARGETS)}
 
 
 class LatencyCorrections:
-    """Per server (a slot each) and target, the recent log ratios actual / predicted and their shrunk median."""
+    """Per server (a slot each) and target, the recent ratios actual / predicted and their shrunk trimmed mean."""
 
     def __init__(self, half_life_s: float = 30.0, version_fade: float = 0.5):
         if not half_life_s > 0 or not 0.0 <= version_fade <= 1.0:
@@ -58,9 +62,9 @@ class LatencyCorrections:
         self._slot: dict[str, int] = {}
         self._pool: list[str] = []
         self._free: list[int] = []
-        self._ratios = np.zeros((0, len(TARGETS), RING))  # per slot and target, a ring of log ratios
+        self._ratios = np.ones((0, len(TARGETS), RING))  # per slot and target, a ring of ratios
         self._count = np.zeros((0, len(TARGETS)), dtype=np.int64)  # ratios ever added (the ring's next index)
-        self._estimate = np.zeros((len(TARGETS), 0))  # the shrunk median, per target and slot
+        self._estimate = np.zeros((len(TARGETS), 0))  # the log of the shrunk trimmed mean, per target and slot
         self._at = np.full((len(TARGETS), 0), -math.inf)  # when each was last observed
         self._versions: dict[tuple[str, str], int] = {}  # (pool, target) -> the newest model version seen
 
@@ -98,13 +102,12 @@ class LatencyCorrections:
             return
         slot = self._slot_of(server_id)
         self._pool[slot] = pool_key
-        limit = math.log(MAX_FACTOR)
-        ratio = min(max(math.log(actual_ms / predicted_ms), -limit), limit)
+        ratio = min(max(actual_ms / predicted_ms, 1.0 / MAX_FACTOR), MAX_FACTOR)
         count = int(self._count[slot, t])
         self._ratios[slot, t, count % RING] = ratio
         self._count[slot, t] = count + 1
         self._at[t, slot] = now
-        self._estimate[t, slot] = self._median(slot, t)
+        self._estimate[t, slot] = self._trimmed_mean(slot, t)
 
     def model_version(self, pool_key: str, target: str, version: int) -> None:
         """The pool's model of ``target`` is now ``version``: a newer one fades what its servers' corrections hold."""
@@ -118,7 +121,7 @@ class LatencyCorrections:
         t = TARGET_INDEX[target]
         for slot, pool in enumerate(self._pool):
             if pool == pool_key:
-                self._ratios[slot, t] *= self.version_fade
+                self._ratios[slot, t] **= self.version_fade
                 self._estimate[t, slot] *= self.version_fade
 
     def forget(self, server_id: str) -> None:
@@ -126,14 +129,17 @@ class LatencyCorrections:
         slot = self._slot.pop(server_id, None)
         if slot is None:
             return
-        self._ratios[slot], self._count[slot] = 0.0, 0
+        self._ratios[slot], self._count[slot] = 1.0, 0
         self._estimate[:, slot], self._at[:, slot] = 0.0, -math.inf
         self._pool[slot] = ""
         self._free.append(slot)
 
-    def _median(self, slot: int, t: int) -> float:
+    def _trimmed_mean(self, slot: int, t: int) -> float:
         count = int(self._count[slot, t])
-        return float(np.median(self._ratios[slot, t, :min(count, RING)])) * count / (count + PRIOR)
+        ratios = np.sort(self._ratios[slot, t, :min(count, RING)])
+        if len(ratios) >= TRIM:
+            ratios = ratios[1:-1]
+        return math.log(float(ratios.mean())) * count / (count + PRIOR)
 
     def _slot_of(self, server_id: str) -> int:
         slot = self._slot.get(server_id)
@@ -151,7 +157,7 @@ class LatencyCorrections:
 
     def _grow(self, size: int) -> None:
         old = self._count.shape[0]
-        self._ratios = np.concatenate((self._ratios, np.zeros((size - old, len(TARGETS), RING))))
+        self._ratios = np.concatenate((self._ratios, np.ones((size - old, len(TARGETS), RING))))
         self._count = np.concatenate((self._count, np.zeros((size - old, len(TARGETS)), dtype=np.int64)))
         self._estimate = np.concatenate((self._estimate, np.zeros((len(TARGETS), size - old))), axis=1)
         self._at = np.concatenate((self._at, np.full((len(TARGETS), size - old), -math.inf)), axis=1)
