@@ -14,9 +14,10 @@ and an identity-link regression objective; anything else raises :class:`Unsuppor
 
 from __future__ import annotations
 
-import json
+import itertools
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from headroom.errors import HeadroomError
@@ -54,7 +55,7 @@ def forest_from_booster(booster) -> Forest:
 
 def forest_from_json(raw: bytes) -> Forest:
     """Parse XGBoost's JSON model into a :class:`Forest`."""
-    learner = json.loads(raw)["learner"]
+    learner = msgspec.json.decode(raw)["learner"]
     params = learner["learner_model_param"]
     objective = learner["objective"]["name"]
     if objective not in IDENTITY_OBJECTIVES:
@@ -74,59 +75,82 @@ def forest_from_json(raw: bytes) -> Forest:
     if booster["name"] != "gbtree":
         raise UnsupportedModel(f"booster {booster['name']!r} is not supported; expected 'gbtree'")
     trees = booster["model"]["trees"]
-    # At least one level: the kernels walk from a root split; a tree that is a single leaf puts its value
-    # in both leaf slots below a split that cannot matter.
-    depth = max(1, max((_tree_depth(t) for t in trees), default=0))
-    if depth > MAX_DEPTH:
-        raise UnsupportedModel(f"tree depth {depth} exceeds the supported maximum {MAX_DEPTH}")
-    n_internal, n_leaves = 2 ** depth - 1, 2 ** depth
-    features = np.zeros((len(trees), n_internal), dtype=np.uint32)
-    thresholds = np.full((len(trees), n_internal), np.inf, dtype=np.float32)
-    default_left = np.ones((len(trees), n_internal), dtype=bool)
-    leaves = np.zeros((len(trees), n_leaves), dtype=np.float32)
     for index, tree in enumerate(trees):
         if any(tree.get("split_type", ())):
             raise UnsupportedModel(f"tree {index} has categorical splits, which are not supported")
-        _lay_out(tree, depth, features[index], thresholds[index], default_left[index], leaves[index])
+    levels = _levels(trees)
+    # At least one level: the kernels walk from a root split; a tree that is a single leaf puts its value
+    # in both leaf slots below a split that cannot matter.
+    depth = max(1, len(levels) - 1)
+    if depth > MAX_DEPTH:
+        raise UnsupportedModel(f"tree depth {depth} exceeds the supported maximum {MAX_DEPTH}")
+    features, thresholds, default_left, leaves = _lay_out(levels, len(trees), depth)
     return Forest(objective=objective, quantiles=quantiles, n_features=int(params["num_feature"]),
                   base_score=np.float32(base[0]), depth=depth, features=features, thresholds=thresholds,
                   default_left=default_left, leaves=leaves)
+
+
+@dataclass(frozen=True)
+class _Level:
+    """The nodes of every tree at one depth: which tree, which slot of its complete tree, and the node's fields."""
+
+    tree: np.ndarray
+    slot: np.ndarray
+    leaf: np.ndarray  # bool
+    split_index: np.ndarray
+    split_value: np.ndarray  # the leaf value, for a leaf
+    default_left: np.ndarray
+
+
+def _levels(trees: list[dict]) -> list[_Level]:
+    """Every tree walked level by level at once (numpy over all the trees' nodes, no loop per node)."""
+    def column(name: str, dtype: type) -> np.ndarray:
+        return np.fromiter(itertools.chain.from_iterable(t[name] for t in trees), dtype=dtype)
+
+    sizes = np.fromiter((len(t["left_children"]) for t in trees), dtype=np.int64, count=len(trees))
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    owner = np.repeat(np.arange(len(trees)), sizes)
+    left, right = column("left_children", np.int64), column("right_children", np.int64)
+    left_global, right_global = left + offsets[owner], right + offsets[owner]
+    split_index, split_value = column("split_indices", np.int64), column("split_conditions", np.float64)
+    default_left = column("default_left", np.int64).astype(bool)
+    levels = []
+    nodes, slots = offsets, np.zeros(len(trees), dtype=np.int64)  # the roots
+    seen = 0
+    while len(nodes):
+        if len(levels) > MAX_DEPTH or seen > len(owner):  # deeper than supported, or not a tree at all
+            raise UnsupportedModel(f"tree depth exceeds the supported maximum {MAX_DEPTH}")
+        seen += len(nodes)
+        leaf = left[nodes] == -1
+        levels.append(_Level(owner[nodes], slots, leaf, split_index[nodes], split_value[nodes], default_left[nodes]))
+        inner = ~leaf
+        nodes = np.concatenate((left_global[nodes[inner]], right_global[nodes[inner]]))
+        slots = np.concatenate((2 * slots[inner] + 1, 2 * slots[inner] + 2))
+    return levels
+
+
+def _lay_out(levels: list[_Level], n_trees: int, depth: int) -> tuple[np.ndarray, ...]:
+    """The complete trees of ``depth`` levels: split features, thresholds and default directions per internal
+    slot, and leaf values per leaf slot (a leaf above the last level fills every slot below it)."""
+    n_internal, n_leaves = 2 ** depth - 1, 2 ** depth
+    features = np.zeros((n_trees, n_internal), dtype=np.uint32)
+    thresholds = np.full((n_trees, n_internal), np.inf, dtype=np.float32)
+    default_left = np.ones((n_trees, n_internal), dtype=bool)
+    leaves = np.zeros((n_trees, n_leaves), dtype=np.float32)
+    for level, nodes in enumerate(levels):
+        inner = ~nodes.leaf
+        tree, slot = nodes.tree[inner], nodes.slot[inner]
+        features[tree, slot] = nodes.split_index[inner]
+        thresholds[tree, slot] = nodes.split_value[inner].astype(np.float32)
+        default_left[tree, slot] = nodes.default_left[inner]
+        span = 2 ** (depth - level)  # the leaf slots below one slot of this level
+        first = nodes.slot[nodes.leaf] * span + span - 1 - n_internal  # leftmost of them
+        below = first[:, None] + np.arange(span)
+        leaves[nodes.tree[nodes.leaf][:, None], below] = nodes.split_value[nodes.leaf].astype(np.float32)[:, None]
+    return features, thresholds, default_left, leaves
 
 
 def _floats(text: str) -> np.ndarray:
     """XGBoost 3 writes scalars as ``"[1.23E2]"``; older versions as ``"1.23E2"``."""
     body = str(text).strip().strip("[]")
     return np.array([np.float32(part) for part in body.split(",") if part.strip()], dtype=np.float32)
-
-
-def _tree_depth(tree: dict) -> int:
-    left, right = tree["left_children"], tree["right_children"]
-    deepest, stack = 0, [(0, 0)]
-    while stack:
-        node, level = stack.pop()
-        if left[node] == -1:
-            deepest = max(deepest, level)
-        else:
-            stack.append((left[node], level + 1))
-            stack.append((right[node], level + 1))
-    return deepest
-
-
-def _lay_out(tree: dict, depth: int, features: np.ndarray, thresholds: np.ndarray,
-             default_left: np.ndarray, leaves: np.ndarray) -> None:
-    left, right = tree["left_children"], tree["right_children"]
-    split_index, split_value, node_default = tree["split_indices"], tree["split_conditions"], tree["default_left"]
-    first_leaf = 2 ** depth - 1
-    stack = [(0, 0, 0)]  # (node in the XGBoost tree, slot in the complete tree, level)
-    while stack:
-        node, slot, level = stack.pop()
-        if left[node] == -1:
-            span = 2 ** (depth - level)
-            start = slot * span + span - 1 - first_leaf  # leftmost slot below, at the last level
-            leaves[start:start + span] = np.float32(split_value[node])
-            continue
-        features[slot] = split_index[node]
-        thresholds[slot] = np.float32(split_value[node])
-        default_left[slot] = bool(node_default[node])
-        stack.append((left[node], 2 * slot + 1, level + 1))
-        stack.append((right[node], 2 * slot + 2, level + 1))
