@@ -19,7 +19,8 @@ In full duplex, request trailers arriving before the request is scheduled end it
 would. A request scheduled without its body (``NONE``, or none sent) is completed without a telemetry record:
 its prompt is unknown. Any other request body mode (``STREAMED``, ``BUFFERED_PARTIAL``, ``GRPC``) is refused:
 logged as an error and the stream ended with gRPC ``FAILED_PRECONDITION``, which Envoy answers with a 500 unless
-its ``failure_mode_allow`` lets the request pass unrouted.
+its ``failure_mode_allow`` lets the request pass unrouted. A message that carries none of the six kinds ends
+the stream with ``INVALID_ARGUMENT``.
 
 Scheduling: the body (at its end) is parsed (off the event loop when large) and scheduled; the routing answer
 sets ``x-gateway-destination-endpoint`` to the chosen server's address (also as ``envoy.lb`` dynamic
@@ -56,7 +57,7 @@ from headroom.router.ext_proc_answers import (
     streamed,
 )
 from headroom.router.headers import parse_headers
-from headroom.router.metering import StreamMeter, meter_json
+from headroom.router.metering import Completion, StreamMeter, meter_json
 from headroom.router.prompt import PromptInfo, parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 
@@ -69,6 +70,8 @@ MAX_ROUTED_REPLIES = 4096  # answers kept per (message kind, server address), bu
 _REQUEST_IDS = ("x-request-id",)
 _HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
 _REQUEST_BODY_MODES = (MODES.NONE, MODES.BUFFERED, FULL_DUPLEX)  # those served; any other is refused
+EMPTY_REQUEST = ("a ProcessingRequest must carry one of request_headers, request_body, request_trailers, "
+                 "response_headers, response_body or response_trailers")
 BODY_MODES = {"full-duplex": FULL_DUPLEX, "buffered": MODES.BUFFERED}  # the ext_proc_body_mode setting's values
 Answers = Iterable[ep.ProcessingResponse]
 
@@ -89,6 +92,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
                     log.error("ext_proc stream refused: %s", refused)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
                 kind = message.WhichOneof("request")
+                if kind is None:  # nothing to answer: a client that is not Envoy, or a broken one
+                    log.error("ext_proc stream refused: %s", EMPTY_REQUEST)
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, EMPTY_REQUEST)
                 if kind == "request_body" or (kind == "request_trailers" and exchange.dispatch is None):
                     answers = await exchange.request_body(message)
                 else:
@@ -131,6 +137,7 @@ class _Exchange:
         self.dispatch: Dispatch | None = None
         self.meter: StreamMeter | None = None
         self.json_body = b""
+        self.json_answer = False  # the response says it is JSON
         self.measured = False  # scheduled on its body (not on its headers alone)
         self.done = False
 
@@ -183,6 +190,8 @@ class _Exchange:
                 return (self._schedule("request_headers", _HEADER_ONLY),)
             return () if self.duplex_request else CONTINUE["request_headers"]
         if kind == "response_headers":
+            self.json_answer = any(h.key.lower() == "content-type" and (h.value or h.raw_value.decode("latin-1"))
+                                   .startswith("application/json") for h in message.response_headers.headers.headers)
             if self.dispatch is not None:
                 stream = self.dispatch.request.stream
                 self.meter = StreamMeter(self.dispatch.dispatch_mono) if stream else None
@@ -232,7 +241,11 @@ class _Exchange:
         now = self.service.monotonic()
         completion = (self.meter.finish(now) if self.meter is not None
                       else meter_json(self.json_body, self.dispatch.dispatch_mono, now))
-        self.service.complete(self.dispatch, completion, self.measured)
+        if completion is None and self.json_answer and len(self.json_body) < MAX_METERED_JSON:
+            self.service.abandon(self.dispatch, "upstream-body-truncated")  # cut short: nothing to learn from
+            return
+        self.service.complete(self.dispatch, completion or Completion(e2e_ms=(now - self.dispatch.dispatch_mono) * 1000.0,
+                                                                      output_tokens=0), self.measured)
 
     def close(self) -> None:
         if self.dispatch is not None and not self.done:

@@ -65,6 +65,7 @@ class StreamMeter:
         self.text_chunks = 0
         self.usage: dict[str, Any] | None = None
         self.error: str | None = None
+        self.done = False  # the stream's ``data: [DONE]`` came: it ended whole
         self._buffer = b""
 
     def feed(self, data: bytes, now: float) -> bool:
@@ -81,6 +82,7 @@ class StreamMeter:
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                self.done = True
                 return
             try:
                 typed = _CHUNK.decode(payload)
@@ -115,6 +117,11 @@ class StreamMeter:
         self.last_text = now
         self.text_chunks += 1
 
+    @property
+    def partial(self) -> bool:
+        """Whether bytes of an event came after the last whole event."""
+        return bool(self._buffer.strip())
+
     def finish(self, now: float) -> Completion:
         e2e = (now - self.dispatched) * 1000.0
         tokens = _usage_int(self.usage, "completion_tokens")
@@ -127,12 +134,15 @@ class StreamMeter:
                           ttft_ms=ttft if ttft is not None else (e2e if output == 0 else None), tpot_ms=tpot)
 
 
-def meter_json(body: bytes, dispatched: float, now: float) -> Completion:
-    """The completion of a non-streaming JSON response."""
+def meter_json(body: bytes, dispatched: float, now: float) -> Completion | None:
+    """The completion of a non-streaming JSON response; None when ``body`` is not one whole JSON document (an
+    answer cut short)."""
     try:
         usage = _USAGE.decode(body).usage
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except msgspec.ValidationError:  # JSON, but no object
         usage = None
+    except msgspec.DecodeError:
+        return None
     return Completion(e2e_ms=(now - dispatched) * 1000.0, output_tokens=_usage_int(usage, "completion_tokens") or 0,
                       prompt_tokens=_usage_int(usage, "prompt_tokens"))
 

@@ -5,7 +5,10 @@ Per request: check the whole request first — the scheduling headers and the bo
 (429 with the admitter's reason when a sheddable request is shed, 503 when there is no server), forward
 the body there (:mod:`router.upstreams`: timeouts, another server when one fails before answering;
 :mod:`router.forwarding`: request headers), and relay the response — JSON, or the SSE stream chunk by
-chunk — while metering TTFT / TPOT / E2E. Every dispatch is released on every path. Streaming requests ask
+chunk — while metering TTFT / TPOT / E2E. An answer its server cut short never looks whole, and counts as
+the server's failure (:meth:`~router.service.RouterService.upstream_failed`): a 200 whose JSON body is not
+whole is answered 502, and a stream that breaks, falls silent past the idle limit or ends without its
+``[DONE]`` ends with an error event (OpenAI's error shape, code ``upstream_stream_broken``) and no ``[DONE]``. Every dispatch is released on every path. Streaming requests ask
 the server for a final ``usage`` chunk so TPOT is measured in tokens. The chosen server is named in the
 ``x-headroom-server`` response header, beside the server's own headers clients rely on
 (:func:`~router.openai_api.relayed_headers`). Every error the router answers itself, an unknown path
@@ -35,7 +38,7 @@ from headroom.router.forwarding import upstream_request_headers
 from headroom.router.headers import parse_headers
 from headroom.router.http_messages import Handler, Reply, Request, Routes, whole_response
 from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.openai_api import merge_models, relayed_headers
+from headroom.router.openai_api import error_body, merge_models, relayed_headers
 from headroom.router.prompt import parse_body_off_loop
 from headroom.router.service import Dispatch, RouterService
 from headroom.router.upstream_client import UpstreamConnection
@@ -66,11 +69,13 @@ def _unmatched(request: Request, status: int) -> Handler:
     return answer
 
 
-_REFUSED = {400: "invalid_request", 408: "request_timeout", 431: "request_header_fields_too_large"}
+_REFUSED = {400: "invalid_request", 408: "request_timeout", 431: "request_header_fields_too_large",
+            503: "too_many_connections"}
 
 
 def _failed(status: int, message: str) -> bytes:
-    """The answer that ends a connection: a request refused (400, 408, 431), or the router's own failure (500)."""
+    """The answer that ends a connection: a request refused (400, 408, 431), a connection over the limit (503), or
+    the router's own failure (500)."""
     answer = Answer.error(status, _REFUSED.get(status, "internal_error"), message)
     return whole_response(status, {"content-type": "application/json"}, answer.body, close=True)
 
@@ -208,8 +213,16 @@ class Proxy:
                     released = True
                     return send(reply, Answer.error(502, "upstream_error", f"server {dispatch.server.server_id}: "
                                                                             f"{type(err).__name__}: {err}"))
+                completion = None
                 if upstream.status == 200:
-                    self.service.complete(dispatch, meter_json(body, dispatch.dispatch_mono, self.service.monotonic()))
+                    completion = meter_json(body, dispatch.dispatch_mono, self.service.monotonic())
+                    if completion is None and upstream.content_type in ("application/json", ""):
+                        self.service.upstream_failed(dispatch, "body-truncated")  # a 200 whose JSON was cut short
+                        released = True
+                        return send(reply, Answer.error(502, "upstream_error", f"server {dispatch.server.server_id}: "
+                                                        f"its answer is not whole JSON ({len(body)} bytes)"))
+                if completion is not None:
+                    self.service.complete(dispatch, completion)
                 else:
                     self.service.abandon(dispatch, f"upstream-{upstream.status}")
                 released = True
@@ -226,15 +239,18 @@ class Proxy:
         reply.start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
         meter = StreamMeter(dispatch.dispatch_mono)
         chunks = self.upstreams.chunks(upstream, deadline)
+        broken: str | None = None  # why the server cut the stream short
         try:
             while True:
                 try:
                     chunk = await anext(chunks)
                 except StopAsyncIteration:
                     break
-                except OSError as err:  # the client gets the stream's end: the server's failure is counted
-                    self.service.upstream_failed(dispatch, _STREAM_FAILURES.get(type(err), "stream-broken"))
-                    return reply.end()
+                except OSError as err:  # the server's failure, counted; the client gets an error event
+                    reason = _STREAM_FAILURES.get(type(err), "stream-broken")
+                    self.service.upstream_failed(dispatch, reason)
+                    broken = f"{reason}: {type(err).__name__}: {err}"
+                    break
                 now = self.service.monotonic()
                 texts = meter.text_chunks
                 if meter.feed(chunk, now):  # once per text event, however the bytes were cut
@@ -245,5 +261,19 @@ class Proxy:
             raise
         finally:
             await chunks.aclose()
+        if broken is None and not meter.done:  # the server ended the stream without its [DONE]: cut short too
+            self.service.upstream_failed(dispatch, "stream-incomplete")
+            broken = "the stream ended before its [DONE]"
+        if broken is not None:
+            return await _end_broken(reply, meter, dispatch, broken)
         self.service.complete(dispatch, meter.finish(self.service.monotonic()))
         reply.end()
+
+
+async def _end_broken(reply: Reply, meter: StreamMeter, dispatch: Dispatch, why: str) -> None:
+    """End a stream its server broke with an error event (OpenAI's shape; no ``[DONE]``), after ending any event
+    the server left half-sent, unless the server sent its own error event."""
+    if meter.error is None:
+        error = error_body(502, "upstream_stream_broken", f"server {dispatch.server.server_id}: {why}")
+        await reply.write((b"\n\n" if meter.partial else b"") + b"data: " + _JSON(error) + b"\n\n")
+    reply.end()

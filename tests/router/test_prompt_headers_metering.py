@@ -126,10 +126,23 @@ def test_stream_meter_reads_chunks_of_unexpected_shapes(chunk, text):
     assert meter.usage == chunk.get("usage")
 
 
-@pytest.mark.parametrize("body, tokens", [(b'{"usage": "odd"}', 0), (b"not json", 0), (b"[1]", 0),
+@pytest.mark.parametrize("body, tokens", [(b'{"usage": "odd"}', 0), (b"[1]", 0),
                                           (b'{"choices": [], "usage": {"completion_tokens": 4}}', 4)])
 def test_meter_json_tolerates_odd_bodies(body, tokens):
     assert meter_json(body, 0.0, 1.0).output_tokens == tokens
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"choices": [{"text": "cut sh', b"", b'{"usage": {}} trailing'])
+def test_meter_json_finds_no_completion_in_a_body_that_is_not_one_whole_document(body):
+    assert meter_json(body, 0.0, 1.0) is None
+
+
+def test_stream_meter_knows_a_whole_stream_by_its_done_event():
+    meter = StreamMeter(dispatched=0.0)
+    meter.feed(sse({"choices": [{"text": "x"}]}) + b'data: {"choi', 0.1)
+    assert not meter.done and meter.partial
+    meter.feed(b'ces": []}\n\ndata: [DONE]\n\n', 0.2)
+    assert meter.done and not meter.partial
 
 
 def test_media_parts_are_the_encoder_input_counted_once_each():
