@@ -30,7 +30,8 @@ from headroom.router.state.pods import PodSelector, parse_pods
 from headroom.router.state.servers import ServerSpec, parse_servers
 
 _KEYS = {"settings", "servers", "serversFile", "pods", "scheduling"}
-_POSITIVE = ("max_head_bytes", "max_headers", "request_arrival_s", "keep_alive_s", "upstream_pool_idle_s")
+_POSITIVE = ("max_head_bytes", "max_headers", "request_arrival_s", "keep_alive_s", "upstream_pool_idle_s",
+             "upstream_first_byte_factor", "upstream_first_byte_min_s", "upstream_first_byte_max_s", "max_connections")
 
 
 @dataclass(frozen=True)

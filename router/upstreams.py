@@ -2,8 +2,10 @@
 answers.
 
 :meth:`Upstreams.open` posts the request to the dispatch's server and returns once there is a response
-worth relaying: connected within ``connect_s``, status line and headers within ``first_byte_s``, and not a
-failure. A refused or reset connection, a timeout, or a 500 / 502 / 503 / 504 answer counts against the
+worth relaying: connected within ``connect_s``, status line and headers within the request's first-byte limit
+(:meth:`UpstreamTimeouts.first_byte_of`: ``first_byte_s``, or by default ``first_byte_factor`` × what the
+request was expected to take there — its TTFT SLO, else the TTFT predicted on that server, its E2E when not
+streaming — within [``first_byte_min_s``, ``first_byte_max_s``]), and not a failure. A refused or reset connection, a timeout, or a 500 / 502 / 503 / 504 answer counts against the
 server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier detection) and, while
 ``retries`` allow and another server is left, the request goes there
 (:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
@@ -34,10 +36,26 @@ MAX_ERROR_BODY = 64 * 1024  # of a failed answer, relayed when no other server i
 @dataclass(frozen=True)
 class UpstreamTimeouts:
     connect_s: float = 2.0
-    first_byte_s: float = 120.0  # to the response's status line and headers
+    first_byte_s: float = 0.0  # to the response's status line and headers; 0: derived per request (first_byte_of)
     idle_s: float = 30.0  # between chunks of a response body
     total_s: float = 600.0  # from the request's start to its response's end
     pool_idle_s: float = 4.0  # a kept-alive connection unused this long is closed
+    first_byte_factor: float = 4.0  # × the request's expected first byte: its SLO, else its prediction
+    first_byte_min_s: float = 2.0
+    first_byte_max_s: float = 120.0  # also the limit of a request with neither SLO nor prediction
+
+    def first_byte_of(self, dispatch: Dispatch) -> float:
+        """How long ``dispatch``'s server may take to its response's headers: ``first_byte_s`` when set, else
+        ``first_byte_factor`` × the request's TTFT SLO or, without one, the response start predicted for it on
+        that server, bounded by [``first_byte_min_s``, ``first_byte_max_s``] (the max when neither is known)."""
+        if self.first_byte_s > 0:
+            return self.first_byte_s
+        request, prediction = dispatch.request, dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        expected_ms = request.slo_ttft_ms if request.slo_ttft_ms is not None else \
+            prediction.response_ms(request.stream) if prediction is not None else None
+        if expected_ms is None or not expected_ms > 0:  # NaN too
+            return self.first_byte_max_s
+        return min(self.first_byte_max_s, max(self.first_byte_min_s, self.first_byte_factor * expected_ms / 1000.0))
 
 
 @dataclass(frozen=True)
@@ -90,7 +108,7 @@ class Upstreams:
         while True:
             server = dispatch.server
             try:
-                async with asyncio.timeout_at(min(loop.time() + self.timeouts.first_byte_s, deadline)):
+                async with asyncio.timeout_at(min(loop.time() + self.timeouts.first_byte_of(dispatch), deadline)):
                     response = await self.pool.request(server.address, "POST", path, headers, body)
             except OSError as err:  # refused, reset, timed out
                 reason, error = _failure(server.server_id, err)

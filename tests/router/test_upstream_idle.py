@@ -87,3 +87,31 @@ def test_a_cancelled_read_is_a_cancellation_not_a_timeout():
             watch.close()
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(scenario())
+
+
+def _dispatch(slo_ttft_ms=None, stream=True, ttft=None, e2e=None):
+    from headroom.router.engine import Decision
+    from headroom.router.roles import Candidate, Prediction
+    from headroom.router.service import Dispatch
+    from tests.router.routercases import req, server
+
+    request = req(slo_ttft_ms=slo_ttft_ms, stream=stream)
+    prediction = None if ttft is None else Prediction(ttft_ms=ttft, tpot_ms=10.0, e2e_ms=e2e)
+    chosen = Candidate(server("s0"), prediction)
+    return Dispatch(request, Decision(request, "p", [chosen], [], chosen), 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("dispatch, limit", [
+    pytest.param(_dispatch(slo_ttft_ms=500.0, ttft=100.0), 2.0, id="slo-first-within-the-floor"),
+    pytest.param(_dispatch(slo_ttft_ms=5000.0, ttft=100.0), 20.0, id="slo-before-prediction"),
+    pytest.param(_dispatch(ttft=1500.0), 6.0, id="predicted-ttft"),
+    pytest.param(_dispatch(stream=False, ttft=100.0, e2e=9000.0), 36.0, id="predicted-e2e-when-not-streaming"),
+    pytest.param(_dispatch(slo_ttft_ms=600_000.0), 120.0, id="capped"),
+    pytest.param(_dispatch(), 120.0, id="nothing-known-the-max"),
+])
+def test_the_first_byte_limit_is_derived_from_the_slo_or_the_prediction(dispatch, limit):
+    assert UpstreamTimeouts().first_byte_of(dispatch) == pytest.approx(limit)
+
+
+def test_a_set_first_byte_limit_holds_for_every_request():
+    assert UpstreamTimeouts(first_byte_s=7.0).first_byte_of(_dispatch(slo_ttft_ms=100.0)) == 7.0
