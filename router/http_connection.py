@@ -59,11 +59,21 @@ class Connection(asyncio.Protocol):
         self.stalled: float | None = None  # since when the client has taken nothing of its answers
         self._unsent = 0  # the answers' bytes waiting for the client then
         self.active = server.loop.time()  # when bytes last came in, an answer ended or the close began
+        self.asked = False  # a request began on it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are no asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
+        if len(self.server.connections) >= self.server.max_connections:
+            self.refused = b""  # nothing of it is read
+            self.closing = True
+            self.write(self.routes.failed(503, f"the router holds its limit of {self.server.max_connections} "
+                                               "connections (maxConnections): try again later"))
+            transport.close()
+            if self.server.on_refused is not None:
+                self.server.on_refused()
+            return
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -105,6 +115,7 @@ class Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        self.asked = True
         self._url, self._headers, self._body, self._size = b"", [], [], 0
         self._head_size = self._header_count = 0
         self._in_head, self._head_done = True, False

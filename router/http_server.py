@@ -2,8 +2,9 @@
 per client, and one timer that holds every connection to the server's limits.
 
 A request still arriving after ``request_s`` is answered 408; a connection idle for ``keep_alive_s`` is closed
-(and cut if its client has still not read the end), and one whose client takes nothing of its answers for as
-long is cut. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in
+(and cut if its client has still not read the end), one that has asked nothing ``request_s`` after it opened is
+closed, and one whose client takes nothing of its answers for as long is cut. A connection beyond
+``max_connections`` is answered 503 (OpenAI's error shape, naming the limit) and closed, and ``on_refused`` called. :meth:`HttpServer.close` stops accepting, closes idle connections, and gives the requests in
 progress ``grace_s`` to finish.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Callable
 
 from headroom.router.http_connection import Connection
 from headroom.router.http_messages import Routes
@@ -26,9 +28,11 @@ class HttpServer:
     leave its answers unread)."""
 
     def __init__(self, routes: Routes, max_body: int, keep_alive_s: float = 75.0, *, max_head_bytes: int = 65536,
-                 max_headers: int = 100, request_s: float = 30.0):
+                 max_headers: int = 100, request_s: float = 30.0, max_connections: int = 4096,
+                 on_refused: Callable[[], None] | None = None):
         self.routes, self.max_body, self.keep_alive_s = routes, max_body, keep_alive_s
         self.max_head_bytes, self.max_headers, self.request_s = max_head_bytes, max_headers, request_s
+        self.max_connections, self.on_refused = max_connections, on_refused
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
         self.closing = False
@@ -47,6 +51,8 @@ class HttpServer:
                 connection.abort()  # its handler is cancelled, releasing its server
             elif late and not connection.dropping and not connection.paused:
                 connection.refuse(408, f"the request did not arrive within {self.request_s:g} s")
+            elif connection.idle and not connection.asked and connection.active < now - self.request_s:
+                connection.close()  # opened, and nothing asked on it
             elif connection.idle and connection.active < now - self.keep_alive_s:
                 if connection.closed:
                     connection.abort()  # closed keep_alive_s ago, and its client has still not read the end

@@ -70,6 +70,8 @@ class RouterMetrics:
                                         "connection after a kept-alive one closed as they went out.", registry=r)
         self.upstream_ejections = Counter("headroom_router_upstream_ejections", "Servers ejected by passive "
                                           "outlier detection.", ["server"], registry=r)
+        self.connections_refused = Counter("headroom_router_connections_refused", "Client connections refused at "
+                                           "the maxConnections limit, by listener.", ["listener"], registry=r)
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
         self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests refused for a missing or "

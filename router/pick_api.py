@@ -1,7 +1,8 @@
 """The plain gRPC ``Router`` API: ``Pick`` a server for a request, ``Report`` how it went.
 
 An adapter only: proto → domain (headers, prompt, optional caller-supplied candidates) →
-:class:`~router.service.RouterService` → proto. Domain errors map to status codes in :data:`STATUS_OF`.
+:class:`~router.service.RouterService` → proto. Domain errors map to status codes in :data:`STATUS_OF`
+(an error takes the code of its nearest class there: :func:`status_of`).
 Every input is checked before anything is scheduled or recorded, within the :mod:`router.limits`: a
 candidate's values within the ranges of their kinds (:data:`contract.server_state.KIND_RANGES`), its
 running TPOT SLOs positive milliseconds, its server id unique in the call, its address set and its
@@ -20,7 +21,7 @@ import grpc
 
 from headroom.contract.server_state import KIND_RANGES, MAX_COUNT, MAX_LATENCY_MS, SERVER_FIELDS, encoder_excess
 from headroom.contract.telemetry import InvalidRecord, check_field
-from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge, RouterError
+from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RouterError
 from headroom.router.headers import parse_headers
 from headroom.router.metering import Completion
 from headroom.router.prompt import PromptInfo, parse_body_off_loop
@@ -29,11 +30,15 @@ from headroom.router.roles import ServerSnapshot
 from headroom.router.service import Dispatch, RouterService
 
 STATUS_OF: dict[type[RouterError], grpc.StatusCode] = {
-    RequestError: grpc.StatusCode.INVALID_ARGUMENT,
-    RequestTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    RequestError: grpc.StatusCode.INVALID_ARGUMENT,  # InvalidJson and RequestTooLarge too
     AdmissionRejected: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NoCandidates: grpc.StatusCode.UNAVAILABLE,
 }
+
+
+def status_of(err: RouterError) -> grpc.StatusCode:
+    """The code of ``err``'s nearest class in :data:`STATUS_OF` (``INTERNAL`` for none: the router's own failure)."""
+    return next((STATUS_OF[cls] for cls in type(err).__mro__ if cls in STATUS_OF), grpc.StatusCode.INTERNAL)
 
 
 class PickServicer(router_pb2_grpc.RouterServicer):
@@ -47,7 +52,7 @@ class PickServicer(router_pb2_grpc.RouterServicer):
             body = await parse_body_off_loop(request.body, request.chat, self.service.limits) if request.body else None
             dispatch = self._pick(request, body and body[1])
         except RouterError as err:
-            await context.abort(STATUS_OF.get(type(err), grpc.StatusCode.INTERNAL), str(err))
+            await context.abort(status_of(err), str(err))
         self.pending[dispatch.request.request_id] = dispatch
         while len(self.pending) > self.max_pending:
             _, old = self.pending.popitem(last=False)

@@ -78,7 +78,7 @@ class RouterServer:
         self.pool = PoolState(servers, inflight=Inflight(s.inflight_ttl_s), prefix=PrefixIndex(s.prefix_max_blocks),
                               unhealthy_after_s=s.unhealthy_after_s, outliers=OutlierPolicy(
                                   s.outlier_failures, s.outlier_ejection_s, s.outlier_max_ejection_s,
-                                  s.outlier_max_ejected_fraction))
+                                  s.outlier_max_ejected_fraction, relative_factor=s.outlier_relative_factor))
         self.telemetry = KafkaTelemetry(kafka, s.telemetry_buffer) if s.telemetry else MemoryTelemetry()
         self._tailer: ModelUpdateTailer | None = None
         self._client: PredictorClient | None = None
@@ -106,7 +106,8 @@ class RouterServer:
         self.elector = self._leader_elector() if s.leader_election else None
         self.proxy = Proxy(self.service, timeouts=UpstreamTimeouts(
             s.upstream_connect_timeout_s, s.upstream_first_byte_timeout_s, s.upstream_idle_timeout_s,
-            s.upstream_timeout_s, s.upstream_pool_idle_s), retries=s.upstream_retries,
+            s.upstream_timeout_s, s.upstream_pool_idle_s, s.upstream_first_byte_factor, s.upstream_first_byte_min_s,
+            s.upstream_first_byte_max_s), retries=s.upstream_retries,
             metrics_routes=s.metrics_port < 0,
             strip_authorization=self.tokens is not None, ready=self._ready)
         self.http_port = self.pick_port = self.ext_proc_port = self.metrics_port = 0
@@ -157,12 +158,16 @@ class RouterServer:
         if self.pods is not None:
             await asyncio.to_thread(self.pods.start)
         guard = http_guard(self.tokens, self.metrics.unauthenticated.labels("http").inc) if self.tokens else None
-        self.http_port = await self._serve_http(self.proxy.routes(guard), s.http_port, tls=True)
+        self.http_port = await self._serve_http(self.proxy.routes(guard), s.http_port, tls=True, listener="http")
         if s.metrics_port >= 0:
-            self.metrics_port = await self._serve_http(self.proxy.metrics_only(), s.metrics_port, tls=False)
+            self.metrics_port = await self._serve_http(self.proxy.metrics_only(), s.metrics_port, tls=False,
+                                                       listener="metrics")
         pair = server_pair(s.tls)
-        # a message holds at most a body within the limit and its scheduling inputs (router.limits)
-        grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024)]
+        # a message holds at most a body within the limit and its scheduling inputs (router.limits); a connection
+        # beyond the limit is closed as it opens, one without a call for keepAliveS closed (GOAWAY)
+        grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024),
+                        ("grpc.max_allowed_incoming_connections", s.max_connections),
+                        ("grpc.max_connection_idle_ms", int(s.keep_alive_s * 1000))]
         if s.pick_port >= 0:
             interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
                 if self.tokens is not None else []
@@ -187,11 +192,12 @@ class RouterServer:
                  "TLS" if self.ext_proc_certificate else "plaintext",
                  self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
 
-    async def _serve_http(self, routes: Routes, port: int, *, tls: bool) -> int:
+    async def _serve_http(self, routes: Routes, port: int, *, tls: bool, listener: str) -> int:
         """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
         s = self.config.settings
         server = HttpServer(routes, s.max_body_bytes, s.keep_alive_s, max_head_bytes=s.max_head_bytes,
-                            max_headers=s.max_headers, request_s=s.request_arrival_s)
+                            max_headers=s.max_headers, request_s=s.request_arrival_s, max_connections=s.max_connections,
+                            on_refused=self.metrics.connections_refused.labels(listener).inc)
         self._http.append(server)
         return await server.start(s.host, port, ssl_server_context(s.tls) if tls else None)
 

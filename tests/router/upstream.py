@@ -6,7 +6,9 @@ serves vLLM metrics and lists its ``models`` at ``/v1/models``. Every answer car
 and rate-limit headers, as hosted OpenAI-compatible servers send, and ``response_headers`` besides. Faults
 on demand: ``fail_status`` answers every completion with that status (and ``fail_body``, when given),
 ``hang`` never answers, ``head_delay_s`` sends a stream's headers that late, ``stall_after`` falls silent
-after that many chunks of a stream, ``hang_models`` never answers ``/v1/models``.
+after that many chunks of a stream, ``die_after`` drops the connection after that many (as a server process
+that dies), ``truncated_json`` ends a 200 JSON answer cleanly half way through its document, ``hang_models``
+never answers ``/v1/models``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ class Upstream:
                  tokens_per_chunk: int = 1, token_delay_s: float = 0.002, first_token_delay_s: float = 0.0,
                  models: tuple[str, ...] = ("m",), fail_status: int | None = None, hang: bool = False,
                  response_headers: dict | None = None, fail_body: bytes | None = None,
-                 stall_after: int | None = None, hang_models: bool = False, head_delay_s: float = 0.0):
+                 stall_after: int | None = None, hang_models: bool = False, head_delay_s: float = 0.0,
+                 die_after: int | None = None, truncated_json: bool = False):
         self.name = name
         self.waiting, self.running, self.kv = waiting, running, kv
         self.tokens_per_chunk = tokens_per_chunk
@@ -33,6 +36,7 @@ class Upstream:
         self.fail_status, self.hang = fail_status, hang
         self.fail_body, self.stall_after, self.hang_models = fail_body, stall_after, hang_models
         self.head_delay_s = head_delay_s
+        self.die_after, self.truncated_json = die_after, truncated_json
         self.response_headers = response_headers or {}
         self.received: list[tuple[str, dict, dict]] = []  # (path, headers, body)
         self.peers: list[tuple] = []  # the address each request came from (one per connection kept alive)
@@ -98,6 +102,9 @@ class Upstream:
             await asyncio.sleep(self.token_delay_s * tokens)
             text = "tok" * tokens
             choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+            if self.truncated_json:
+                whole = json.dumps({"id": "x", "object": "completion", "choices": [choice], "usage": usage})
+                return web.Response(body=whole[:len(whole) // 2].encode(), content_type="application/json")
             return web.json_response({"id": "x", "object": "completion", "choices": [choice], "usage": usage},
                                      headers=self._headers())
         response = web.StreamResponse(headers={"content-type": "text/event-stream", **self._headers()})
@@ -108,6 +115,10 @@ class Upstream:
         while sent < tokens:
             if self.stall_after is not None and sent >= self.stall_after * self.tokens_per_chunk:
                 await self._stopping.wait()
+                return response
+            if self.die_after is not None and sent >= self.die_after * self.tokens_per_chunk:
+                assert request.transport is not None
+                request.transport.abort()  # the connection is gone, its chunked body never ended
                 return response
             n = min(self.tokens_per_chunk, tokens - sent)
             piece = "tok" * n
