@@ -45,9 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ext_proc.add_argument("--floor", nargs="*", metavar="VARIANT",
                           help="instead: an empty servicer served each way named (all when none is named; the first "
                                "one is also split into per-stream and per-message cost), CPU ms per exchange")
-    ext_proc.add_argument("--rounds", type=int, default=3, help="--floor: interleaved rounds")
+    ext_proc.add_argument("--rounds", type=int, default=3, help="--floor, --versus-epp: interleaved rounds")
     ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
                           help="instead: the router's own work per exchange without gRPC, over this many exchanges")
+    ext_proc.add_argument("--versus-epp", nargs="*", metavar="ARM",
+                          help="instead: headroom against GIE's endpoint picker (infra/build-tool epp) on the same "
+                               "servers, one process each, and client, in interleaved --rounds of --seconds; arms: "
+                               "headroom-predicted, epp-default, headroom-heuristic, epp-matched (all when none is "
+                               "named)")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -152,6 +157,19 @@ def _ext_proc(args: argparse.Namespace) -> int:
         if args.in_process < 1:
             raise CommandError("--in-process must be positive (exchanges to run)")
         print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor)))
+        return 0
+    if args.versus_epp is not None:
+        from headroom.benchmarks.ext_proc_versus import ARMS, bench_versus_epp, print_report, ratios
+        unknown = sorted(set(args.versus_epp) - set(ARMS))
+        if unknown:
+            raise CommandError(f"unknown --versus-epp arms {unknown}; known: {', '.join(ARMS)}")
+        runs = bench_versus_epp(args.servers, args.streams, args.seconds, args.rounds,
+                                [arm for arm in ARMS if arm in args.versus_epp] if args.versus_epp else ARMS)
+        for run in runs:
+            print(json.dumps({**asdict(run), "decisions_per_cpu_s": round(run.decisions_per_cpu_s, 1)}))
+        for row in ratios(runs):
+            print(json.dumps(row))
+        print_report(runs)
         return 0
     if args.floor is not None:
         from headroom.benchmarks.ext_proc_floor import VARIANTS, bench_floor

@@ -22,6 +22,7 @@ import json
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
             try:
                 asyncio.run(drive(port, streams, 1.0))  # warm-up: connections, caches, compiled kernels
                 before, began = router.cpu, time.monotonic()
-                exchanges, rejected = asyncio.run(drive(port, streams, seconds))
+                driven = asyncio.run(drive(port, streams, seconds))
+                exchanges, rejected = driven.streams, driven.refused
                 cpu, wall = router.cpu - before, time.monotonic() - began
             finally:
                 router.stop()
@@ -88,38 +90,88 @@ def answers_awaited(messages: Sequence[Any]) -> list[int]:
             else 2 if m.HasField("request_body") and m.request_body.end_of_stream else 1 for m in messages]
 
 
-async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> tuple[int, int]:
+@dataclass
+class Driven:
+    """What :func:`drive` did: streams completed, how many of them were answered with an immediate response,
+    and each stream's decision latency (ms): from its first message to the answer that routes it — the request
+    headers' answer in full duplex, the request body's when buffered — as Envoy waits for it."""
+
+    streams: int = 0
+    refused: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> Driven:
     """``streams`` concurrent ext_proc streams, one after another for ``seconds``, each sending ``messages``
     (default :func:`exchange_messages`) as Envoy does, reading the answers it awaits after each
-    (:func:`answers_awaited`), then half-closing it; returns the streams completed and how many of them were
-    answered with an immediate response."""
+    (:func:`answers_awaited`), then half-closing it."""
     import grpc
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
     exchange = list(messages or exchange_messages())
-    steps = list(zip(exchange, answers_awaited(exchange), strict=True))
+    awaited = answers_awaited(exchange)
+    decided = next((i for i, m in enumerate(exchange) if m.HasField("request_body") and m.request_body.end_of_stream),
+                   0)  # the answers read after this message route the request
+    steps = list(zip(exchange, awaited, strict=True))
     end = time.monotonic() + seconds
-    counts = [0, 0]
-
-    async def refused(call: Any, awaited: int) -> bool:
-        for _ in range(awaited):
-            if (await call.read()).HasField("immediate_response"):
-                return True
-        return False
+    driven = Driven()
 
     async def one_stream(stub: ep_grpc.ExternalProcessorStub) -> None:
         while time.monotonic() < end:
             call = stub.Process()
-            for message, awaited in steps:
+            began = time.perf_counter()
+            for i, (message, count) in enumerate(steps):
                 await call.write(message)
-                if await refused(call, awaited):
-                    counts[1] += 1
+                refused = False
+                for n in range(count):
+                    answer = await call.read()
+                    if i == decided and n == 0:
+                        driven.latencies_ms.append(1000 * (time.perf_counter() - began))
+                    refused = refused or answer.HasField("immediate_response")
+                if refused:
+                    driven.refused += 1
                     break
-            counts[0] += 1
+            driven.streams += 1
             await call.done_writing()  # as Envoy ends a stream: half-closed, then the server's status awaited
             await call.code()
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = ep_grpc.ExternalProcessorStub(channel)
         await asyncio.wait_for(asyncio.gather(*(one_stream(stub) for _ in range(streams))), seconds + STALL_S)
-    return counts[0], counts[1]
+    return driven
+
+
+async def routed_to(port: int) -> str | None:
+    """The destination one exchange on ``port`` is routed to (None: refused or not routed)."""
+    import grpc
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+    from headroom.router.ext_proc_answers import DESTINATION_HEADER
+
+    first, body = exchange_messages()[:2]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = ep_grpc.ExternalProcessorStub(channel).Process()
+        await call.write(first)
+        await call.write(body)
+        answer = await asyncio.wait_for(call.read(), 10)
+        call.cancel()
+    for option in answer.request_headers.response.header_mutation.set_headers:
+        if option.header.key == DESTINATION_HEADER:
+            return str(option.header.raw_value.decode())
+    return None
+
+
+def wait_routed(port: int, timeout_s: float = 60.0) -> str:
+    """Wait until an exchange on ``port`` is routed to a server (an endpoint picker that has seen the pool's
+    metrics); returns the destination."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            destination = asyncio.run(routed_to(port))
+        except Exception:  # not serving yet: any failure is retried until the deadline
+            destination = None
+        if destination:
+            return destination
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the ext_proc server on port {port} routed nothing within {timeout_s:.0f} s")
+        time.sleep(0.5)

@@ -100,7 +100,7 @@ def _cpu_ms_per_stream(name: str, messages: Sequence[object], seconds: float, st
                 raise RuntimeError(f"the {name} servicer exited with code {popen.wait()}")
             asyncio.run(drive(port, streams, 0.5, messages))  # warm-up
             before = cpu_seconds(popen.pid)
-            done, _ = asyncio.run(drive(port, streams, seconds, messages))
+            done = asyncio.run(drive(port, streams, seconds, messages)).streams
             return 1000 * (cpu_seconds(popen.pid) - before) / max(1, done)
         finally:
             popen.terminate()

@@ -33,6 +33,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        try:
+            tasks = list(Path(f"/proc/{pids[i]}/task").iterdir())
+        except OSError:
+            tasks = []
+        for task in tasks:
+            try:
+                pids += [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        i += 1
+    return pids
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of process ``pid`` and its live descendants."""
+    total = 0.0
+    for each in process_tree(pid):
+        try:
+            total += cpu_seconds(each)
+        except OSError:  # it ended meanwhile
+            pass
+    return total
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory (MiB) of process ``pid`` and its live descendants."""
+    total = 0
+    for each in process_tree(pid):
+        try:
+            status = Path(f"/proc/{each}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
 def children_cpu_seconds() -> float:
     """User + system CPU time of this process's children that have exited and been waited for."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -86,7 +126,12 @@ class Process:
 
     @property
     def cpu(self) -> float:
-        return cpu_seconds(self.popen.pid)
+        """CPU seconds of the process and of any process it started that still runs."""
+        return tree_cpu_seconds(self.popen.pid)
+
+    @property
+    def rss_mib(self) -> float:
+        return tree_rss_mib(self.popen.pid)
 
     def stop(self) -> None:
         if self.popen.poll() is None:

@@ -44,8 +44,9 @@ def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> N
     (("ext-proc", "--floor", "iterator", "nope"), "unknown --floor variants \\['nope'\\]"),
     (("ext-proc", "--in-process", "0"), "--in-process must be positive"),
     (("ext-proc", "--in-process", "-5"), "--in-process must be positive"),
+    (("ext-proc", "--versus-epp", "epp-default", "nope"), "unknown --versus-epp arms \\['nope'\\]"),
 ], ids=["trace", "router-candidates", "proxy-concurrency", "ext-proc-servers", "ext-proc-floor-variant",
-        "ext-proc-in-process-zero", "ext-proc-in-process-negative"])
+        "ext-proc-in-process-zero", "ext-proc-in-process-negative", "ext-proc-versus-arm"])
 def test_user_errors_are_command_errors(argv, message) -> None:
     with pytest.raises(CommandError, match=message):
         _invoke(*argv)
