@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="instead: an empty servicer served each way named (all when none is named; the first "
                                "one is also split into per-stream and per-message cost), CPU ms per exchange")
     ext_proc.add_argument("--rounds", type=int, default=3, help="--floor, --versus-epp: interleaved rounds")
+    ext_proc.add_argument("--scrape-interval", type=float, default=0.05, metavar="SECONDS",
+                          help="how often the router scrapes each server (a long one leaves the scraping's cost out)")
     ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
                           help="instead: the router's own work per exchange without gRPC, over this many exchanges")
     ext_proc.add_argument("--versus-epp", nargs="*", metavar="ARM",
@@ -178,7 +180,10 @@ def _ext_proc(args: argparse.Namespace) -> int:
             raise CommandError(f"unknown --floor variants {unknown}; known: {', '.join(VARIANTS)}")
         print(json.dumps(bench_floor(args.floor or list(VARIANTS), args.rounds, args.seconds, args.streams)))
         return 0
-    print(json.dumps(bench_ext_proc(args.servers, args.streams, args.seconds, args.predictor, args.profile)))
+    if not args.scrape_interval > 0:
+        raise CommandError("--scrape-interval must be positive")
+    print(json.dumps(bench_ext_proc(args.servers, args.streams, args.seconds, args.predictor, args.profile,
+                                    args.scrape_interval)))
     return 0
 
 

@@ -32,12 +32,13 @@ STALL_S = 30.0  # beyond its seconds, a drive whose answers stop coming fails
 
 
 def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, predictor: str = "embedded",
-                   profile: Path | None = None) -> dict[str, float | int | str]:
+                   profile: Path | None = None, scrape_interval_s: float = 0.05) -> dict[str, float | int | str]:
     pool, addresses = start_pool(servers)
     started_load = load_average()
     try:
         with tempfile.TemporaryDirectory(prefix="headroom-bench-ext-proc-") as scratch:
-            router, port = start_router(addresses, Path(scratch), predictor=predictor, ext_proc=True, profile=profile)
+            router, port = start_router(addresses, Path(scratch), predictor=predictor, ext_proc=True, profile=profile,
+                                        scrape_interval_s=scrape_interval_s)
             try:
                 asyncio.run(drive(port, streams, 1.0))  # warm-up: connections, caches, compiled kernels
                 before, began = router.cpu, time.monotonic()
@@ -49,7 +50,8 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
     finally:
         pool.stop()
     decisions = exchanges - rejected
-    return {"servers": servers, "streams": streams, "predictor": predictor, "decisions": decisions,
+    return {"servers": servers, "streams": streams, "predictor": predictor, "scrape_interval_s": scrape_interval_s,
+            "decisions": decisions,
             "rejected": rejected, "decisions_per_cpu_s": decisions / cpu if cpu else float("inf"),
             "decisions_per_s": decisions / wall, "router_cpu_ms_per_decision": 1000 * cpu / max(1, decisions),
             "load_average": f"{started_load} → {load_average()}"}

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headroom.benchmarks.live import (
     HTTP_LOAD_SOURCE,
@@ -110,7 +111,7 @@ def _run(load: Path, urls: str, body: str, path: str, concurrency: int, stream: 
                load_cpu_ms_per_request=1000 * (children_cpu_seconds() - load_before) * share / sent)
 
 
-def summarize(runs: Sequence[Run]) -> list[dict[str, float | int | bool]]:
+def summarize(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Per (concurrency, stream): medians over rounds of proxied/direct throughput and of the added latency."""
     rows = []
     for key in sorted({(r.concurrency, r.stream) for r in runs}):
@@ -121,6 +122,8 @@ def summarize(runs: Sequence[Run]) -> list[dict[str, float | int | bool]]:
             "direct_rps": statistics.median(d.requests_per_s for d, _ in pairs),
             "proxied_rps": statistics.median(p.requests_per_s for _, p in pairs),
             "throughput_ratio": statistics.median(p.requests_per_s / d.requests_per_s for d, p in pairs),
+            "round_ratios": [round(p.requests_per_s / d.requests_per_s, 3) for d, p in pairs],
+            "round_added_p99_ms": [round(p.p99_ms - d.p99_ms, 1) for d, p in pairs],
             "added_p50_ms": statistics.median(p.p50_ms - d.p50_ms for d, p in pairs),
             "added_p99_ms": statistics.median(p.p99_ms - d.p99_ms for d, p in pairs),
             "router_cpu_ms_per_request": statistics.median(p.router_cpu_ms_per_request for _, p in pairs),
@@ -138,14 +141,16 @@ def print_report(runs: Sequence[Run], started_load: str, pin: bool = False) -> N
     cpus = "the router on a CPU of its own" if pin else "all on shared CPUs"
     table = Table(title=f"proxy vs direct ({cpus}; medians over rounds; load average {started_load} → "
                         f"{load_average()})")
-    for column in ("concurrency", "stream", "direct req/s", "proxied req/s", "ratio", "added p50 ms",
-                   "added p99 ms", "router CPU ms/req", "router CPU µs/chunk", "pool+load CPU ms/req (direct)",
-                   "errors"):
+    for column in ("concurrency", "stream", "direct req/s", "proxied req/s", "ratio", "ratio per round",
+                   "added p50 ms", "added p99 ms", "added p99 per round", "router CPU ms/req", "router CPU µs/chunk",
+                   "pool+load CPU ms/req (direct)", "errors"):
         table.add_column(column, justify="right")
     for row in summarize(runs):
         table.add_row(str(row["concurrency"]), "yes" if row["stream"] else "no", f"{row['direct_rps']:.0f}",
-                      f"{row['proxied_rps']:.0f}", f"{row['throughput_ratio']:.2f}", f"{row['added_p50_ms']:.1f}",
-                      f"{row['added_p99_ms']:.1f}", f"{row['router_cpu_ms_per_request']:.3f}",
+                      f"{row['proxied_rps']:.0f}", f"{row['throughput_ratio']:.2f}",
+                      " ".join(f"{r:.2f}" for r in row["round_ratios"]), f"{row['added_p50_ms']:.1f}",
+                      f"{row['added_p99_ms']:.1f}", " ".join(f"{r:.1f}" for r in row["round_added_p99_ms"]),
+                      f"{row['router_cpu_ms_per_request']:.3f}",
                       f"{row['router_cpu_us_per_chunk']:.1f}" if row["stream"] else "—",
                       f"{row['direct_pool_load_cpu_ms_per_request']:.3f}", str(row["errors"]))
     Console(width=160).print(table)

@@ -64,6 +64,7 @@ def test_proxy_summary_pairs_runs_of_a_round_and_takes_medians() -> None:
     (row,) = summarize(runs)
     assert row["rounds"] == 3
     assert row["throughput_ratio"] == 0.7  # median of 0.9, 0.5, 0.7
+    assert row["round_ratios"] == [0.9, 0.5, 0.7] and row["round_added_p99_ms"] == [3.0, 30.0, 30.0]
     assert row["added_p99_ms"] == 30.0  # median of 3, 30, 30
     assert row["router_cpu_ms_per_request"] == 0.5
     assert row["direct_pool_load_cpu_ms_per_request"] == pytest.approx(0.22)  # median of 0.12, 0.22, 0.32
