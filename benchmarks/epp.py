@@ -32,6 +32,7 @@ NAMESPACE, POOL = "default", "sim-pool"
 GROUP, VERSION = "inference.networking.k8s.io", "v1"
 LABELS = {"app": "headroom-sim"}
 FIRST_ADDRESS = 11  # 127.0.0.11 is the first server's address
+START_S = 600.0  # for a fleet of processes to start, each importing its libraries, on a loaded host
 CONFIGS: dict[str, str | None] = {
     "default": None,  # the EPP's built-in configuration
     "matched": yaml.safe_dump({
@@ -75,7 +76,7 @@ def sim_fleet(servers: int, server_type: str = "h100") -> Iterator[list[str]]:
                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
             processes.append(Process(f"sim-{i}", popen))
         addresses = [f"{host}:{port}" for host in hosts]
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + START_S
         for process, address in zip(processes, addresses, strict=True):
             while not _answers(f"http://{address}/health"):
                 if process.popen.poll() is not None or time.monotonic() > deadline:
