@@ -14,12 +14,12 @@ import numpy as np
 
 from headroom.contract.targets import TARGETS
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.predictor.runtime import ModelRuntime
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.roles import PredictionBatch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the runtime's compiled kernels (numba, LLVM: ~40 MiB resident) load only with its models
     from headroom.predictor.client import PredictorClient
+    from headroom.predictor.runtime import ModelRuntime
 
 
 class EmbeddedPredictor:
