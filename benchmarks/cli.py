@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="instead: an empty servicer served each way named (all when none is named; the first "
                                "one is also split into per-stream and per-message cost), CPU ms per exchange")
     ext_proc.add_argument("--rounds", type=int, default=3, help="--floor, --versus-epp: interleaved rounds")
+    ext_proc.add_argument("--client", choices=("go", "python"), default="go",
+                          help="--versus-epp: the compiled ext_proc client (benchmarks/ext_proc_load, built with the Go "
+                               "toolchain the EPP needs too) or this process's")
     ext_proc.add_argument("--scrape-interval", type=float, default=0.05, metavar="SECONDS",
                           help="how often the router scrapes each server (a long one leaves the scraping's cost out)")
     ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
@@ -166,7 +169,8 @@ def _ext_proc(args: argparse.Namespace) -> int:
         if unknown:
             raise CommandError(f"unknown --versus-epp arms {unknown}; known: {', '.join(ARMS)}")
         runs = bench_versus_epp(args.servers, args.streams, args.seconds, args.rounds,
-                                [arm for arm in ARMS if arm in args.versus_epp] if args.versus_epp else ARMS)
+                                [arm for arm in ARMS if arm in args.versus_epp] if args.versus_epp else ARMS,
+                                args.client)
         for run in runs:
             print(json.dumps({**asdict(run), "decisions_per_cpu_s": round(run.decisions_per_cpu_s, 1)}))
         for row in ratios(runs):

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headroom.benchmarks.live import load_average, start_pool, start_router
+from headroom.benchmarks.live import build_go, load_average, start_pool, start_router
 
 STALL_S = 30.0  # beyond its seconds, a drive whose answers stop coming fails
+EXT_PROC_LOAD_SOURCE = Path(__file__).resolve().parent / "ext_proc_load"
 
 
 def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, predictor: str = "embedded",
@@ -94,13 +97,15 @@ def answers_awaited(messages: Sequence[Any]) -> list[int]:
 
 @dataclass
 class Driven:
-    """What :func:`drive` did: streams completed, how many of them were answered with an immediate response,
-    and each stream's decision latency (ms): from its first message to the answer that routes it — the request
-    headers' answer in full duplex, the request body's when buffered — as Envoy waits for it."""
+    """What :func:`drive` or :func:`drive_go` did: streams completed, how many of them were answered with an
+    immediate response, and the decision latency's p50 and p99 (ms): from a stream's first message to the answer
+    that routes it — the request headers' answer in full duplex, the request body's when buffered — as Envoy
+    waits for it."""
 
     streams: int = 0
     refused: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
 
 
 async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> Driven:
@@ -116,7 +121,7 @@ async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any]
                    0)  # the answers read after this message route the request
     steps = list(zip(exchange, awaited, strict=True))
     end = time.monotonic() + seconds
-    driven = Driven()
+    driven, latencies = Driven(), []
 
     async def one_stream(stub: ep_grpc.ExternalProcessorStub) -> None:
         while time.monotonic() < end:
@@ -128,7 +133,7 @@ async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any]
                 for n in range(count):
                     answer = await call.read()
                     if i == decided and n == 0:
-                        driven.latencies_ms.append(1000 * (time.perf_counter() - began))
+                        latencies.append(1000 * (time.perf_counter() - began))
                     refused = refused or answer.HasField("immediate_response")
                 if refused:
                     driven.refused += 1
@@ -140,7 +145,34 @@ async def drive(port: int, streams: int, seconds: float, messages: Sequence[Any]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = ep_grpc.ExternalProcessorStub(channel)
         await asyncio.wait_for(asyncio.gather(*(one_stream(stub) for _ in range(streams))), seconds + STALL_S)
+    if latencies:
+        latencies.sort()
+        driven.p50_ms, driven.p99_ms = latencies[len(latencies) // 2], latencies[int(0.99 * (len(latencies) - 1))]
     return driven
+
+
+def drive_go(port: int, streams: int, seconds: float, messages: Sequence[Any] | None = None) -> Driven:
+    """:func:`drive`'s load from the compiled client in ``ext_proc_load/`` (grpc-go, messages passed through as
+    bytes), which costs the shared cores a fraction of the Python client's CPU per exchange: on a small host
+    the Python client, not the server, may set the pace."""
+    binary = build_go(EXT_PROC_LOAD_SOURCE, "ext-proc-load")
+    exchange = list(messages or exchange_messages())
+    awaited = answers_awaited(exchange)
+    decided = next((i for i, m in enumerate(exchange) if m.HasField("request_body") and m.request_body.end_of_stream),
+                   0)
+    with tempfile.NamedTemporaryFile(prefix="ext-proc-exchange-") as file:
+        for message in exchange:
+            data = message.SerializeToString()
+            file.write(struct.pack(">I", len(data)) + data)
+        file.flush()
+        done = subprocess.run([str(binary), "-addr", f"127.0.0.1:{port}", "-messages", file.name, "-awaited",
+                               ",".join(map(str, awaited)), "-decided", str(decided), "-streams", str(streams),
+                               "-seconds", str(seconds), "-warmup", "0"], capture_output=True, text=True,
+                              timeout=seconds + STALL_S + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"ext_proc_load failed: {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout)
+    return Driven(result["streams"], result["refused"], result["p50_ms"], result["p99_ms"])
 
 
 async def routed_to(port: int) -> str | None:

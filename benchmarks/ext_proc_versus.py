@@ -6,8 +6,9 @@ every arm: headroom's router with embedded prediction (``headroom-predicted``) a
 alone (``headroom-heuristic``, ``--predictor none``), each in its own process as ``headroom bench ext-proc``
 runs it, and the EPP (:mod:`benchmarks.epp`) with its default configuration (``epp-default``) and with the
 configuration matched to headroom's heuristic (``epp-matched``). All run for the whole bench, each scraping the
-pool; this process plays Envoy in ``FULL_DUPLEX_STREAMED`` mode for every arm alike
-(:func:`benchmarks.ext_proc.drive`), one arm at a time, in an order that alternates from round to round. Per run:
+pool; one client plays Envoy in ``FULL_DUPLEX_STREAMED`` mode for every arm alike — the compiled one
+(:func:`benchmarks.ext_proc.drive_go`) by default, this process's (:func:`benchmarks.ext_proc.drive`) with
+``client="python"`` — one arm at a time, in an order that alternates from round to round. Per run:
 decisions per second of the arm's CPU time (its process and any it started, from ``/proc``), the decision
 latency's p50 and p99 as the client sees it, and the arm's resident memory at the end. Per round, the ratio of
 each headroom arm to its EPP arm (:data:`PAIRS`).
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headroom.benchmarks.epp import epp_pool, sim_fleet, start_epp
-from headroom.benchmarks.ext_proc import drive, wait_routed
+from headroom.benchmarks.ext_proc import Driven, drive, drive_go, wait_routed
 from headroom.benchmarks.live import Process, load_average, start_router
 
 ARMS = ("headroom-predicted", "epp-default", "headroom-heuristic", "epp-matched")
@@ -55,8 +56,9 @@ class ArmRun:
 
 
 def bench_versus_epp(servers: int = 16, streams: int = 16, seconds: float = 30.0, rounds: int = 3,
-                     arms: Sequence[str] = ARMS) -> list[ArmRun]:
-    """Every run, in the order measured."""
+                     arms: Sequence[str] = ARMS, client: str = "go") -> list[ArmRun]:
+    """Every run, in the order measured; ``client``: ``go`` (:func:`~benchmarks.ext_proc.drive_go`) or ``python``
+    (:func:`~benchmarks.ext_proc.drive`)."""
     runs: list[ArmRun] = []
     processes: dict[str, tuple[Process, int]] = {}
     with contextlib.ExitStack() as stack:
@@ -75,23 +77,25 @@ def bench_versus_epp(servers: int = 16, streams: int = 16, seconds: float = 30.0
                 wait_routed(processes[arm][1])
             for round_ in range(rounds):
                 for arm in arms if round_ % 2 == 0 else arms[::-1]:
-                    runs.append(_run(arm, round_, *processes[arm], streams, seconds))
+                    runs.append(_run(arm, round_, *processes[arm], streams, seconds, client))
         finally:
             for process, _ in processes.values():
                 process.stop()
     return runs
 
 
-def _run(arm: str, round_: int, process: Process, port: int, streams: int, seconds: float) -> ArmRun:
+def _run(arm: str, round_: int, process: Process, port: int, streams: int, seconds: float, client: str) -> ArmRun:
     load = load_average()
-    asyncio.run(drive(port, streams, 1.0))  # warm-up
+
+    def load_for(duration: float) -> Driven:
+        return drive_go(port, streams, duration) if client == "go" else asyncio.run(drive(port, streams, duration))
+
+    load_for(1.0)  # warm-up
     before, began = process.cpu, time.monotonic()
-    driven = asyncio.run(drive(port, streams, seconds))
+    driven = load_for(seconds)
     cpu, wall = process.cpu - before, time.monotonic() - began
-    latencies = sorted(driven.latencies_ms) or [float("nan")]
-    return ArmRun(arm, round_, driven.streams - driven.refused, driven.refused, cpu, wall,
-                  latencies[len(latencies) // 2], latencies[int(0.99 * (len(latencies) - 1))], process.rss_mib,
-                  f"{load} → {load_average()}")
+    return ArmRun(arm, round_, driven.streams - driven.refused, driven.refused, cpu, wall, driven.p50_ms,
+                  driven.p99_ms, process.rss_mib, f"{load} → {load_average()}")
 
 
 def ratios(runs: Sequence[ArmRun]) -> list[dict[str, object]]:
