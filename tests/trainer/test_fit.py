@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import xgboost
 
-from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, unread_columns
-from headroom.contract.model_update import booster_transform, load_booster
+from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, training_features, unread_columns
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, load_booster
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict, training_target
 from headroom.trainer.params import TrainParams
@@ -114,3 +114,15 @@ def test_a_model_never_splits_on_the_features_its_target_does_not_read(data):
     assert "encoder_input_size" in used["ttft"] and "encoder_input_size" not in used["tpot"]
     assert unread_columns("tpot") == (RAW_COLUMNS.index("encoder_matched_size"), encoder)
     assert unread_columns("ttft") == unread_columns("e2e") == ()
+
+
+@pytest.mark.parametrize("params", [FAST, TrainParams(objective="quantile", n_trees=40, target_transform="identity")],
+                         ids=["mean-log", "quantile-identity"])
+def test_fit_makes_the_model_xgboost_train_makes(data, params):
+    train, _ = data
+    matrix = xgboost.DMatrix(training_features(train.features(), "ttft"),
+                             label=training_target(train.values, params.target_transform),
+                             feature_names=list(FEATURE_NAMES))
+    reference = xgboost.train(params.booster_params(), matrix, num_boost_round=params.n_trees)
+    reference.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})
+    assert model_bytes(fit(train, params, "ttft")) == model_bytes(reference)
