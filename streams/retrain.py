@@ -5,6 +5,11 @@ consuming); the snapshot handed to it is a shallow copy of the window taken on t
 windows of pools the publisher owns are trained. Each promoted candidate is published, then made live, so
 the next round gates against it and version numbers keep growing; a candidate the publisher refuses
 because ownership moved (:class:`~trainer.publish.PublishFenced`) is dropped, and so is the rest of its round.
+
+A round has three steps, each a method, so that a replay can run the middle one elsewhere (in another
+process, :mod:`backtest.round_pool`): :meth:`Retrainer.start` (the window is due: mark it trained, copy its
+rows), :func:`fit_round` (pure: the samples, the candidates, the gate) and :meth:`Retrainer.settle` (publish
+the promotions, make them live, leave an unanswered drift to be answered again).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from headroom.streams.windows import WindowKey
 from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.publish import PublishFenced
 from headroom.trainer.rounds import RoundOutcome, train_round
+from headroom.trainer.samples import Samples
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ class Publisher(Protocol):
 
 
 class RoundJob(NamedTuple):
-    """What one due window trains on: the arguments of :meth:`Retrainer._train`."""
+    """What one due window trains on, taken when it was due (:meth:`Retrainer.start`)."""
 
     window: WindowKey
     rows: dict[str, list[Row]]
@@ -93,14 +99,13 @@ class Retrainer:
             metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
             if not self.publisher.owns(window[0]):
                 continue
-            job = self._start(window)
+            job = self.start(window)
             if job is None:
                 continue
             loop = asyncio.get_running_loop()
             started = time.perf_counter()
             try:
-                answered = await loop.run_in_executor(self._executor, self._train, *job)
-                outcomes += self._answered(job, answered)
+                outcomes += await loop.run_in_executor(self._executor, self._train, job)
             except Exception:  # a failed round must not stop the worker; the next one retries
                 metrics.TRAINING_FAILURES.labels(*window).inc()
                 log.exception("training %s/%s failed", *window)
@@ -112,20 +117,20 @@ class Retrainer:
         record, on event time."""
         outcomes: list[RoundOutcome] = []
         for window in self.ingestor.windows.keys():
-            job = self._start(window) if self.publisher.owns(window[0]) else None
+            job = self.start(window) if self.publisher.owns(window[0]) else None
             if job is None:
                 continue
             started = time.perf_counter()
             try:
-                outcomes += self._answered(job, self._train(*job))
+                outcomes += self._train(job)
             except Exception:  # as in run_due: the round fails, the replay goes on
                 metrics.TRAINING_FAILURES.labels(*window).inc()
                 log.exception("training %s/%s failed", *window)
             metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
         return outcomes
 
-    def _start(self, window: WindowKey) -> RoundJob | None:
-        """When ``window`` is due now: mark it trained and return the arguments of :meth:`_train`."""
+    def start(self, window: WindowKey) -> RoundJob | None:
+        """When ``window`` is due now: mark it trained and return what its round trains on."""
         windows = self.ingestor.windows
         policy = self.ingestor.policy(window)
         now = self.clock()
@@ -136,18 +141,16 @@ class Retrainer:
         metrics.RETRAINS.labels(*window, trigger).inc()
         return RoundJob(window, windows.copy(window), windows.clock, now, drift_reason)
 
-    def _answered(self, job: RoundJob, answered: list[RoundOutcome]) -> list[RoundOutcome]:
-        """A drift-triggered round that promoted nothing leaves the drift to be answered again."""
-        if job.drift_reason is not None and not any(o.update for o in answered):
-            self.ingestor.policy(job.window).unanswered(job.drift_reason)
-        return answered
+    def _train(self, job: RoundJob) -> list[RoundOutcome]:
+        return self.settle(job, fit_round(job, self.live, self.settings))
 
-    def _train(self, window: WindowKey, rows: dict[str, list[Row]], window_clock: float, now: float,
-               drift_reason: str | None) -> list[RoundOutcome]:
-        pool_key, target = window
-        samples = snapshot(rows, window_clock, self.settings.limits)
-        outcomes = train_round(pool_key, target, samples, self.live, self.settings.train_params,
-                               self.settings.round_spec, now=now, drift_reason=drift_reason)
+    def settle(self, job: RoundJob, outcomes: list[RoundOutcome]) -> list[RoundOutcome]:
+        """Publish the promotions of ``job``'s round and make them live; returns the outcomes up to the first
+        one the publisher refused. A drift-triggered round that promoted nothing leaves the drift to be answered
+        again."""
+        pool_key, target = job.window
+        drift_reason = job.drift_reason
+        settled = outcomes
         for index, outcome in enumerate(outcomes):
             labels = (pool_key, target, outcome.objective)
             if outcome.update is None:
@@ -162,7 +165,8 @@ class Retrainer:
                 metrics.PUBLISH_FENCED.labels(*labels).inc()
                 log.warning("not publishing %s v%d or the rest of its round: %s", outcome.key,
                             outcome.update.version, fenced)
-                return outcomes[:index]
+                settled = outcomes[:index]
+                break
             self.live.offer(live_model(outcome.update, outcome.booster))
             metrics.PROMOTIONS.labels(*labels).inc()
             metrics.MODEL_VERSION.labels(*labels).set(outcome.update.version)
@@ -171,4 +175,20 @@ class Retrainer:
                      outcome.key, outcome.update.version, outcome.train_rows, outcome.decision.reason,
                      outcome.candidate.mae, 100 * outcome.candidate.mape, outcome.candidate.coverage,
                      f"; {drift_reason}" if drift_reason else "")
-        return outcomes
+        if drift_reason is not None and not any(o.update for o in settled):
+            self.ingestor.policy(job.window).unanswered(drift_reason)
+        return settled
+
+
+def fit_round(job: RoundJob, live: LiveModels, settings: PipelineSettings,
+              samples: Samples | None = None) -> list[RoundOutcome]:
+    """The candidates of ``job``'s window and the gate's decision on each (pure: nothing is published);
+    ``samples`` are the job's when they were taken already (:func:`round_samples`)."""
+    pool_key, target = job.window
+    return train_round(pool_key, target, round_samples(job, settings) if samples is None else samples, live,
+                       settings.train_params, settings.round_spec, now=job.now, drift_reason=job.drift_reason)
+
+
+def round_samples(job: RoundJob, settings: PipelineSettings) -> Samples:
+    """The training samples of ``job``: the window's live rows when it was due."""
+    return snapshot(job.rows, job.window_clock, settings.limits)

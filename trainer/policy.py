@@ -63,9 +63,12 @@ class RetrainPolicy:
         return None
 
     def unanswered(self, reason: str) -> None:
-        """A drift-triggered training promoted nothing: try again after the cooldown, a few times."""
+        """A drift-triggered training promoted nothing: try again after the cooldown, a few times. When the
+        detector fired again while that training ran, the newer drift stands, with retries of its own."""
+        if self.drift_reason is not None:
+            return
         self._drift_attempts += 1
-        if self._drift_attempts < self.rule.drift_retries and self.drift_reason is None:
+        if self._drift_attempts < self.rule.drift_retries:
             self.drift_reason = reason
 
     def trained(self, now: float) -> str | None:

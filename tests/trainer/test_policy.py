@@ -53,3 +53,22 @@ def test_an_unanswered_drift_is_retried_a_few_times():
             reasons.append(policy.trained(now))
             policy.unanswered(reasons[-1])
     assert len(reasons) == RULE.drift_retries
+
+
+def test_a_drift_detected_while_a_drift_training_ran_keeps_its_own_retries():
+    policy = drifted(trained_policy())
+    first = policy.trained(2.0)
+    for _ in range(2000):  # the detector fires again before the training's outcome is known
+        if policy.observe(0.02 if policy.detector.recent_error > 0.5 else 0.8):
+            break
+    newer = policy.drift_reason
+    assert newer is not None
+    policy.unanswered(first)
+    assert policy.drift_reason == newer
+    retries = []
+    for attempt in range(5):
+        now = 10.0 * (attempt + 1)
+        if policy.due(now, 500) == "drift":
+            retries.append(policy.trained(now))
+            policy.unanswered(retries[-1])
+    assert len(retries) == RULE.drift_retries
