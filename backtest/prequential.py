@@ -126,6 +126,8 @@ class Prequential:
     errors: pl.DataFrame  # per scored record: the then-newest version's prediction against the actual value
     versions: pl.DataFrame  # per promoted version: its error on the records it would have served
     records: int
+    first_ts: float | None  # the earliest and latest completion times of the records
+    last_ts: float | None
     prepare_seconds: float  # arrival order, the feature matrix and targets of every record, vectorised
     replay_seconds: float  # windows, detectors and triggers (per record, the live code)
     training_seconds: float  # this process spent fitting rounds, or waiting for the processes fitting them
@@ -211,6 +213,8 @@ def evaluate(records: pl.DataFrame, settings: PipelineSettings, progress: Progre
     versions = _version_scores(rounds, errors, settings.quantile)
     return Prequential(rounds=_frame(rounds, Round),
                        drifts=_frame(drifts, Drift), errors=errors, versions=versions, records=records.height,
+                       first_ts=records.get_column("completion_ts").min(),  # type: ignore[arg-type]
+                       last_ts=records.get_column("completion_ts").max(),  # type: ignore[arg-type]
                        prepare_seconds=prepare_seconds, replay_seconds=replay_seconds, training_seconds=training,
                        training_cpu_seconds=training_cpu, scoring_seconds=time.perf_counter() - began)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from headroom.backtest.replay import LIBRDKAFKA_LOG
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.targets import OBSERVED, PREDICTED, TARGETS, trains
@@ -28,7 +29,8 @@ def read_updates(kafka: KafkaSettings, trust: TrustedKeys, options: Mapping[str,
                  ) -> tuple[list[ModelUpdate], list[tuple[int, str]]]:
     """Every valid update signed by a key of ``trust`` on the model topic in offset order, and
     ``(offset, reason)`` of the rejected ones (unsigned, unknown key, forged, invalid)."""
-    messages = sorted(read_all(kafka, trust, options=options), key=lambda item: item.offset)
+    messages = sorted(read_all(kafka, trust, options={"logger": LIBRDKAFKA_LOG, **(options or {})}),
+                      key=lambda item: item.offset)
     return ([item.update for item in messages if item.update is not None],
             [(item.offset, item.reason or "") for item in messages if item.update is None])
 
@@ -60,15 +62,20 @@ def served(records: pl.DataFrame) -> pl.DataFrame:
                 "actual_ms": pl.Float64, "predicted_ms": pl.Float64})
 
 
-def live_error(records: pl.DataFrame, updates: pl.DataFrame) -> pl.DataFrame:
-    """Per (pool key, target, version): records served, live MAE and MAPE, beside the published holdout error."""
-    usage = (served(records)
-             .with_columns((pl.col("actual_ms") - pl.col("predicted_ms")).abs().alias("abs_error"))
-             .group_by(["pool_key", "target", "version"])
-             .agg(pl.len().alias("served_records"), pl.col("abs_error").mean().alias("live_mae_ms"),
-                  (pl.col("abs_error") / pl.col("actual_ms").clip(lower_bound=1.0)).mean().alias("live_mape"),
-                  pl.col("completion_ts").min().alias("first_served"),
-                  pl.col("completion_ts").max().alias("last_served")))
+def usage(records: pl.DataFrame) -> pl.DataFrame:
+    """Per (pool key, target, version): records served, live MAE and MAPE, first and last served (of pools whose
+    records are all in ``records``: so parts of a history by pool concatenate)."""
+    return (served(records)
+            .with_columns((pl.col("actual_ms") - pl.col("predicted_ms")).abs().alias("abs_error"))
+            .group_by(["pool_key", "target", "version"])
+            .agg(pl.len().alias("served_records"), pl.col("abs_error").mean().alias("live_mae_ms"),
+                 (pl.col("abs_error") / pl.col("actual_ms").clip(lower_bound=1.0)).mean().alias("live_mape"),
+                 pl.col("completion_ts").min().alias("first_served"),
+                 pl.col("completion_ts").max().alias("last_served")))
+
+
+def live_error(usage: pl.DataFrame, updates: pl.DataFrame) -> pl.DataFrame:
+    """The :func:`usage` of each version beside its published holdout error."""
     mean_models = updates.filter(pl.col("objective") == "mean").drop("objective", "offset")
     return (usage.join(mean_models, on=["pool_key", "target", "version"], how="full", coalesce=True)
             .with_columns(pl.col("served_records").fill_null(0))

@@ -16,7 +16,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +37,8 @@ FIRST_BATCH = 2_500  # batches double from this size up to BATCH
 WORKERS = max(1, min(4, (os.cpu_count() or 2) // 2))
 PREFETCH_KB = 64 * 1024  # librdkafka's prefetch queues, shared out among the workers
 POSITION_COLUMNS = {"partition": pl.Int32, "offset": pl.Int64, "kafka_ts_ms": pl.Int64}
+# librdkafka's own log lines of every backtest client, with the notes of a broker still starting lowered to debug
+LIBRDKAFKA_LOG = kafka_clients.librdkafka_logger("headroom.backtest")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Replay:
     rejected: list[tuple[int, int, str]]  # (partition, offset, reason), in partition and offset order
     read: int
     seconds: float
+    starts: dict[int, int] = field(default_factory=dict)  # per partition: the range read, [start, end)
+    ends: dict[int, int] = field(default_factory=dict)
 
 
 def consumer(kafka: KafkaSettings, extra: Mapping[str, Any] | None = None) -> Consumer:
@@ -72,27 +76,31 @@ def consumer(kafka: KafkaSettings, extra: Mapping[str, Any] | None = None) -> Co
     # Moderate fetches start the flow of records sooner; a short queue backoff keeps a full prefetch
     # queue from pausing the fetcher for a second (librdkafka's default) each time it fills.
     return kafka_clients.consumer(kafka, "headroom-replay", {
-        "enable.partition.eof": False, "fetch.max.bytes": 16 * 1024 * 1024,
+        "logger": LIBRDKAFKA_LOG, "enable.partition.eof": False, "fetch.max.bytes": 16 * 1024 * 1024,
         "max.partition.fetch.bytes": 4 * 1024 * 1024, "fetch.queue.backoff.ms": 10, **(extra or {})})
 
 
 def read_telemetry(kafka: KafkaSettings, topic: str, span: Range = Range(), extra: Mapping[str, Any] | None = None,
                    progress: Callable[[int], None] | None = None, workers: int = WORKERS,
-                   timeout_s: float = 10.0) -> Replay:
-    """Replay ``topic`` into a DataFrame of valid records (and the reasons of the invalid ones)."""
+                   timeout_s: float = 10.0, partitions: Collection[int] | None = None) -> Replay:
+    """Replay ``topic`` (only ``partitions`` of it, when given) into a DataFrame of valid records (and the
+    reasons of the invalid ones)."""
     began = time.monotonic()
     client = consumer(kafka, extra)
     try:
         starts, ends = _bounds(client, topic, span, timeout_s)
     finally:
         client.close()
+    if partitions is not None:
+        starts = {p: offset for p, offset in starts.items() if p in partitions}
+        ends = {p: offset for p, offset in ends.items() if p in partitions}
     with _cyclic_gc_paused():
         parts = _read_shares(kafka, topic, starts, ends, extra, progress, workers, timeout_s)
     frames = [frame for part in parts for frame in part.frames]
     records = pl.concat(frames) if frames else pl.DataFrame(schema={**SCHEMA, **POSITION_COLUMNS})
     rejected = sorted(reject for part in parts for reject in part.rejected)
     return Replay(records.sort(["partition", "offset"]), rejected, sum(part.read for part in parts),
-                  time.monotonic() - began)
+                  time.monotonic() - began, starts, ends)
 
 
 def _read_shares(kafka: KafkaSettings, topic: str, starts: dict[int, int], ends: dict[int, int],

@@ -69,10 +69,10 @@ def write_report(out_dir: Path, result: Backtest, source: Source, pipeline: Pipe
 
 
 def _markdown(result: Backtest, source: Source, pipeline: PipelineSettings) -> str:
-    pq, records = result.prequential, result.records
+    pq = result.prequential
     span = ""
-    if records.height:
-        first, last = records["completion_ts"].min(), records["completion_ts"].max()
+    if pq.records and pq.first_ts is not None and pq.last_ts is not None:
+        first, last = pq.first_ts, pq.last_ts
         span = (f" completed between {_utc(first)} and {_utc(last)} ({last - first:.0f} s of event time)")
     promoted = pq.rounds.filter(pl.col("promoted")) if pq.rounds.height else pq.rounds
     rejected = pq.rounds.filter(~pl.col("promoted")) if pq.rounds.height else pq.rounds
@@ -82,12 +82,12 @@ def _markdown(result: Backtest, source: Source, pipeline: PipelineSettings) -> s
                                   if f.name not in ("app_id", "metrics_port", "data_dir", "log_level",
                                                     "batch_records", "flush_records", "flush_interval_s")])
     timing = pl.DataFrame([{"stage": k, "seconds": v,
-                            "records_per_s": records.height / v if v > 0 and k in ("read", "prepare", "replay")
+                            "records_per_s": pq.records / v if v > 0 and k in ("read", "prepare", "replay")
                             else float("nan")} for k, v in result.seconds.items()])
     parts = [
         "# Backtest report\n",
         f"Topic `{source.kafka.telemetry_topic}` at `{source.kafka.bootstrap_servers}`, {_describe(rng)}: "
-        f"{records.height} valid records{span}; {result.rejected} rejected by the validator.\n",
+        f"{pq.records} valid records{span}; {result.rejected} rejected by the validator.\n",
         "## Prequential evaluation\n",
         "The pipeline's own ingest, windows, drift detectors, retraining triggers, training rounds and promotion "
         "gate ran over the records in arrival order on event time, starting with no live model. Each promoted "

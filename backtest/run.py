@@ -1,25 +1,38 @@
 """One backtest from topic to report: replay, prequential evaluation, published history, policy comparison.
 
-Each stage is timed on its own, so reading and preparing records can be told apart from training.
+Each stage is timed on its own, so reading and preparing records can be told apart from training. The terminal
+shows each stage's progress with an estimate of the time left (the training rounds' total is estimated from
+how many started per record replayed so far, and exact once the replay is done); the bars go when the backtest
+ends, so a failure leaves one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import polars as pl
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
-from headroom.backtest import policies, published
+from headroom.backtest import group, policies, published
 from headroom.backtest.prequential import evaluate
-from headroom.backtest.replay import Source, read_telemetry
+from headroom.backtest.replay import Range, Source, read_telemetry
 from headroom.backtest.report import write_report
 from headroom.backtest.result import Backtest
 from headroom.backtest.settings import BacktestSettings
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
+from headroom.contract.topics import KafkaSettings
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.predictors import EmbeddedPredictor
 from headroom.router.roles import LatencyPredictor
@@ -41,15 +54,15 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
         seconds["read"] = replay.seconds
         records = replay.records
 
-        replaying = progress.add_task("prequential replay", total=records.height)
-        outcome = evaluate(records, pipeline, progress=lambda n: progress.advance(replaying, n))
+        outcome = evaluate(records, pipeline, ReplayProgress(progress, records.height),
+                           processes=settings.training_processes)
         seconds |= {"prepare": outcome.prepare_seconds, "replay": outcome.replay_seconds,
                     "training": outcome.training_seconds, "scoring": outcome.scoring_seconds}
 
         started = time.perf_counter()
         updates, rejected_updates = published.read_updates(source.kafka, source.trust, source.extra)
         updates_table = published.updates_frame(updates)
-        live = published.live_error(records, updates_table)
+        live = published.live_error(published.usage(records), updates_table)
         seconds["published"] = time.perf_counter() - started
 
         names = settings.policy_names
@@ -87,4 +100,58 @@ def _published_models(updates: list[ModelUpdate], trust: TrustedKeys) -> Latency
 
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True)
+
+
+class ReplayProgress:
+    """The replay's and the training rounds' bars (:class:`backtest.prequential.Progress`)."""
+
+    def __init__(self, progress: Progress, records: int):
+        self.progress = progress
+        self.records = records
+        self.replay: TaskID = progress.add_task("replay: windows, drift, triggers", total=records)
+        self.training: TaskID = progress.add_task("training rounds (total estimated)", total=None)
+        self.started = 0
+        self.done = 0
+
+    def replayed(self, records: int) -> None:
+        self.done += records
+        self.progress.advance(self.replay, records)
+        if self.done >= self.records:
+            self.progress.update(self.training, total=self.started, description="training rounds")
+
+    def round_started(self, records_replayed: int) -> None:
+        self.started += 1
+        estimate = round(self.started * self.records / max(records_replayed, 1))
+        self.progress.update(self.training, total=max(estimate, self.started))
+
+    def round_settled(self) -> None:
+        self.progress.advance(self.training, 1)
+
+
+def report_parts(parts_dir: Path, kafka: KafkaSettings, trust: TrustedKeys, pipeline: PipelineSettings,
+                 settings: BacktestSettings, extra: dict[str, str] | None = None) -> Backtest:
+    """The report of a backtest split across workers (:mod:`backtest.group`): their parts merged, with the
+    published history. The policy comparison simulates the whole recorded pool at once, so it is not split: run
+    ``headroom backtest run --policies ...`` over a range for it."""
+    started = time.perf_counter()
+    merged = group.merge(group.read_parts(parts_dir))
+    start_ms, end_ms, start_offset = merged.meta["span"]
+    span = Range(start_ms, end_ms, start_offset)
+    if merged.meta["settings"] != group.describe_settings(pipeline, span):
+        raise group.SplitError(f"the parts were made with other pipeline settings than these: "
+                               f"{merged.meta['settings']}")
+    kafka = dataclasses.replace(kafka, telemetry_topic=merged.meta["topic"])
+    source = Source(kafka, trust, span, extra or {})
+    seconds = {k: v for k, v in merged.seconds.items() if k != "training_cpu"} | {"merge": time.perf_counter() - started}
+    started = time.perf_counter()
+    updates, rejected_updates = published.read_updates(kafka, trust, extra)
+    updates_table = published.updates_frame(updates)
+    live = published.live_error(merged.usage, updates_table)
+    seconds["published"] = time.perf_counter() - started
+    started = time.perf_counter()
+    result = Backtest(pl.DataFrame(), merged.rejected, merged.prequential, updates_table, live, pl.DataFrame(),
+                      pl.DataFrame(schema=policies.OUTCOME_SCHEMA), [], seconds, None, rejected_updates)
+    files = write_report(settings.out_dir, result, source, pipeline)
+    seconds["report"] = time.perf_counter() - started
+    return dataclasses.replace(result, files=files)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +22,20 @@ class BacktestSettings:
     seed: int = setting(0, "HEADROOM_BACKTEST_SEED", "Seed of the simulated policies and servers.")
     calibration_period_s: float = setting(15.0, "HEADROOM_BACKTEST_CALIBRATION_PERIOD_S",
                                           "Length of the periods over which each server's speed is fitted.")
+    processes: int = setting(0, "HEADROOM_BACKTEST_PROCESSES",
+                             "Processes fitting training rounds (0: one per core; 1: in the replaying process).")
     calibration_tolerance: float = setting(1.5, "HEADROOM_BACKTEST_CALIBRATION_TOLERANCE",
                                            "Largest ratio between the replayed and the recorded TTFT p50, p99 and "
                                            "TPOT p50 at which policies are still ranked.")
+
+    def __post_init__(self) -> None:
+        if self.processes < 0:
+            raise ValueError(f"HEADROOM_BACKTEST_PROCESSES must be 0 or more, got {self.processes}")
+
+    @property
+    def training_processes(self) -> int:
+        """How many processes fit rounds: ``processes``, or one per core this process may run on."""
+        return self.processes or len(os.sched_getaffinity(0))
 
     @property
     def policy_names(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 import polars as pl
 
-from headroom.backtest.published import live_error, served, updates_frame
+from headroom.backtest.published import live_error, served, updates_frame, usage
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import make_update
 from tests.backtest.history import VERSIONS, frame_of, simulated_records
@@ -17,7 +17,7 @@ def update(target: str, version: int, mae: float):
 
 def test_each_version_gets_the_error_of_the_records_that_used_it():
     records = frame_of(simulated_records(seconds=10.0))
-    table = live_error(records, updates_frame([update("ttft", 3, 12.5), update("ttft", 4, 9.0)]))
+    table = live_error(usage(records), updates_frame([update("ttft", 3, 12.5), update("ttft", 4, 9.0)]))
     ttft = table.filter(pl.col("target") == "ttft")
     streaming = records.filter(pl.col("stream"))
     assert ttft.get_column("version").to_list() == [3, 4]
