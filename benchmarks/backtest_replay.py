@@ -1,7 +1,7 @@
 """Backtest replay speed: records/s from a telemetry topic to a finished prequential report.
 
     .venv/bin/python benchmarks/backtest_replay.py [--records 100000] [--bootstrap HOST:PORT] [--policies ...]
-        [--read-repeats 3] [--workers N]
+        [--read-repeats 3] [--workers N] [--processes 1,2] [--repeats 1]
 
 Fills a fresh telemetry topic with a simulator run (a pool of servers routed by least-queue, each record
 carrying a fixed prediction so the drift detectors have residuals), then runs ``headroom backtest run``'s
@@ -10,6 +10,11 @@ into polars, feature preparation (the model feature matrix and targets of every 
 replay of windows, drift detectors and triggers, training rounds, scoring, and writing the report. Before
 that, ``--read-repeats`` more reads with feature preparation alone are timed (with ``--workers``
 consumers). Without ``--bootstrap`` a local broker is started in a temporary folder and stopped afterwards.
+
+``--processes 1,2`` runs the backtest once per count of training processes, in turn, ``--repeats`` times over
+(interleaved, on the same topic), and prints each run's table, the ratio of each count's training throughput
+(rounds per second of the training stage) and of its topic-to-report time to the first count's, and the load
+average before and after.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # n
 from headroom.backtest.run import run_backtest  # noqa: E402
 from headroom.backtest.settings import BacktestSettings  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
+from headroom.contract.signing import SigningSettings  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
@@ -78,6 +84,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def rate(result) -> float:
+    """Training rounds per second of the training stage."""
+    return result.prequential.rounds.height / max(result.seconds["training"], 1e-9)
+
+
+def table(count: int, result, total: float) -> None:
+    n = result.records.height
+    s = result.seconds
+    rounds = result.prequential.rounds
+    print(f"# {n} records, {len(rounds)} training rounds ({int(rounds['promoted'].sum())} promoted), "
+          f"{result.prequential.drifts.height} drift detections; pipeline settings: defaults; "
+          f"{count or 'one per core'} training process(es), "
+          f"{result.prequential.training_cpu_seconds:.1f} CPU-s fitting rounds")
+    print("| stage | seconds | records/s |")
+    print("|---|---:|---:|")
+    for stage in ("read", "prepare", "replay", "training", "scoring", "published", "policies", "report"):
+        print(f"| {stage} | {s[stage]:.2f} | {n / s[stage]:,.0f} |" if s[stage] > 0 else f"| {stage} | 0 | – |")
+    print(f"| read + prepare | {s['read'] + s['prepare']:.2f} | {n / (s['read'] + s['prepare']):,.0f} |")
+    print(f"| topic → finished report | {total:.2f} | {n / total:,.0f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
@@ -87,7 +114,11 @@ def main() -> int:
     parser.add_argument("--policies", default="", help="also compare these simulator policies")
     parser.add_argument("--read-repeats", type=int, default=3, help="extra timed reads + preparations alone")
     parser.add_argument("--workers", type=int, default=WORKERS, help="consumers of those extra reads")
+    parser.add_argument("--processes", default="0",
+                        help="comma-separated counts of training processes, run in turn (0: one per core)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of those interleaved runs")
     args = parser.parse_args()
+    counts = [int(count) for count in args.processes.split(",")]
     with tempfile.TemporaryDirectory(prefix="headroom-bench-backtest-") as folder:
         local = None
         if args.bootstrap is None:
@@ -111,24 +142,30 @@ def main() -> int:
                 reads.append(time.perf_counter() - began)
                 cpu.append(time.process_time() - began_cpu)
             pipeline = from_env(PipelineSettings, {})
-            settings = BacktestSettings(out_dir=Path(folder) / "report", policies=args.policies)
-            started = time.perf_counter()
-            result = run_backtest(Source(kafka, Range()), pipeline, settings, Console(stderr=True))
-            total = time.perf_counter() - started
+            trust = from_env(SigningSettings).trust()
+            load_before = Path("/proc/loadavg").read_text().split()[:3]
+            runs = []
+            for repeat in range(args.repeats):
+                for count in counts:
+                    settings = BacktestSettings(out_dir=Path(folder) / f"report-{count}-{repeat}",
+                                                policies=args.policies, processes=count)
+                    started = time.perf_counter()
+                    result = run_backtest(Source(kafka, trust, Range()), pipeline, settings, Console(stderr=True))
+                    runs.append((count, result, time.perf_counter() - started))
+            load_after = Path("/proc/loadavg").read_text().split()[:3]
         finally:
             if local is not None:
                 broker.down(local)
-    n = result.records.height
-    s = result.seconds
-    rounds = result.prequential.rounds
-    print(f"# {n} records, {len(rounds)} training rounds ({int(rounds['promoted'].sum())} promoted), "
-          f"{result.prequential.drifts.height} drift detections; pipeline settings: defaults")
-    print("| stage | seconds | records/s |")
-    print("|---|---:|---:|")
-    for stage in ("read", "prepare", "replay", "training", "scoring", "published", "policies", "report"):
-        print(f"| {stage} | {s[stage]:.2f} | {n / s[stage]:,.0f} |" if s[stage] > 0 else f"| {stage} | 0 | – |")
-    print(f"| read + prepare | {s['read'] + s['prepare']:.2f} | {n / (s['read'] + s['prepare']):,.0f} |")
-    print(f"| topic → finished report | {total:.2f} | {n / total:,.0f} |")
+    for count, result, total in runs:
+        table(count, result, total)
+    print(f"# load average (1, 5, 15 min) before the runs: {' '.join(load_before)}; after: {' '.join(load_after)}")
+    for count in counts[1:]:
+        pairs = [(mine, first) for mine, first in zip([r for r in runs if r[0] == count],
+                                                      [r for r in runs if r[0] == counts[0]])]
+        print(f"# {count} against {counts[0]} training process(es), run by run: training throughput "
+              + ", ".join(f"×{rate(mine[1]) / rate(first[1]):.2f}" for mine, first in pairs)
+              + "; topic → report " + ", ".join(f"×{first[2] / mine[2]:.2f}" for mine, first in pairs))
+    n = runs[-1][1].records.height
     if reads:
         reads.sort()
         cpu.sort()
