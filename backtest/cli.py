@@ -132,14 +132,16 @@ def quiet_clients() -> None:
     LIBRDKAFKA_LOG.setLevel(logging.CRITICAL + 1)
 
 
-def _settings(args: argparse.Namespace):
-    """The Kafka settings, backtest settings and trusted keys of a command, with its flags laid over."""
+def _settings(args: argparse.Namespace, reads_models: bool = True):
+    """The Kafka settings, backtest settings and trusted keys of a command, with its flags laid over (a command
+    that does not read the model topic needs no trusted keys)."""
     from headroom.backtest.settings import BacktestSettings
+    from headroom.contract.signing import TrustedKeys
 
     try:
         kafka = from_env(KafkaSettings)
         settings = from_env(BacktestSettings)
-        trust = from_env(SigningSettings).trust()
+        trust = from_env(SigningSettings).trust() if reads_models else TrustedKeys()
     except (SettingsError, ValueError) as err:
         raise CommandError(str(err)) from err
     kafka = dataclasses.replace(kafka, **{k: v for k, v in (
@@ -192,7 +194,7 @@ def worker_command(args: argparse.Namespace) -> int:
     from headroom.backtest.group import run_worker
 
     quiet_clients()
-    kafka, settings, trust = _settings(args)
+    kafka, settings, trust = _settings(args, reads_models=False)  # the merge reads the published history
     source = _source(args, kafka, trust)
     pipeline = pipeline_settings(args.pipeline)
     try:

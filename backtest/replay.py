@@ -82,9 +82,10 @@ def consumer(kafka: KafkaSettings, extra: Mapping[str, Any] | None = None) -> Co
 
 def read_telemetry(kafka: KafkaSettings, topic: str, span: Range = Range(), extra: Mapping[str, Any] | None = None,
                    progress: Callable[[int], None] | None = None, workers: int = WORKERS,
-                   timeout_s: float = 10.0, partitions: Collection[int] | None = None) -> Replay:
+                   timeout_s: float = 10.0, partitions: Collection[int] | None = None,
+                   on_total: Callable[[int], None] | None = None) -> Replay:
     """Replay ``topic`` (only ``partitions`` of it, when given) into a DataFrame of valid records (and the
-    reasons of the invalid ones)."""
+    reasons of the invalid ones); ``on_total`` hears how many offsets the range spans once it is known."""
     began = time.monotonic()
     client = consumer(kafka, extra)
     try:
@@ -94,6 +95,8 @@ def read_telemetry(kafka: KafkaSettings, topic: str, span: Range = Range(), extr
     if partitions is not None:
         starts = {p: offset for p, offset in starts.items() if p in partitions}
         ends = {p: offset for p, offset in ends.items() if p in partitions}
+    if on_total:
+        on_total(sum(max(ends[p] - starts[p], 0) for p in ends))
     with _cyclic_gc_paused():
         parts = _read_shares(kafka, topic, starts, ends, extra, progress, workers, timeout_s)
     frames = [frame for part in parts for frame in part.frames]

@@ -49,7 +49,8 @@ def run_backtest(source: Source, pipeline: PipelineSettings, settings: BacktestS
     with _progress(console) as progress:
         reading = progress.add_task(f"reading {source.kafka.telemetry_topic}", total=None)
         replay = read_telemetry(source.kafka, source.kafka.telemetry_topic, source.span,
-                                source.extra, progress=lambda n: progress.advance(reading, n))
+                                source.extra, progress=lambda n: progress.advance(reading, n),
+                                on_total=lambda n: progress.update(reading, total=n))
         progress.update(reading, total=replay.read, completed=replay.read)
         seconds["read"] = replay.seconds
         records = replay.records

@@ -65,3 +65,14 @@ def test_rounds_fitted_in_worker_processes_give_the_serial_results(history, outc
     assert parallel.errors.equals(outcome.errors)
     assert parallel.versions.equals(outcome.versions)
     assert parallel.rounds.filter(pl.col("drift_reason").is_not_null()).height > 0  # drift rounds were settled too
+
+
+def test_a_pools_results_do_not_depend_on_the_pools_replayed_beside_it(history, outcome):
+    other = frame_of(simulated_records(seconds=40.0, seed=2)).with_columns(
+        pl.lit("a100").alias("pool_key"), pl.lit(1, pl.Int32).alias("partition"))
+    both = evaluate(pl.concat([history, other]).sort("completion_ts"), quick_settings())
+    assert set(both.rounds.get_column("pool_key")) == {"a100", "h100"}
+    mine = pl.col("pool_key") == "h100"
+    assert both.rounds.filter(mine).drop("fit_seconds").equals(outcome.rounds.drop("fit_seconds"))
+    assert both.errors.filter(mine).equals(outcome.errors)
+    assert both.versions.filter(mine).equals(outcome.versions)
