@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from headroom import kafka_clients
 from headroom.backtest import published
@@ -130,6 +130,8 @@ class Membership:
             return set(self.assigned)
 
     def commit(self, ends: dict[int, int]) -> None:
+        if not ends:
+            return
         self.consumer.commit(offsets=[TopicPartition(self.topic, p, max(end, 0)) for p, end in sorted(ends.items())],
                              asynchronous=False)
 
@@ -164,7 +166,10 @@ def run_worker(source: Source, pipeline: PipelineSettings, parts_dir: Path, grou
                 if part.partition in still:  # one lost in a rebalance is its new owner's
                     write_part(parts_dir, part)
                     written.append(part.partition)
-            membership.commit({p.partition: p.meta["end"] for p in parts if p.partition in still})
+            try:
+                membership.commit({p.partition: p.meta["end"] for p in parts if p.partition in still})
+            except KafkaException as err:  # a rebalance came between: those partitions are done again, the same
+                progress(f"committing partitions {sorted(still & todo)} failed ({err}); they stay to do")
     finally:
         membership.close()
 
