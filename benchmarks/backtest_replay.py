@@ -13,8 +13,8 @@ consumers). Without ``--bootstrap`` a local broker is started in a temporary fol
 
 ``--processes 1,2`` runs the backtest once per count of training processes, in turn, ``--repeats`` times over
 (interleaved, on the same topic), and prints each run's table, the ratio of each count's training throughput
-(rounds per second of the training stage) and of its topic-to-report time to the first count's, and the load
-average before and after.
+(rounds per second of the replay and training stages together) and of its topic-to-report time to the first
+count's, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def free_port() -> int:
 
 
 def rate(result) -> float:
-    """Training rounds per second of the training stage."""
-    return result.prequential.rounds.height / max(result.seconds["training"], 1e-9)
+    """Training rounds per second of the replay and training stages together (with several processes, rounds are
+    fitted while the replay goes on, so neither stage alone is the time they took)."""
+    return result.prequential.rounds.height / max(result.seconds["replay"] + result.seconds["training"], 1e-9)
 
 
 def table(count: int, result, total: float) -> None:
