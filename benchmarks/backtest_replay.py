@@ -42,7 +42,7 @@ from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # n
 from headroom.backtest.run import run_backtest  # noqa: E402
 from headroom.backtest.settings import BacktestSettings  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.signing import SigningSettings  # noqa: E402
+from headroom.contract.signing import TrustedKeys  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
 from headroom.localkafka import admin, broker  # noqa: E402
@@ -143,7 +143,7 @@ def main() -> int:
                 reads.append(time.perf_counter() - began)
                 cpu.append(time.process_time() - began_cpu)
             pipeline = from_env(PipelineSettings, {})
-            trust = from_env(SigningSettings).trust()
+            trust = TrustedKeys()  # the benchmark's model topic stays empty: no key to trust
             load_before = Path("/proc/loadavg").read_text().split()[:3]
             runs = []
             for repeat in range(args.repeats):
