@@ -15,7 +15,12 @@ heap of finish steps, block needs counted by ``kv mod 16`` phase), so an event c
 O(batch). Noise, when the profile has it, is drawn once per segment.
 
 Time semantics: ``clock`` is the start of the next step that has not been committed. A request
-submitted at ``t`` joins the first step that starts at or after ``t``.
+submitted at ``t`` joins the first step that starts at or after ``t``. A change of speed or of KV capacity
+made at ``t`` applies from the first step planned at or after ``t`` (a step under way finishes as planned).
+
+A KV capacity that shrinks (say, another model loaded beside this one) first drops the cached blocks
+without users, then preempts the newest running requests until the ones left fit, as running out of
+blocks does; a waiting request that could never fit the new capacity is dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class ServerEngine:
     collect :attr:`finished` outcomes, :attr:`dropped` requests and :attr:`first_tokens`."""
 
     __slots__ = ("profile", "server_id", "pool_key", "record_tokens", "max_jump", "clock", "slowdown", "cache",
-                 "_type", "_slots", "_memory", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits",
+                 "_type", "_slots", "_memory", "_kv_capacity", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits",
                  "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase",
                  "_finish", "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks",
                  "_step_decoders", "_stream_decoders", "_token_steps")
@@ -55,6 +60,7 @@ class ServerEngine:
         self.clock = start_s
         self.slowdown = 1.0
         self.cache = BlockCache(profile.kv_blocks)
+        self._kv_capacity: int | None = None  # a capacity to take at the next planning, then None
         self._type, self._slots, self._memory = profile.name, profile.max_num_seqs, profile.memory_used_bytes
         self.finished: list[Outcome] = []
         self.dropped: list[Dropped] = []
@@ -100,9 +106,10 @@ class ServerEngine:
         """Queue ``request`` arriving at ``now``; False (and a :class:`Dropped` entry) if it can never fit."""
         self.advance_to(now)
         blocks = -(-(request.prompt_tokens + request.output_tokens) // BLOCK_TOKENS)
-        if blocks > self.profile.kv_blocks:
+        capacity = self.kv_capacity
+        if blocks > capacity:
             self.dropped.append(Dropped(request, self.server_id, now,
-                                        f"needs {blocks} KV blocks, server has {self.profile.kv_blocks}"))
+                                        f"needs {blocks} KV blocks, server has {capacity}"))
             return False
         self._uid += 1
         self._waiting.append(SeqState(request, self._uid, now, self.record_tokens))
@@ -175,6 +182,20 @@ class ServerEngine:
         if self._kind == _SEGMENT:
             self._dirty = True
 
+    @property
+    def kv_capacity(self) -> int:
+        """KV blocks the server has (or will have from its next step, after :meth:`set_kv_capacity`)."""
+        return self.cache.capacity if self._kv_capacity is None else self._kv_capacity
+
+    def set_kv_capacity(self, blocks: int, now: float) -> None:
+        """Give the server ``blocks`` KV blocks from its next step on (see the module docstring)."""
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"KV capacity must be a positive number of blocks, got {blocks!r}")
+        self.advance_to(now)
+        self._kv_capacity = blocks
+        if self._kind != _STEP:
+            self._dirty = True
+
     def prefix_match(self, request: SimRequest) -> float:
         """Fraction of the request's prompt whose blocks are in this server's cache now (0-1)."""
         if not request.prefix_hashes:
@@ -218,6 +239,8 @@ class ServerEngine:
 
     def _plan(self) -> int:
         self._dirty = False
+        if self._kv_capacity is not None:
+            self._resize_cache(self._kv_capacity)
         if self._prefilling or (self._waiting and self._head_fits()):
             self._kind = _STEP
             self._plan_step()
@@ -372,6 +395,22 @@ class ServerEngine:
         self._running[seq.uid] = seq
         self._prefilling[seq.uid] = seq
         return n
+
+    def _resize_cache(self, blocks: int) -> None:
+        self._kv_capacity = None
+        while self.cache.used > blocks:
+            self._preempt_newest()
+        self.cache.resize(blocks)
+        self._hit_memo = (None, 0, 0)
+        fits: deque[SeqState] = deque()
+        for seq in self._waiting:
+            need = -(-(seq.request.prompt_tokens + seq.request.output_tokens) // BLOCK_TOKENS)
+            if need > blocks:
+                self.dropped.append(Dropped(seq.request, self.server_id, self.clock,
+                                            f"needs {need} KV blocks, server has {blocks}"))
+            else:
+                fits.append(seq)
+        self._waiting = fits
 
     def _preempt_newest(self) -> None:
         uid, seq = next(reversed(self._running.items()))

@@ -127,6 +127,19 @@ class BlockCache:
             lru[h] = None
         self.used -= len(hashes) - low
 
+    def resize(self, capacity: int) -> None:
+        """Hold ``capacity`` blocks from now on, evicting the least recently released cached blocks that no
+        longer fit; the referenced blocks must fit already."""
+        if capacity < self.used:
+            raise RuntimeError(f"KV cache resized to {capacity} blocks with {self.used} in use")
+        excess = self.used + len(self._lru) - capacity
+        if excess > 0:
+            popitem = self._lru.popitem
+            for _ in range(excess):
+                popitem(last=False)
+            self.changes += 1
+        self.capacity = capacity
+
     def copy(self) -> BlockCache:
         twin = BlockCache(self.capacity)
         twin.used, twin.changes = self.used, self.changes

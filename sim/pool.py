@@ -12,7 +12,7 @@ With ``routers`` > 1, several router replicas share the pool: each request goes 
 Autoscaling hooks: ``controller(control)`` is called every ``control_interval_s`` of virtual time and
 ``actions`` run once at given times; both get a :class:`PoolControl` that can add servers (routable after
 their profile's ``load_delay_s``), remove servers (they stop receiving requests, finish what they hold,
-then leave), slow servers down and read the router's view. Runs repeat exactly for the same inputs and seed.
+then leave), slow servers down, change their KV capacity and read the router's view. Runs repeat exactly for the same inputs and seed.
 """
 
 from __future__ import annotations
@@ -118,6 +118,16 @@ class PoolControl:
     def set_slowdown(self, server_id: str, factor: float) -> None:
         """Make a server ``factor`` times slower from now on."""
         self._run.server(server_id).engine.set_slowdown(factor, self._run.now)
+        self._run.schedule(self._run.server(server_id))
+
+
+    def kv_capacity(self, server_id: str) -> int:
+        """The KV blocks a server has (or takes at its next step)."""
+        return self._run.server(server_id).engine.kv_capacity
+
+    def set_kv_capacity(self, server_id: str, blocks: int) -> None:
+        """Give a server ``blocks`` KV blocks from its next step on (:meth:`sim.engine.ServerEngine.set_kv_capacity`)."""
+        self._run.server(server_id).engine.set_kv_capacity(blocks, self._run.now)
         self._run.schedule(self._run.server(server_id))
 
 

@@ -170,3 +170,48 @@ def test_fork_runs_independently() -> None:
     assert engine.finished[0].completion_s == untouched.finished[0].completion_s  # the twin's work left it alone
     twin_a = next(f for f in twin.finished if f.request.request_id == "a")
     assert twin_a.completion_s > engine.finished[0].completion_s  # in the twin, "b" shared a's batch steps
+
+
+def test_a_shrunk_kv_cache_preempts_the_newest_requests_until_the_rest_fit() -> None:
+    engine = ServerEngine(H100.with_(kv_blocks=400))
+    for i in range(4):  # 1,000 + 500 tokens: 94 blocks each once done, 376 of the 400 in all
+        engine.submit(SimRequest(f"r{i}", 0.0, 1000, 500), 0.0)
+    engine.advance_to(1.0)
+    assert engine.num_running == 4 and engine.cache.used > 250
+    engine.set_kv_capacity(100, 1.0)
+    assert engine.kv_capacity == 100
+    engine.advance_to(1.2)
+    assert engine.cache.capacity == 100 and engine.cache.used <= 100
+    assert engine.num_running == 1 and engine.num_waiting == 3  # only the oldest still fits
+    drain(engine)
+    by_id = {o.request.request_id: o for o in engine.finished}
+    assert sorted(by_id) == ["r0", "r1", "r2", "r3"] and not engine.dropped
+    assert by_id["r0"].preemptions == 0 and all(by_id[f"r{i}"].preemptions >= 1 for i in (1, 2, 3))
+    assert by_id["r3"].completion_s > by_id["r0"].completion_s + 1.0  # recomputed after the others
+
+
+def test_a_shrunk_kv_cache_drops_the_requests_that_can_never_fit_and_refuses_new_ones() -> None:
+    engine = ServerEngine(H100.with_(kv_blocks=400))
+    engine.submit(SimRequest("small", 0.0, 100, 2000), 0.0)  # 132 blocks in the end
+    engine.submit(SimRequest("big", 0.0, 3000, 1000), 0.0)  # 250 blocks
+    engine.advance_to(0.5)
+    assert engine.num_running == 2
+    engine.set_kv_capacity(150, 0.5)  # the newest is preempted, and could never come back
+    drain(engine)
+    assert [o.request.request_id for o in engine.finished] == ["small"]
+    assert [(d.request.request_id, d.reason) for d in engine.dropped] == [("big", "needs 250 KV blocks, server has 150")]
+    assert not engine.submit(SimRequest("late", 700.0, 3000, 1000), 700.0)
+    assert engine.dropped[-1].reason == "needs 250 KV blocks, server has 150"
+    with pytest.raises(ValueError, match="positive number of blocks"):
+        engine.set_kv_capacity(0, 700.0)
+
+
+def test_a_grown_kv_cache_admits_what_waited_for_blocks() -> None:
+    engine = ServerEngine(H100.with_(kv_blocks=100))
+    for i in range(3):  # 63 blocks each: one at a time fits
+        engine.submit(SimRequest(f"r{i}", 0.0, 900, 100), 0.0)
+    engine.advance_to(0.05)
+    assert engine.num_running == 1
+    engine.set_kv_capacity(400, 0.05)
+    engine.advance_to(0.3)
+    assert engine.num_running == 3

@@ -71,3 +71,19 @@ def test_register_refuses_a_hash_that_is_already_cached() -> None:
     assert cache.register(7)
     cache.allocate(1)
     assert not cache.register(7)
+
+
+def test_resize_evicts_the_oldest_cached_blocks_that_no_longer_fit() -> None:
+    cache = BlockCache(10)
+    for chain in ((1, 2, 3), (4, 5, 6)):
+        cache.allocate(3)
+        for h in chain:
+            cache.register(h)
+        cache.release(chain, 0)
+    cache.allocate(2)  # a running sequence's private blocks
+    assert (cache.used, cache.cached) == (2, 6)
+    cache.resize(6)
+    assert (cache.capacity, cache.used, cache.cached) == (6, 2, 4)
+    assert cache.match((1, 2, 3)) == 1 and cache.match((4, 5, 6)) == 3  # tails go first
+    with pytest.raises(RuntimeError, match="resized to 1 blocks with 2 in use"):  # held blocks must fit already
+        cache.resize(1)
