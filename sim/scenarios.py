@@ -1,0 +1,224 @@
+"""Regime changes that routing is judged and tuned with, declared once as data.
+
+Two players read a :class:`Scenario`: the offline simulator (:mod:`sim.scenario_play`, for
+``benchmarks/regime_quality.py``) and real processes (``benchmarks/regime_live.py``). A scenario states its
+pool (server ids and types), its trace, its load as a share of the pool's capacity
+(:func:`pool_capacity`, from :func:`sim.capacity.capacity_rps`), how long it runs, when the change comes and
+what it is:
+
+- :class:`Slowdown` — these servers' steps become ``factor`` times slower;
+- :class:`KvShrink` — one server keeps ``share`` of its KV blocks (:meth:`sim.engine.ServerEngine.set_kv_capacity`);
+- :class:`PromptShift` — from the change on, every prompt is ``factor`` times longer, at the same arrival rate;
+- :class:`Replace` — a fresh server joins the pool (routable at once) and another leaves it (it drains);
+- :class:`Burst` — for ``seconds`` the arrival rate is ``load`` times the pool's capacity, then as before;
+- None — no change (the steady regime the offline player trains on).
+
+Speed: both players run every server ``time_scale`` times as fast as the profile's hardware (:data:`TIME_SCALE`:
+slower, so that a live pool on a small machine is driven at a rate its processes can relay), so a scenario's
+seconds are wall seconds live and virtual seconds offline, and its SLOs are the full-speed SLOs divided by the
+time scale. Every request streams and carries the SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.profile import ServerProfile, profile
+from headroom.sim.request import SimRequest
+from headroom.sim.traces import load_trace
+
+TIME_SCALE = 0.2  # the servers run at a fifth of an H100's (or A100's) speed in both players
+LOAD = 0.7  # of the pool's capacity: inside the 60-90% users run at, with room for the changes to bite
+CAPACITY_SAMPLE = 2000  # requests of the trace flooded onto one server to measure its capacity
+TRACE_START = 100  # the Azure trace opens with a quiet spell; scenarios start past it
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    servers: tuple[str, ...]
+    factor: float = 2.0
+
+    def describe(self) -> str:
+        return f"{', '.join(self.servers)} slow down {self.factor:g}×"
+
+
+@dataclass(frozen=True)
+class KvShrink:
+    server: str
+    share: float = 0.25
+
+    def blocks(self, server_profile: ServerProfile) -> int:
+        """The KV blocks the server keeps."""
+        return max(1, int(server_profile.kv_blocks * self.share))
+
+    def describe(self) -> str:
+        return f"{self.server}'s KV cache shrinks to {self.share:g} of its blocks"
+
+
+@dataclass(frozen=True)
+class PromptShift:
+    factor: float = 3.0
+
+    def describe(self) -> str:
+        return f"every prompt becomes {self.factor:g}× longer, at the same arrival rate"
+
+
+@dataclass(frozen=True)
+class Replace:
+    remove: str
+    add: str  # the new server's id; its type is the part before the last '-'
+
+    def describe(self) -> str:
+        return f"{self.add} joins the pool and {self.remove} leaves it (draining)"
+
+
+@dataclass(frozen=True)
+class Burst:
+    seconds: float = 20.0
+    load: float = 1.5  # of the pool's capacity
+
+    def describe(self) -> str:
+        return f"a {self.seconds:g} s burst at {self.load:g}× the pool's capacity"
+
+
+Change = Slowdown | KvShrink | PromptShift | Replace | Burst
+
+
+def server_type(server_id: str) -> str:
+    """A scenario server's type: its id up to the last '-' (``h100-2`` → ``h100``)."""
+    return server_id.rpartition("-")[0]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    change: Change | None
+    pool: tuple[str, ...] = ("h100-0", "h100-1", "h100-2", "a100-0")
+    load: float = LOAD
+    duration_s: float = 120.0
+    change_at_s: float = 60.0
+    trace: str = "azure"
+    time_scale: float = TIME_SCALE
+    slo_ttft_ms: float = 1000.0  # at full speed (time scale 1)
+    slo_tpot_ms: float = 50.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.change_at_s < self.duration_s or self.load <= 0 or self.time_scale <= 0:
+            raise ValueError(f"scenario {self.name!r}: needs 0 < change_at_s < duration_s, a positive load and "
+                             f"time scale")
+        known = set(self.pool)
+        named = {Slowdown: lambda c: c.servers, KvShrink: lambda c: (c.server,),
+                 Replace: lambda c: (c.remove,)}.get(type(self.change), lambda c: ())(self.change)
+        if not set(named) <= known:
+            raise ValueError(f"scenario {self.name!r} changes {sorted(set(named) - known)}, not in its pool")
+
+    def describe(self) -> str:
+        change = self.change.describe() if self.change is not None else "nothing changes"
+        return (f"{self.name}: {len(self.pool)} servers ({', '.join(self.pool)}) at {self.load:.0%} of capacity; "
+                f"at {self.change_at_s:g} s of {self.duration_s:g} s, {change}")
+
+    def with_(self, **changes: object) -> Scenario:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """Every server the scenario uses: the pool and any that joins it."""
+        return self.pool + ((self.change.add,) if isinstance(self.change, Replace) else ())
+
+    @property
+    def slo(self) -> tuple[float, float]:
+        """TTFT and TPOT SLO (ms) at the scenario's time scale."""
+        return self.slo_ttft_ms / self.time_scale, self.slo_tpot_ms / self.time_scale
+
+    def capacity(self) -> float:
+        """The pool's capacity before the change, requests/s at the scenario's time scale."""
+        return pool_capacity(self.trace, self.pool, self.time_scale)
+
+    def rate_segments(self) -> list[tuple[float, float]]:
+        """(start s, load as a share of capacity) of each stretch of constant arrival rate."""
+        if isinstance(self.change, Burst):
+            end = min(self.change_at_s + self.change.seconds, self.duration_s)
+            return [(0.0, self.load), (self.change_at_s, self.change.load), (end, self.load)]
+        return [(0.0, self.load)]
+
+    def requests(self, seed: int = 0, skip: int = 0) -> list[SimRequest]:
+        """The scenario's arrivals (seconds from its start), drawn from the trace after its first
+        ``TRACE_START + skip`` requests: the trace's own gaps stretched to the rate of each segment, prompts lengthened after a
+        :class:`PromptShift`."""
+        capacity, segments = self.capacity(), self.rate_segments()
+        expected = sum(share * capacity * (end - start)
+                       for (start, share), (end, _) in zip(segments, [*segments[1:], (self.duration_s, 0)]))
+        count = int(expected * 1.3) + 50
+        skip += TRACE_START
+        loaded = load_trace(self.trace, rate=1.0, seed=seed, limit=skip + count)[skip:]
+        if len(loaded) < count:
+            raise ValueError(f"scenario {self.name!r}: the trace has {len(loaded) + skip} requests, "
+                             f"{skip + count} needed")
+        start = loaded[0].arrival_s
+        times = warp([r.arrival_s - start for r in loaded], [(t, share * capacity) for t, share in segments])
+        out = []
+        for request, t in zip(loaded, times):
+            if t >= self.duration_s:
+                break
+            request = replace(request, arrival_s=t, request_id=f"{self.name}-{seed}-{len(out)}", stream=True,
+                              slo_ttft_ms=self.slo[0], slo_tpot_ms=self.slo[1])
+            if isinstance(self.change, PromptShift) and t >= self.change_at_s:
+                request = replace(request, prompt_tokens=math.ceil(request.prompt_tokens * self.change.factor))
+            out.append(request)
+        return out
+
+
+def warp(units: list[float], segments: list[tuple[float, float]]) -> list[float]:
+    """Arrival times (sorted, in units of a mean gap of one second) laid onto piecewise constant rates:
+    ``segments`` are (start s, requests/s), the first starting at 0."""
+    out, i = [], 0
+    done = 0.0  # units covered by the segments before segment i
+    for u in units:
+        while i + 1 < len(segments) and u >= done + (segments[i + 1][0] - segments[i][0]) * segments[i][1]:
+            done += (segments[i + 1][0] - segments[i][0]) * segments[i][1]
+            i += 1
+        start, rate = segments[i]
+        out.append(start + (u - done) / rate)
+    return out
+
+
+def scaled(server_profile: ServerProfile, time_scale: float) -> ServerProfile:
+    """``server_profile`` run ``time_scale`` times as fast (every step-time term divided by it)."""
+    p = server_profile
+    return p.with_(a_ms=p.a_ms / time_scale, b_ms_per_prefill_token=p.b_ms_per_prefill_token / time_scale,
+                   c_ms_per_decode_seq=p.c_ms_per_decode_seq / time_scale,
+                   d_ms_per_context_token=p.d_ms_per_context_token / time_scale,
+                   e_ms_attention=p.e_ms_attention / time_scale)
+
+
+@cache
+def pool_capacity(trace: str, pool: tuple[str, ...], time_scale: float = 1.0) -> float:
+    """Requests/s the pool completes when flooded with the trace: the sum of its servers' capacities."""
+    requests = load_trace(trace, limit=CAPACITY_SAMPLE)
+    per_type = {kind: capacity_rps(requests, kind) for kind in {server_type(s) for s in pool}}
+    return time_scale * sum(per_type[server_type(s)] for s in pool)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("slowdown", Slowdown(("h100-0", "h100-1"))),
+    Scenario("kv-shrink", KvShrink("h100-0")),
+    Scenario("long-prompts", PromptShift()),
+    Scenario("replace", Replace(remove="h100-0", add="h100-3")),
+    Scenario("burst", Burst()),
+)}
+
+
+def scenario(name: str) -> Scenario:
+    """The declared scenario called ``name``."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+
+
+def profile_of(server_id: str, time_scale: float) -> ServerProfile:
+    """The profile a scenario server runs with in the offline player (its type's, at the time scale)."""
+    return scaled(profile(server_type(server_id)), time_scale)
