@@ -32,6 +32,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ from headroom.router.pipeline import DEFAULT_PIPELINE  # noqa: E402
 from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
 from headroom.sim.capacity import capacity_rps  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.sim.pool import SimServerSpec, run, uniform_pool  # noqa: E402
+from headroom.sim.request import SimRequest  # noqa: E402
 from headroom.sim.results import quantile  # noqa: E402
 from headroom.sim.traces import load_trace  # noqa: E402
 from headroom.trainer.fit import model_bytes, training_target  # noqa: E402
@@ -87,49 +89,60 @@ class Workload:
 
 def train_runtime(work: Workload, capacity: float, loads, slo, routers: int = 1,
                   prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list]:
-    """Round 1 trains on random routing; round 2 adds what the router's own decisions produce (as the
-    online pipeline would) and retrains on both. With ``routers`` > 1, the telemetry is that of as many
-    router replicas sharing the pool (:func:`sim.pool.run`)."""
+    """:func:`train_models` on the training slice of ``work`` at each of ``loads`` (multiples of the capacity of
+    :data:`SERVERS` H100 servers)."""
+    runs = [(work.slices(load * SERVERS * capacity)[0], uniform_pool(SERVERS)) for load in loads]
+    return train_models(runs, slo, routers, prefix_knowledge)
+
+
+def train_models(runs: Sequence[tuple[Sequence[SimRequest], Sequence[SimServerSpec]]], slo, routers: int = 1,
+                 prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list]:
+    """Round 1 trains on random routing of each ``(requests, pool)`` of ``runs``; round 2 adds what the router's own
+    decisions produce on them (as the online pipeline would) and retrains on both. With ``routers`` > 1, the
+    telemetry is that of as many router replicas sharing the pool (:func:`sim.pool.run`)."""
     options = {"seed": 1, "routers": routers, "prefix_knowledge": prefix_knowledge}
     records = []
-    for load in loads:
-        train, _ = work.slices(load * SERVERS * capacity)
-        records += run(train, uniform_pool(SERVERS), [policy("random", seed=1 + r) for r in range(routers)],
-                       **options).records
+    for requests, pool in runs:
+        records += run(requests, pool, [policy("random", seed=1 + r) for r in range(routers)], **options).records
     runtime = ModelRuntime(trust=TrustedKeys())  # models made here are applied directly, not read from Kafka
-    _fit(runtime, records, version=1)
+    fit_models(runtime, records, version=1)
     predictor = EmbeddedPredictor(runtime)
-    for load in loads:
-        train, _ = work.slices(load * SERVERS * capacity)
+    for requests, pool in runs:
         for seed, objective in ((2, None), (3, slo)):
             picks = [headroom(predictor, objective, seed=seed + 10 * r) for r in range(routers)]
-            records += run(train, uniform_pool(SERVERS), picks, **options).records
-    _fit(runtime, records, version=2)
+            records += run(requests, pool, picks, **options).records
+    fit_models(runtime, records, version=2)
     return runtime, records
 
 
-def _fit(runtime: ModelRuntime, records, version: int) -> None:
-    """Fit and apply TTFT and TPOT models as the trainer does (its default target transform: log latency); a
-    model the runtime's probe rejects is refitted with another seed, and if none passes the previous version
-    serves."""
-    for target in ("ttft", "tpot"):
-        rows = [r for r in records if target_value(r, target) is not None]
-        y = np.array([target_value(r, target) for r in rows])
-        for seed in range(5):
-            params = TrainParams(seed=seed)
-            data = xgboost.DMatrix(records_matrix(rows), label=training_target(y, params.target_transform))
-            booster = xgboost.train(params.booster_params(), data, params.n_trees)
-            booster.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})
-            result = runtime.apply_update(make_update(
-                model=model_bytes(booster), version=version, pool_key="h100", target=target,
-                objective="mean", quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj",
-                created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={},
-                output_transform=params.target_transform))
-            if result.outcome.value == "applied":
-                break
-            print(f"# {target} v{version} seed {seed} rejected: {result.reason} {result.detail}", file=sys.stderr)
-        if runtime.version("h100", target, "mean") is None:
-            raise RuntimeError(f"no {target} model passed the runtime's checks")
+def fit_models(runtime: ModelRuntime, records, version: int) -> None:
+    """Fit and apply TTFT and TPOT models for each pool of ``records`` as the trainer does (its default target
+    transform: log latency); a model the runtime's probe rejects is refitted with another seed, and if none passes
+    the previous version serves."""
+    for pool_key in sorted({r.pool_key for r in records}):
+        for target in ("ttft", "tpot"):
+            rows = [r for r in records if r.pool_key == pool_key and target_value(r, target) is not None]
+            _fit(runtime, rows, pool_key, target, version)
+
+
+def _fit(runtime: ModelRuntime, rows, pool_key: str, target: str, version: int) -> None:
+    y = np.array([target_value(r, target) for r in rows])
+    for seed in range(5):
+        params = TrainParams(seed=seed)
+        data = xgboost.DMatrix(records_matrix(rows), label=training_target(y, params.target_transform))
+        booster = xgboost.train(params.booster_params(), data, params.n_trees)
+        booster.set_attr(**{TRANSFORM_ATTRIBUTE: params.target_transform})
+        result = runtime.apply_update(make_update(
+            model=model_bytes(booster), version=version, pool_key=pool_key, target=target,
+            objective="mean", quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj",
+            created_at=time.time(), window_stats={"rows": len(rows)}, holdout_metrics={},
+            output_transform=params.target_transform))
+        if result.outcome.value == "applied":
+            break
+        print(f"# {pool_key} {target} v{version} seed {seed} rejected: {result.reason} {result.detail}",
+              file=sys.stderr)
+    if runtime.version(pool_key, target, "mean") is None:
+        raise RuntimeError(f"no {pool_key} {target} model passed the runtime's checks")
 
 
 def variant(spec: str) -> tuple[str, dict, dict]:

@@ -13,10 +13,12 @@ from dataclasses import replace
 
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.profile import ServerProfile
 from headroom.sim.request import SimRequest
 
 
-def capacity_rps(requests: Sequence[SimRequest], server_type: str = "h100", sample: int | None = None) -> float:
+def capacity_rps(requests: Sequence[SimRequest], server_type: str | ServerProfile = "h100",
+                 sample: int | None = None) -> float:
     """One server's completion rate when flooded with (up to ``sample`` of) the trace's requests, no prefix reuse."""
     flood = [replace(r, arrival_s=0.0, prefix_hashes=()) for r in requests[:sample]]
     result = run(flood, uniform_pool(1, server_type), policy("round-robin"))

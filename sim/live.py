@@ -12,6 +12,9 @@ simulated time comes. Endpoints:
   [...], "output_tokens": M}`` sets exact counts and 16-token block hashes (e.g. from a trace). Every
   response carries ``"headroom": {"server_id", "ttft_ms", "tpot_ms", "e2e_ms"}`` — the simulated times.
 - ``GET /metrics`` — Prometheus text (:mod:`sim.exposition`); ``GET /health`` — 200 once loaded.
+- ``POST /admin/slowdown`` ``{"factor": F}`` and ``POST /admin/kv`` ``{"blocks": N}`` — regime changes: every
+  later step ``F`` times slower; ``N`` KV blocks from the next step on (a request that can then never fit is
+  answered 503).
 
 :func:`serve_pool` hosts several servers in one process on consecutive ports.
 """
@@ -43,6 +46,10 @@ class BadRequest(HeadroomError, ValueError):
     """A request body the simulated server rejects with HTTP 400."""
 
 
+class RequestDropped(HeadroomError, RuntimeError):
+    """The engine dropped a request it had accepted (its KV capacity shrank below what the request needs)."""
+
+
 class LiveServer:
     """One simulated server on ``host:port`` (port 0: any free port, see :attr:`port` after start)."""
 
@@ -60,6 +67,7 @@ class LiveServer:
         self._driver: asyncio.Task | None = None
         self._kick = asyncio.Event()
         self._progress = asyncio.Event()
+        self._dropped: dict[int, str] = {}  # id of a request the engine dropped -> why
         self._registry = metrics_registry(lambda: self.engine.snapshot(self.virtual_now()), model)
 
     # -- clock ----------------------------------------------------------------------------------------
@@ -82,7 +90,7 @@ class LiveServer:
                         web.post("/v1/chat/completions", self._chat),
                         web.get("/v1/models", self._models),
                         web.get("/metrics", self._metrics), web.get("/health", self._health),
-                        web.post("/admin/slowdown", self._slowdown)])
+                        web.post("/admin/slowdown", self._slowdown), web.post("/admin/kv", self._kv)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -108,6 +116,8 @@ class LiveServer:
             self.engine.advance_to(now)
             self.engine.finished.clear()
             self.engine.first_tokens.clear()
+            for drop in self.engine.dropped:
+                self._dropped[id(drop.request)] = drop.reason
             self.engine.dropped.clear()
             progress, self._progress = self._progress, asyncio.Event()
             progress.set()
@@ -143,6 +153,21 @@ class LiveServer:
         self._kick.set()
         return web.json_response({"server_id": self.server_id, "slowdown": float(factor)})
 
+    async def _kv(self, request: web.Request) -> web.Response:
+        """Regime changes for benchmarks and tests: ``{"blocks": 7301}`` gives the server that many KV blocks."""
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or "blocks" not in body:
+                raise ValueError("the body must be a JSON object with 'blocks'")
+            blocks = body["blocks"]
+            if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+                raise ValueError(f"'blocks' must be a positive integer, got {blocks!r}")
+        except ValueError as err:
+            return web.json_response({"error": {"message": f"bad KV capacity request: {err}"}}, status=400)
+        self.engine.set_kv_capacity(blocks, self.virtual_now())
+        self._kick.set()
+        return web.json_response({"server_id": self.server_id, "kv_blocks": blocks})
+
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=render(self._registry), headers={"Content-Type": CONTENT_TYPE})
 
@@ -168,7 +193,10 @@ class LiveServer:
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         if body.get("stream"):
             return await self._stream(http, sim_request, seq, ident, chat)
-        await self._wait_tokens(seq, sim_request.output_tokens)
+        try:
+            await self._wait_tokens(seq, sim_request.output_tokens)
+        except RequestDropped as err:
+            return web.json_response({"error": {"message": str(err), "type": "unavailable"}}, status=503)
         await asyncio.sleep(self._real_delay(seq.times[-1]))
         text = FILLER * sim_request.output_tokens
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if chat
@@ -179,6 +207,9 @@ class LiveServer:
 
     async def _wait_tokens(self, seq: SeqState, count: int) -> None:
         while len(seq.times) < count:
+            reason = self._dropped.pop(id(seq.request), None)
+            if reason is not None:
+                raise RequestDropped(f"the server dropped the request: {reason}")
             await self._progress.wait()
 
     async def _stream(self, http: web.Request, req: SimRequest, seq: SeqState, ident: str,
@@ -192,7 +223,12 @@ class LiveServer:
             await response.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
 
         for i in range(req.output_tokens):
-            await self._wait_tokens(seq, i + 1)
+            try:
+                await self._wait_tokens(seq, i + 1)
+            except RequestDropped as err:
+                await send({"error": {"message": str(err), "type": "unavailable"}})
+                await response.write_eof()
+                return response
             await asyncio.sleep(self._real_delay(seq.times[i]))
             last = i == req.output_tokens - 1
             if chat:

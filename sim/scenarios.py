@@ -3,12 +3,13 @@
 Two players read a :class:`Scenario`: the offline simulator (:mod:`sim.scenario_play`, for
 ``benchmarks/regime_quality.py``) and real processes (``benchmarks/regime_live.py``). A scenario states its
 pool (server ids and types), its trace, its load as a share of the pool's capacity
-(:func:`pool_capacity`, from :func:`sim.capacity.capacity_rps`), how long it runs, when the change comes and
+(:meth:`Scenario.capacity`, from :func:`sim.capacity.capacity_rps`), how long it runs, when the change comes and
 what it is:
 
 - :class:`Slowdown` — these servers' steps become ``factor`` times slower;
 - :class:`KvShrink` — one server keeps ``share`` of its KV blocks (:meth:`sim.engine.ServerEngine.set_kv_capacity`);
-- :class:`PromptShift` — from the change on, every prompt is ``factor`` times longer, at the same arrival rate;
+- :class:`PromptShift` — from the change on, every prompt is ``factor`` times longer, and the arrival rate falls
+  so that the load stays the same share of the pool's (lower) capacity on the longer prompts;
 - :class:`Replace` — a fresh server joins the pool (routable at once) and another leaves it (it drains);
 - :class:`Burst` — for ``seconds`` the arrival rate is ``load`` times the pool's capacity, then as before;
 - None — no change (the steady regime the offline player trains on).
@@ -34,6 +35,7 @@ TIME_SCALE = 0.2  # the servers run at a fifth of an H100's (or A100's) speed in
 LOAD = 0.7  # of the pool's capacity: inside the 60-90% users run at, with room for the changes to bite
 CAPACITY_SAMPLE = 2000  # requests of the trace flooded onto one server to measure its capacity
 TRACE_START = 100  # the Azure trace opens with a quiet spell; scenarios start past it
+TRACE_ROWS = 4000  # rows read past the start (the time scaling is over them all, the same for every change)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class PromptShift:
     factor: float = 3.0
 
     def describe(self) -> str:
-        return f"every prompt becomes {self.factor:g}× longer, at the same arrival rate"
+        return f"every prompt becomes {self.factor:g}× longer"
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ class Scenario:
     change_at_s: float = 60.0
     trace: str = "azure"
     time_scale: float = TIME_SCALE
-    slo_ttft_ms: float = 1000.0  # at full speed (time scale 1)
-    slo_tpot_ms: float = 50.0
+    slo_ttft_ms: float = 400.0  # at full speed (time scale 1): met by ~99% of requests before a change
+    slo_tpot_ms: float = 40.0
 
     def __post_init__(self) -> None:
         if not 0 < self.change_at_s < self.duration_s or self.load <= 0 or self.time_scale <= 0:
@@ -117,8 +119,10 @@ class Scenario:
 
     def describe(self) -> str:
         change = self.change.describe() if self.change is not None else "nothing changes"
+        after = self.rate_after() / self.capacity(after=True)
         return (f"{self.name}: {len(self.pool)} servers ({', '.join(self.pool)}) at {self.load:.0%} of capacity; "
-                f"at {self.change_at_s:g} s of {self.duration_s:g} s, {change}")
+                f"at {self.change_at_s:g} s of {self.duration_s:g} s, {change} (then at {after:.0%} of the capacity "
+                f"left)")
 
     def with_(self, **changes: object) -> Scenario:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -133,32 +137,51 @@ class Scenario:
         """TTFT and TPOT SLO (ms) at the scenario's time scale."""
         return self.slo_ttft_ms / self.time_scale, self.slo_tpot_ms / self.time_scale
 
-    def capacity(self) -> float:
-        """The pool's capacity before the change, requests/s at the scenario's time scale."""
-        return pool_capacity(self.trace, self.pool, self.time_scale)
+    def capacity(self, after: bool = False) -> float:
+        """The pool's capacity (requests/s at the scenario's time scale) before the change, or after it."""
+        change, factor = self.change if after else None, 1.0
+        servers = [(sid, 1.0, 1.0) for sid in self.pool]  # id, slowdown, share of KV blocks
+        if isinstance(change, Slowdown):
+            servers = [(sid, change.factor if sid in change.servers else 1.0, 1.0) for sid in self.pool]
+        elif isinstance(change, KvShrink):
+            servers = [(sid, 1.0, change.share if sid == change.server else 1.0) for sid in self.pool]
+        elif isinstance(change, Replace):
+            servers = [(sid, 1.0, 1.0) for sid in self.pool if sid != change.remove] + [(change.add, 1.0, 1.0)]
+        elif isinstance(change, PromptShift):
+            factor = change.factor
+        return self.time_scale * sum(server_capacity(self.trace, server_type(sid), factor, share) / slow
+                                     for sid, slow, share in servers)
+
+    def rate_after(self) -> float:
+        """The arrival rate (requests/s) after the change; a burst's once it is over."""
+        if isinstance(self.change, PromptShift):
+            return self.load * self.capacity(after=True)
+        return self.load * self.capacity()
 
     def rate_segments(self) -> list[tuple[float, float]]:
-        """(start s, load as a share of capacity) of each stretch of constant arrival rate."""
+        """(start s, requests/s) of each stretch of constant arrival rate."""
+        before = self.load * self.capacity()
         if isinstance(self.change, Burst):
             end = min(self.change_at_s + self.change.seconds, self.duration_s)
-            return [(0.0, self.load), (self.change_at_s, self.change.load), (end, self.load)]
-        return [(0.0, self.load)]
+            return [(0.0, before), (self.change_at_s, self.change.load * self.capacity()), (end, before)]
+        if isinstance(self.change, PromptShift):
+            return [(0.0, before), (self.change_at_s, self.rate_after())]
+        return [(0.0, before)]
 
     def requests(self, seed: int = 0, skip: int = 0) -> list[SimRequest]:
         """The scenario's arrivals (seconds from its start), drawn from the trace after its first
         ``TRACE_START + skip`` requests: the trace's own gaps stretched to the rate of each segment, prompts lengthened after a
         :class:`PromptShift`."""
-        capacity, segments = self.capacity(), self.rate_segments()
-        expected = sum(share * capacity * (end - start)
-                       for (start, share), (end, _) in zip(segments, [*segments[1:], (self.duration_s, 0)]))
-        count = int(expected * 1.3) + 50
+        segments = self.rate_segments()
+        expected = sum(rate * (end - start)
+                       for (start, rate), (end, _) in zip(segments, [*segments[1:], (self.duration_s, 0)]))
         skip += TRACE_START
-        loaded = load_trace(self.trace, rate=1.0, seed=seed, limit=skip + count)[skip:]
-        if len(loaded) < count:
-            raise ValueError(f"scenario {self.name!r}: the trace has {len(loaded) + skip} requests, "
-                             f"{skip + count} needed")
+        loaded = load_trace(self.trace, rate=1.0, seed=seed, limit=skip + TRACE_ROWS)[skip:]
+        if len(loaded) < min(TRACE_ROWS, expected * 1.3 + 50):
+            raise ValueError(f"scenario {self.name!r}: {len(loaded)} requests of the trace past row {skip}, "
+                             f"{expected * 1.3 + 50:.0f} needed")
         start = loaded[0].arrival_s
-        times = warp([r.arrival_s - start for r in loaded], [(t, share * capacity) for t, share in segments])
+        times = warp([r.arrival_s - start for r in loaded], segments)
         out = []
         for request, t in zip(loaded, times):
             if t >= self.duration_s:
@@ -195,15 +218,21 @@ def scaled(server_profile: ServerProfile, time_scale: float) -> ServerProfile:
 
 
 @cache
-def pool_capacity(trace: str, pool: tuple[str, ...], time_scale: float = 1.0) -> float:
-    """Requests/s the pool completes when flooded with the trace: the sum of its servers' capacities."""
+def server_capacity(trace: str, kind: str, prompt_factor: float = 1.0, kv_share: float = 1.0) -> float:
+    """Requests/s one server of type ``kind`` completes at full speed when flooded with the trace's requests
+    (:func:`sim.capacity.capacity_rps`), their prompts ``prompt_factor`` times longer, with ``kv_share`` of its KV
+    blocks."""
     requests = load_trace(trace, limit=CAPACITY_SAMPLE)
-    per_type = {kind: capacity_rps(requests, kind) for kind in {server_type(s) for s in pool}}
-    return time_scale * sum(per_type[server_type(s)] for s in pool)
+    if prompt_factor != 1.0:
+        requests = [replace(r, prompt_tokens=math.ceil(r.prompt_tokens * prompt_factor)) for r in requests]
+    server = profile(kind)
+    if kv_share != 1.0:
+        server = server.with_(kv_blocks=KvShrink("", kv_share).blocks(server))
+    return capacity_rps(requests, server)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("slowdown", Slowdown(("h100-0", "h100-1"))),
+    Scenario("slowdown", Slowdown(("h100-0", "h100-1")), load=0.6),  # 84% of the capacity left
     Scenario("kv-shrink", KvShrink("h100-0")),
     Scenario("long-prompts", PromptShift()),
     Scenario("replace", Replace(remove="h100-0", add="h100-3")),

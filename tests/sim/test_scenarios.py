@@ -39,7 +39,7 @@ def test_every_scenario_is_declared_at_a_load_users_run_at_and_states_its_change
 def test_the_load_is_the_stated_share_of_the_pools_capacity() -> None:
     s = short("slowdown")
     requests = s.requests()
-    assert all(r.stream and r.slo_ttft_ms == s.slo[0] == 5000.0 for r in requests)
+    assert all(r.stream and r.slo_ttft_ms == s.slo[0] == 2000.0 for r in requests)
     assert arrivals_in(requests, 0.0, s.duration_s) == pytest.approx(s.load * s.capacity(), rel=0.2)
 
 
@@ -58,16 +58,22 @@ def test_warp_lays_unit_arrivals_onto_the_rates_of_each_segment() -> None:
         [0.0, 5.0, 10.0, 12.0, 13.0])
 
 
-def test_long_prompts_lengthen_every_prompt_from_the_change_on_at_the_same_arrivals() -> None:
-    s = short("long-prompts")
+def test_long_prompts_lengthen_every_prompt_from_the_change_on_at_the_same_share_of_capacity() -> None:
+    s = short("long-prompts", duration_s=80.0)
     shifted, before = s.requests(), steady(s).requests()
-    assert [r.arrival_s for r in shifted] == [r.arrival_s for r in before]
-    for new, old in zip(shifted, before):
-        assert new.prompt_tokens == (old.prompt_tokens * 3 if new.arrival_s >= 20.0 else old.prompt_tokens)
+    for new, old in zip(shifted, before):  # the same rows of the trace, in order
+        if new.arrival_s < 20.0:
+            assert (new.arrival_s, new.prompt_tokens) == (old.arrival_s, old.prompt_tokens)
+        else:
+            assert new.prompt_tokens == old.prompt_tokens * 3
+    assert s.capacity(after=True) < 0.5 * s.capacity()
+    assert arrivals_in(shifted, 20.0, 80.0) == pytest.approx(s.load * s.capacity(after=True), rel=0.2)
+    assert "(then at 70% of the capacity left)" in s.describe()
 
 
 def test_the_slowed_servers_steps_are_twice_as_slow_and_the_others_unchanged() -> None:
     s = short("slowdown")
+    assert s.capacity(after=True) == pytest.approx(s.capacity() * (1 - 0.5 * 2 * 17.58 / 60.56), rel=0.01)
     requests = s.requests()
     slowed, base = (play(x, requests, policy("round-robin")) for x in (s, steady(s)))
 
@@ -119,8 +125,12 @@ def test_windows_and_the_time_to_recover() -> None:
 
 
 def test_served_counts_a_dropped_request_as_a_miss() -> None:
-    s = short("slowdown")
-    result = play(s, s.requests()[:50], policy("least-queue"))
+    s = short("kv-shrink", change=KvShrink("h100-0", share=0.001))  # 29 blocks: almost no request fits
+    requests = s.requests()
+    result = play(s, requests, policy("round-robin"))
     rows = served(result, s.slo)
-    assert len(rows) == 50 and all(ttft is not None for _, ttft, _ in rows)
-    assert whole(rows)[0] == 1.0  # nothing is late at this load before the change
+    dropped = [row for row in rows if row[1] is None]
+    assert len(rows) == len(requests) and len(dropped) == len(result.dropped) > 10
+    assert all(not met for _, _, met in dropped) and min(d.time_s for d in result.dropped) >= 20.0
+    assert whole(rows)[0] == pytest.approx(sum(met for _, _, met in rows) / len(rows))
+    assert whole(rows)[0] <= 1 - len(dropped) / len(rows)

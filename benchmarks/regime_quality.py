@@ -1,0 +1,100 @@
+"""Routing through regime changes on the offline simulator: headroom against every baseline, per 5-s window.
+
+    .venv/bin/python benchmarks/regime_quality.py [--scenario all|NAME,...] [--seeds 3] [--baselines ...]
+        [--variant NAME=JSON] [--no-oracle] [--json PATH] [--markdown PATH]
+
+Each scenario of :mod:`sim.scenarios` (its pool, load, change and SLO) is played by :mod:`sim.scenario_play`.
+Training is router_quality's (:func:`benchmarks.router_quality.train_models`: round 1 on random routing, round 2
+adds headroom's own decisions) on the scenario's pool in its steady regime — no change — at 50%, 70% and 100% of
+its capacity, from a stretch of the trace the evaluation does not use (scenarios on the same pool share it): the models know the pool
+before the change, as a router that has served it a while does. The policies are router_quality's (every
+baseline, ``headroom``, variants, the oracle); seed ``k`` draws the arrivals from its own stretch of the trace
+and seeds the pickers. The report (:mod:`benchmarks.regime_report`): per 5-s window attainment and p99 TTFT,
+whole-run and after-change numbers of every policy, and headroom's time to recover against the best baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from functools import cache
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headroom.process import configure
+
+configure()
+
+from headroom.benchmarks.regime_report import markdown, summarize  # noqa: E402
+from headroom.benchmarks.router_quality import Setup, policies, train_models  # noqa: E402
+from headroom.benchmarks.routing_policies import BASELINES  # noqa: E402
+from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
+from headroom.sim.scenario_play import play, pool, served  # noqa: E402
+from headroom.sim.scenarios import SCENARIOS, Scenario, scenario  # noqa: E402
+
+TRAIN_LOADS = (0.5, 0.7, 1.0)
+TRAIN_SKIP = 10_000  # training arrivals come from this far into the trace
+SEED_SKIP = 2_500  # seed k's arrivals start k × this far in
+
+
+@cache
+def train(steady: Scenario) -> Setup:
+    """Models of a pool in its steady regime (``steady`` has no change; see the module docstring)."""
+    runs = [(steady.with_(load=load).requests(seed=100, skip=TRAIN_SKIP), pool(steady)) for load in TRAIN_LOADS]
+    runtime, records = train_models(runs, steady.slo)
+    lengths = [r.output_tokens for r in records if r.stream][-1000:]
+    return Setup(steady.slo, None, steady.capacity(), [], list(TRAIN_LOADS), records,  # type: ignore[arg-type]
+                 EmbeddedPredictor(runtime), lengths)
+
+
+def play_all(s: Scenario, args: argparse.Namespace) -> dict:
+    """Every policy on every seed of scenario ``s``; the summary of :func:`benchmarks.regime_report.summarize`."""
+    setup = train(s.with_(name="steady", change=None, load=TRAIN_LOADS[1]))
+    runs: dict[str, list] = {}
+    for seed in range(args.seeds):
+        requests = s.requests(seed=seed, skip=seed * SEED_SKIP)
+        for name, make, _ in policies(args, setup, include_no_slo=False):
+            result = play(s, requests, make(seed), seed=seed, lengths=setup.lengths, telemetry=False)
+            runs.setdefault(name, []).append(served(result, s.slo))
+    return summarize(s, runs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="all", help=f"all, or names among {', '.join(SCENARIOS)}.")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--baselines", default=",".join(BASELINES))
+    parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
+    parser.add_argument("--no-oracle", action="store_true")
+    parser.add_argument("--json", type=Path, help="Write every number here.")
+    parser.add_argument("--markdown", type=Path, help="Write the tables here too.")
+    args = parser.parse_args()
+    args.pool_slo = False
+    try:
+        chosen = list(SCENARIOS.values()) if args.scenario == "all" else [scenario(n) for n in args.scenario.split(",")]
+    except ValueError as err:
+        parser.error(str(err))
+    started, load_start = time.time(), os.getloadavg()
+    summaries, text = [], []
+    for s in chosen:
+        summary = play_all(s, args)
+        summaries.append(summary)
+        text.append(markdown(summary))
+        print(text[-1], flush=True)
+    footer = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: done in {time.time() - started:.0f} s; load "
+              f"average {' / '.join(f'{x:.1f}' for x in load_start)} at the start, "
+              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
+    print(f"# {footer}")
+    if args.json:
+        args.json.write_text(json.dumps({"scenarios": summaries, "run": footer}, indent=2))
+    if args.markdown:
+        args.markdown.write_text("\n".join(text) + f"\n{footer}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
