@@ -175,3 +175,55 @@ def test_slowdown_makes_decoding_slower_and_rejects_bad_factors() -> None:
 
     before, after = asyncio.run(_with_pool(1, body, time_scale=5.0))
     assert after > 2.5 * before
+
+
+def test_kv_capacity_changes_live_and_bad_requests_say_what_is_wrong() -> None:
+    async def body(servers, http):
+        url = servers[0].url
+        answers = []
+        for bad in ({"blocks": "many"}, {"blocks": 0}, {"blocks": True}, {"size": 10}, [1]):
+            async with http.post(url + "/admin/kv", json=bad) as response:
+                answers.append((response.status, (await response.json())["error"]["message"]))
+        async with http.post(url + "/admin/kv", data=b"{not json") as response:
+            answers.append((response.status, (await response.json())["error"]["message"]))
+        async with http.post(url + "/admin/kv", json={"blocks": 100}) as response:
+            assert response.status == 200 and await response.json() == {"server_id": "server-0", "kv_blocks": 100}
+        payload = {"model": "m", "prompt": "x", "max_tokens": 4,
+                   "headroom": {"prompt_tokens": 1000, "output_tokens": 4}}  # 63 blocks: fits
+        async with http.post(url + "/v1/completions", json=payload) as response:
+            assert response.status == 200
+        payload["headroom"]["prompt_tokens"] = 2000  # 126 blocks: no longer fits
+        async with http.post(url + "/v1/completions", json=payload) as response:
+            answers.append((response.status, (await response.json())["error"]["message"]))
+        return answers
+
+    answers = asyncio.run(_with_pool(1, body, time_scale=5.0))
+    assert all(status == 400 for status, _ in answers)
+    assert answers[0][1] == "bad KV capacity request: 'blocks' must be a positive integer, got 'many'"
+    assert answers[1][1].endswith("got 0") and answers[2][1].endswith("got True")
+    assert answers[3][1] == "bad KV capacity request: the body must be a JSON object with 'blocks'"
+    assert answers[4][1] == answers[3][1] and answers[5][1].startswith("bad KV capacity request: ")
+    assert answers[6][1] == "needs 126 KV blocks, server has 100"
+
+
+def test_a_request_the_shrunk_kv_cache_drops_is_answered_not_left_hanging() -> None:
+    async def body(servers, http):
+        url = servers[0].url
+        async with http.post(url + "/admin/kv", json={"blocks": 400}) as response:
+            assert response.status == 200
+        payload = {"model": "m", "prompt": "x", "max_tokens": 1000,
+                   "headroom": {"prompt_tokens": 3000, "output_tokens": 1000}}  # 250 blocks
+
+        async def shrink():
+            await asyncio.sleep(0.3)
+            async with http.post(url + "/admin/kv", json={"blocks": 150}) as response:
+                assert response.status == 200
+
+        async def ask():
+            async with http.post(url + "/v1/completions", json=payload) as response:
+                return response.status, (await response.json())["error"]["message"]
+
+        return (await asyncio.gather(ask(), shrink()))[0]
+
+    status, message = asyncio.run(_with_pool(1, body, time_scale=1.0))
+    assert status == 503 and message == "the server dropped the request: needs 250 KV blocks, server has 150"
