@@ -31,7 +31,7 @@ from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.request import SimRequest
 from headroom.sim.traces import load_trace
 
-TIME_SCALE = 0.2  # the servers run at a fifth of an H100's (or A100's) speed in both players
+TIME_SCALE = 0.1  # the servers run at a tenth of an H100's (or A100's) speed in both players
 LOAD = 0.7  # of the pool's capacity: inside the 60-90% users run at, with room for the changes to bite
 CAPACITY_SAMPLE = 2000  # requests of the trace flooded onto one server to measure its capacity
 TRACE_START = 100  # the Azure trace opens with a quiet spell; scenarios start past it

@@ -39,7 +39,7 @@ def test_every_scenario_is_declared_at_a_load_users_run_at_and_states_its_change
 def test_the_load_is_the_stated_share_of_the_pools_capacity() -> None:
     s = short("slowdown")
     requests = s.requests()
-    assert all(r.stream and r.slo_ttft_ms == s.slo[0] == 2000.0 for r in requests)
+    assert all(r.stream and r.slo_ttft_ms == s.slo[0] == 4000.0 for r in requests)
     assert arrivals_in(requests, 0.0, s.duration_s) == pytest.approx(s.load * s.capacity(), rel=0.2)
 
 
