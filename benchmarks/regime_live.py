@@ -1,0 +1,177 @@
+"""Regime changes live, on real processes: headroom's arm against the heuristic arm, per 5-s window.
+
+    .venv/bin/python benchmarks/regime_live.py [--scenario all|NAME,...] [--seeds 3] [--quick] [--duration S]
+        [--out DIR]
+
+Each run starts what ``headroom demo`` starts (:class:`demo.arms.TwoArms`: a broker, the learning worker, the
+predictor, the simulated servers and two routers over two identical pools) with a scenario's pool — every server
+that will join it already running, routed to by neither router yet — at the scenario's time scale, sends the
+scenario's arrivals (:meth:`sim.scenarios.Scenario.requests`: every request streams and carries the SLO headers)
+through both arms at once, and makes the change at its time: ``/admin/slowdown`` or ``/admin/kv`` on the servers
+of both arms, or a new server list in both routers' polled files; a prompt shift or a burst is in the arrivals.
+headroom's models are learned during the run from its own telemetry, as in the demo (the change comes half way).
+
+Seeds are interleaved (seed 0 of every scenario, then seed 1, ...); seed ``k`` draws its arrivals from its own
+stretch of the trace, as ``regime_quality.py`` does. The report (:mod:`benchmarks.regime_report`, the heuristic
+arm as the reference): per 5-s window attainment and p99 TTFT of both arms, whole-run and after-change numbers,
+the time to recover per seed, and the load average around each run, as ``regime-live.json`` and
+``regime-live.md`` in ``--out``. ``--quick``: one seed, 60 s runs with the change at 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headroom.process import configure
+
+configure()
+
+from headroom.benchmarks.regime_quality import SEED_SKIP  # noqa: E402
+from headroom.benchmarks.regime_report import markdown, summarize  # noqa: E402
+from headroom.contract.settings import from_env  # noqa: E402
+from headroom.demo import load  # noqa: E402
+from headroom.demo.arms import ARMS, Event, Layout, TwoArms  # noqa: E402
+from headroom.demo.settings import DemoSettings  # noqa: E402
+from headroom.sim.profile import profile  # noqa: E402
+from headroom.sim.scenarios import (  # noqa: E402
+    SCENARIOS,
+    KvShrink,
+    Replace,
+    Scenario,
+    Slowdown,
+    scenario,
+    server_type,
+)
+from headroom.sim.windows import Row  # noqa: E402
+
+
+def layout(s: Scenario) -> Layout:
+    """Every server the scenario uses, by type in the order they first appear; the routers start with its pool."""
+    counts = Counter(server_type(sid) for sid in s.servers)
+    for sid in s.servers:
+        kind, _, index = sid.rpartition("-")
+        if not index.isdigit() or int(index) >= counts[kind]:
+            raise ValueError(f"scenario {s.name!r}: live servers are named {kind}-0 … {kind}-{counts[kind] - 1}, "
+                             f"not {sid}")
+    return Layout(tuple(counts.items()), s.time_scale, s.pool)
+
+
+def events(s: Scenario, arms: TwoArms, log: list[dict]) -> list[Event]:
+    """The scenario's change, to make on both arms at its time (none when the arrivals carry it)."""
+    change = s.change
+    if isinstance(change, Slowdown):
+        def act() -> None:
+            for sid in change.servers:
+                arms.admin(sid, "slowdown", {"factor": change.factor})
+    elif isinstance(change, KvShrink):
+        def act() -> None:
+            arms.admin(change.server, "kv", {"blocks": change.blocks(profile(server_type(change.server)))})
+    elif isinstance(change, Replace):
+        def act() -> None:
+            arms.route_to([sid for sid in s.pool if sid != change.remove] + [change.add])
+    else:
+        return []
+    began = time.monotonic()
+
+    def logged() -> None:
+        act()
+        log.append({"change": change.describe(), "done_after_s": round(time.monotonic() - began, 2)})
+    return [(s.change_at_s, logged)]
+
+
+def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
+    """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw."""
+    demo = from_env(DemoSettings)
+    arms = TwoArms(state_dir, base_port, seed, layout(s), min_samples=demo.min_samples,
+                   retrain_interval_s=demo.retrain_interval_s)
+    mix = load.Mix(slo_share=1.0, stream_share=1.0, sheddable_share=0.0, slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1],
+                   seed=seed)
+    dressed = load.dress(s.requests(seed=seed, skip=seed * SEED_SKIP), mix)
+    outcomes: list[load.ClientOutcome] = []
+    made: list[dict] = []
+    load_start = os.getloadavg()
+    try:
+        arms.start()
+        arms.drive(dressed, s.duration_s, events(s, arms, made), outcomes.append)
+    finally:
+        arms.stop()
+    rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}
+    for o in outcomes:
+        rows[o.arm].append((o.sent_at, o.ttft_ms if o.status == 200 else None, o.slo_met is True))
+    return {"rows": rows, "load_average": [list(load_start), list(os.getloadavg())], "changes_made": made,
+            "failed": {arm: sum(o.status not in (200, 429) for o in outcomes if o.arm == arm) for arm in ARMS},
+            "components_ready_s": arms.ready}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="all", help=f"all, or names among {', '.join(SCENARIOS)}.")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="One seed, 60 s runs, the change at 30 s.")
+    parser.add_argument("--duration", type=float, help="Seconds of each run (the change half way).")
+    parser.add_argument("--time-scale", type=float, help="Run the servers this many times as fast as their hardware "
+                                                         "(default: the scenario's; the SLO follows).")
+    parser.add_argument("--out", type=Path, default=Path("regime-live"), help="Where the report goes.")
+    parser.add_argument("--state-dir", type=Path, default=Path(".headroom/regime-live"))
+    args = parser.parse_args()
+    try:
+        chosen = list(SCENARIOS.values()) if args.scenario == "all" else [scenario(n) for n in args.scenario.split(",")]
+    except ValueError as err:
+        parser.error(str(err))
+    seeds, duration = (1, 60.0) if args.quick else (args.seeds, None)
+    duration = args.duration or duration
+    if duration:
+        chosen = [s.with_(duration_s=duration, change_at_s=duration / 2) for s in chosen]
+    if args.time_scale:
+        chosen = [s.with_(time_scale=args.time_scale) for s in chosen]
+    for variable in ("HEADROOM_KAFKA_PORT", "HEADROOM_KAFKA_CONTROLLER_PORT"):  # free ones unless told
+        os.environ.setdefault(variable, str(free_port()))
+    base_port = random.Random().randrange(20000, 30000, 50)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    runs: dict[str, dict[str, list]] = {s.name: {arm: [] for arm in ARMS} for s in chosen}
+    seen: dict[str, list[dict]] = {s.name: [] for s in chosen}
+    for seed in range(seeds):
+        for s in chosen:
+            print(f"# {s.name} seed {seed}: {s.describe()}", flush=True)
+            run = play_live(s, seed, args.state_dir, base_port)
+            rows = run.pop("rows")
+            for arm in ARMS:
+                runs[s.name][arm].append(rows[arm])
+            seen[s.name].append({"seed": seed, **run})
+            print(f"#   load average {run['load_average']}, failed {run['failed']}, changes {run['changes_made']}",
+                  flush=True)
+    summaries = []
+    for s in chosen:
+        summary = summarize(s, runs[s.name], reference="baseline")
+        summary["runs"] = seen[s.name]
+        summaries.append(summary)
+    footer = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {len(chosen)} scenarios × {seeds} seeds in "
+              f"{time.time() - started:.0f} s on {os.cpu_count()} cores; load average per run (1 min, start → end): "
+              + "; ".join(f"{s.name} " + ", ".join(f"{r['load_average'][0][0]:.1f}→{r['load_average'][1][0]:.1f}"
+                                                   for r in seen[s.name]) for s in chosen))
+    text = "\n".join(markdown(summary) for summary in summaries) + f"\n{footer}\n"
+    (args.out / "regime-live.json").write_text(json.dumps({"scenarios": summaries, "run": footer}, indent=2))
+    (args.out / "regime-live.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Two identical pools under the same arrivals, on real processes: the harness of ``headroom demo`` and of the
+live regime-change benchmark.
+
+:class:`TwoArms` starts a Kafka broker, the simulated servers (one ``sim serve`` process per server type, both
+arms' servers of that type in it), the learning worker, the predictor and a router per arm — **headroom**
+(predicted latency, models learned from its own telemetry) and **baseline** (the heuristic profile alone; its
+requests opt out of prediction and it sends no telemetry). Each router reads its servers from a file it polls
+(:mod:`router.state.servers`), so the pool's membership can change under load (:meth:`TwoArms.route_to`);
+servers may run that no router routes to yet. :meth:`TwoArms.drive` sends the same requests through both arms
+and runs timed events (a slowdown, a KV change, a membership change) as the load goes on. The run makes its
+own model-signing key pair: the worker signs with it, the predictor and the routers trust it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from headroom.contract.settings import from_env
+from headroom.contract.signing import SigningKey
+from headroom.contract.topics import KafkaSettings
+from headroom.demo import load
+from headroom.demo.processes import Supervisor
+from headroom.localkafka import broker
+from headroom.localkafka.admin import end_offsets
+from headroom.localkafka.cli import start as start_broker
+from headroom.localkafka.settings import BrokerSettings
+from headroom.router.headers import OPT_OUT
+from headroom.sim.request import SimRequest
+
+ARMS = ("headroom", "baseline")
+Server = tuple[str, str, str]  # id, host:port, pool key (its type)
+Event = tuple[float, Callable[[], None]]  # seconds into the load, what happens then (blocking)
+
+
+@dataclass
+class Ports:
+    base: int
+
+    def __post_init__(self) -> None:
+        self.worker_metrics = self.base
+        self.predictor = self.base + 1
+        self.predictor_metrics = self.base + 2
+        self.router_http = self.base + 3  # headroom's arm
+        self.router_pick = self.base + 4
+        self.router_ext_proc = self.base + 5
+        self.baseline_http = self.base + 6
+        self.servers = self.base + 10  # consecutive: each pool type's servers, headroom's arm first
+
+    def all(self, servers: int) -> list[int]:
+        return [*range(self.base, self.base + 7), *range(self.servers, self.servers + servers)]
+
+    def http(self, arm: str) -> int:
+        return self.router_http if arm == "headroom" else self.baseline_http
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Each arm's servers as ``(type, count)`` (ids ``{type}-{i}``), run ``time_scale`` times as fast as the type's
+    hardware; ``routed`` names the servers the routers start with (None: all)."""
+
+    types: tuple[tuple[str, int], ...]
+    time_scale: float = 1.0
+    routed: tuple[str, ...] | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.types)
+
+
+class TwoArms:
+    def __init__(self, state_dir: Path, base_port: int, seed: int, layout: Layout, *, min_samples: int,
+                 retrain_interval_s: float, on_ready: Callable[[str, float], None] | None = None):
+        self.state_dir, self.seed, self.layout, self.on_ready = state_dir, seed, layout, on_ready
+        self.ports = Ports(base_port)
+        self.broker = from_env(BrokerSettings, state_dir=state_dir)
+        self.kafka = from_env(KafkaSettings, bootstrap_servers=self.broker.bootstrap)
+        self.supervisor = Supervisor(state_dir / "logs", env={
+            "HEADROOM_KAFKA_BOOTSTRAP": self.kafka.bootstrap_servers,
+            "HEADROOM_STATE_DIR": str(state_dir),
+            "HEADROOM_PIPELINE_DATA_DIR": str(state_dir / "pipeline"),
+            # A short run: first models from fewer samples; periodic retraining is slower than the default, so it
+            # is the drift detector, not the clock, that answers a regime change.
+            "HEADROOM_RETRAIN_MIN_SAMPLES": str(min_samples),
+            "HEADROOM_RETRAIN_INTERVAL": str(retrain_interval_s)})
+        self.ready: dict[str, float] = {}
+        self.servers = self._servers()
+        self.start_offsets: dict[int, int] | None = None
+        self.broker_started = False
+
+    @property
+    def server_count(self) -> int:
+        return len(ARMS) * self.layout.count
+
+    def start(self) -> None:
+        """The broker, then every other component at once; ``on_ready`` as each becomes ready."""
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.supervisor.env.update(_signing_keys(self.state_dir / "signing"))
+        started = time.monotonic()
+        self.broker_started = True
+        start_broker(self.broker)
+        self._ready("Kafka broker", time.monotonic() - started)
+        self.route_to(self.layout.routed)
+        specs = [*self._pools(), ("worker", ["worker", "start", "--app-id", "headroom-demo", "--metrics-port",
+                                             str(self.ports.worker_metrics), "--log-level", "info"],
+                                  answers(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics")),
+                 ("predictor", ["predictor", "serve", "--port", str(self.ports.predictor), "--metrics-port",
+                                str(self.ports.predictor_metrics)],
+                  answers(f"http://127.0.0.1:{self.ports.predictor_metrics}/metrics"))]
+        for arm in ARMS:
+            specs.append((f"router ({arm})", ["router", "serve", "--config", str(self._router_config(arm))],
+                          answers(f"http://127.0.0.1:{self.ports.http(arm)}/metrics")))
+        self.supervisor.start_all(specs, on_ready=lambda component, seconds: self._ready(component.name, seconds))
+        self.start_offsets = end_offsets(self.kafka, self.kafka.telemetry_topic)
+
+    def route_to(self, server_ids: Sequence[str] | None) -> None:
+        """Have both routers route to these servers (None: all), through the files they poll."""
+        for arm, servers in self.servers.items():
+            chosen = [s for s in servers if server_ids is None or s[0] in server_ids]
+            path = self._servers_file(arm)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_suffix(".tmp")
+            staged.write_text(yaml.safe_dump({"servers": [{"id": sid, "address": address, "pool": pool}
+                                                          for sid, address, pool in chosen]}, sort_keys=False))
+            os.replace(staged, path)  # a router never reads half a file
+
+    def admin(self, server_id: str, action: str, body: dict) -> None:
+        """``POST /admin/{action}`` with ``body`` to the server ``server_id`` of both arms."""
+        for servers in self.servers.values():
+            for sid, address, _ in servers:
+                if sid == server_id:
+                    post_json(f"http://{address}/admin/{action}", body)
+
+    def drive(self, dressed: Sequence[tuple[SimRequest, dict[str, str]]], seconds: float, events: Sequence[Event],
+              on_outcome: Callable[[load.ClientOutcome], None],
+              every_second: Callable[[float], None] | None = None) -> None:
+        """The requests through both arms at once (for at most ``seconds``), each event at its time, and
+        ``every_second(elapsed)`` once a second."""
+        arms = [load.Arm("headroom", f"http://127.0.0.1:{self.ports.router_http}"),
+                load.Arm("baseline", f"http://127.0.0.1:{self.ports.baseline_http}", ((OPT_OUT, "true"),))]
+        asyncio.run(self._drive(arms, dressed, seconds, events, on_outcome, every_second))
+        self.supervisor.check()
+
+    async def _drive(self, arms, dressed, seconds, events, on_outcome, every_second) -> None:
+        began = time.monotonic()
+
+        async def at(when: float, what: Callable[[], None]) -> None:
+            await asyncio.sleep(max(0.0, when - (time.monotonic() - began)))
+            await asyncio.to_thread(what)
+
+        async def ticks() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                self.supervisor.check()
+                if every_second:
+                    await asyncio.to_thread(every_second, time.monotonic() - began)
+
+        side = [asyncio.create_task(at(when, what)) for when, what in events] + [asyncio.create_task(ticks())]
+        try:
+            await load.drive(arms, dressed, max_seconds=seconds, on_outcome=on_outcome)
+        finally:
+            for task in side:
+                task.cancel()
+            for task in side:  # an event that failed fails the run
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+        if self.broker_started:
+            broker.down(self.broker)
+
+    def _ready(self, name: str, seconds: float) -> None:
+        self.ready[name] = round(seconds, 1)
+        if self.on_ready:
+            self.on_ready(name, seconds)
+
+    def _servers(self) -> dict[str, list[Server]]:
+        """Per arm, its servers: one process per type serves both arms' servers of that type."""
+        out: dict[str, list[Server]] = {arm: [] for arm in ARMS}
+        first = self.ports.servers
+        for kind, count in self.layout.types:
+            for a, arm in enumerate(ARMS):
+                out[arm] += [(f"{kind}-{i}", f"127.0.0.1:{first + a * count + i}", kind) for i in range(count)]
+            first += len(ARMS) * count
+        return out
+
+    def _pools(self) -> list[tuple[str, list[str], Callable[[], bool]]]:
+        specs = []
+        first = self.ports.servers
+        for kind, count in self.layout.types:
+            if count:
+                addresses = [f"127.0.0.1:{first + i}" for i in range(len(ARMS) * count)]
+                specs.append((f"{kind} servers ({len(ARMS)}×{count})",
+                              ["sim", "serve", "--servers", str(len(ARMS) * count), "--server-type", kind,
+                               "--base-port", str(first), "--seed", str(self.seed + first - self.ports.servers),
+                               "--time-scale", str(self.layout.time_scale)],
+                              lambda addresses=addresses: all(answers(f"http://{a}/health")() for a in addresses)))
+            first += len(ARMS) * count
+        return specs
+
+    def _servers_file(self, arm: str) -> Path:
+        return self.state_dir / f"servers-{arm}.yaml"
+
+    def _router_config(self, arm: str) -> Path:
+        if arm == "headroom":
+            settings = {"httpPort": self.ports.router_http, "pickPort": self.ports.router_pick,
+                        "extProcPort": self.ports.router_ext_proc, "predictor": "remote",
+                        "predictorAddresses": f"127.0.0.1:{self.ports.predictor}"}
+        else:  # the heuristic profile only; its telemetry would teach the models a pool they do not route
+            settings = {"httpPort": self.ports.baseline_http, "pickPort": -1, "extProcPort": -1, "predictor": "none",
+                        "telemetry": False}
+        config = {"settings": {**settings, "seed": self.seed}, "serversFile": self._servers_file(arm).name}
+        path = self.state_dir / f"router-{arm}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+
+def post_json(url: str, body: dict) -> None:
+    request = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def _signing_keys(directory: Path) -> dict[str, str]:
+    """A fresh key pair, as the worker's key to sign with and the readers' key to trust."""
+    private, public = SigningKey.generate().write(directory, "worker")
+    return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
+
+
+def answers(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    return check
