@@ -84,8 +84,10 @@ def events(s: Scenario, arms: TwoArms, log: list[dict]) -> list[Event]:
     began = time.monotonic()
 
     def logged() -> None:
+        start = time.monotonic() - began
         act()
-        log.append({"change": change.describe(), "done_after_s": round(time.monotonic() - began, 2)})
+        log.append({"change": change.describe(), "began_after_s": round(start, 2),
+                    "done_after_s": round(time.monotonic() - began, 2)})
     return [(s.change_at_s, logged)]
 
 
@@ -97,6 +99,7 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
     mix = load.Mix(slo_share=1.0, stream_share=1.0, sheddable_share=0.0, slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1],
                    seed=seed)
     dressed = load.dress(s.requests(seed=seed, skip=seed * SEED_SKIP), mix)
+    due = {request.request_id: request.arrival_s for request, _ in dressed}
     outcomes: list[load.ClientOutcome] = []
     made: list[dict] = []
     load_start = os.getloadavg()
@@ -108,8 +111,11 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
     rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}
     for o in outcomes:
         rows[o.arm].append((o.sent_at, o.ttft_ms if o.status == 200 else None, o.slo_met is True))
+    late = sorted(o.sent_at - due[o.request_id] for o in outcomes)
     return {"rows": rows, "load_average": [list(load_start), list(os.getloadavg())], "changes_made": made,
             "failed": {arm: sum(o.status not in (200, 429) for o in outcomes if o.arm == arm) for arm in ARMS},
+            "errors": sorted({f"{o.status}: {o.error[:120]}" for o in outcomes if o.status != 200})[:5],
+            "sent_late_s": {"p50": late[len(late) // 2], "max": late[-1]} if late else {},
             "components_ready_s": arms.ready}
 
 
@@ -155,8 +161,8 @@ def main() -> int:
             for arm in ARMS:
                 runs[s.name][arm].append(rows[arm])
             seen[s.name].append({"seed": seed, **run})
-            print(f"#   load average {run['load_average']}, failed {run['failed']}, changes {run['changes_made']}",
-                  flush=True)
+            print(f"#   load average {run['load_average']}, failed {run['failed']} {run['errors']}, sent late by "
+                  f"{run['sent_late_s']}, changes {run['changes_made']}", flush=True)
     summaries = []
     for s in chosen:
         summary = summarize(s, runs[s.name], reference="baseline")

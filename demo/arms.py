@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -143,19 +144,36 @@ class TwoArms:
     def drive(self, dressed: Sequence[tuple[SimRequest, dict[str, str]]], seconds: float, events: Sequence[Event],
               on_outcome: Callable[[load.ClientOutcome], None],
               every_second: Callable[[float], None] | None = None) -> None:
-        """The requests through both arms at once (for at most ``seconds``), each event at its time, and
-        ``every_second(elapsed)`` once a second."""
+        """The requests through both arms at once (for at most ``seconds``), each event at its time (on a thread
+        of its own, so that a client falling behind its arrivals does not delay it), and ``every_second(elapsed)``
+        once a second."""
         arms = [load.Arm("headroom", f"http://127.0.0.1:{self.ports.router_http}"),
                 load.Arm("baseline", f"http://127.0.0.1:{self.ports.baseline_http}", ((OPT_OUT, "true"),))]
-        asyncio.run(self._drive(arms, dressed, seconds, events, on_outcome, every_second))
+        failures: list[BaseException] = []
+
+        def guarded(what: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    what()
+                except BaseException as err:  # re-raised once the load is over
+                    failures.append(err)
+            return run
+
+        timers = [threading.Timer(when, guarded(what)) for when, what in events]
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
+        try:
+            asyncio.run(self._drive(arms, dressed, seconds, on_outcome, every_second))
+        finally:
+            for timer in timers:
+                timer.cancel()
+        if failures:
+            raise failures[0]
         self.supervisor.check()
 
-    async def _drive(self, arms, dressed, seconds, events, on_outcome, every_second) -> None:
+    async def _drive(self, arms, dressed, seconds, on_outcome, every_second) -> None:
         began = time.monotonic()
-
-        async def at(when: float, what: Callable[[], None]) -> None:
-            await asyncio.sleep(max(0.0, when - (time.monotonic() - began)))
-            await asyncio.to_thread(what)
 
         async def ticks() -> None:
             while True:
@@ -164,15 +182,11 @@ class TwoArms:
                 if every_second:
                     await asyncio.to_thread(every_second, time.monotonic() - began)
 
-        side = [asyncio.create_task(at(when, what)) for when, what in events] + [asyncio.create_task(ticks())]
+        side = asyncio.create_task(ticks())
         try:
             await load.drive(arms, dressed, max_seconds=seconds, on_outcome=on_outcome)
         finally:
-            for task in side:
-                task.cancel()
-            for task in side:  # an event that failed fails the run
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            side.cancel()
 
     def stop(self) -> None:
         self.supervisor.stop()
