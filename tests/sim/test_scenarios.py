@@ -134,3 +134,9 @@ def test_served_counts_a_dropped_request_as_a_miss() -> None:
     assert all(not met for _, _, met in dropped) and min(d.time_s for d in result.dropped) >= 20.0
     assert whole(rows)[0] == pytest.approx(sum(met for _, _, met in rows) / len(rows))
     assert whole(rows)[0] <= 1 - len(dropped) / len(rows)
+
+
+def test_a_scenario_longer_than_its_stretch_of_the_trace_says_so() -> None:
+    with pytest.raises(ValueError, match=r"scenario 'burst': the 4000 requests of the trace past row 100 end before "
+                                         r"its 3600 s"):
+        scenario("burst").with_(duration_s=3600.0).requests()
