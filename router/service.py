@@ -150,7 +150,7 @@ class RouterService:
         out, or not ``measured``: a request scheduled without its body, whose prompt is unknown)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
         self.pool.completed(dispatch.key, streamed)
-        self.pool.upstream_succeeded(dispatch.server.server_id)
+        self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
         if prediction is not None:
@@ -181,6 +181,10 @@ class RouterService:
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
                                               now)
+
+    def idle_s(self, server_id: str) -> Callable[[], float]:
+        """Seconds since ``server_id`` last made progress the router saw, asked when needed."""
+        return lambda: self.pool.idle_s(server_id, self.monotonic())
 
     def streamed(self, dispatch: Dispatch, now: float, events: int = 1) -> None:
         """``events`` chunks of the request's text went by at ``now`` (monotonic): the server's step rhythm, the

@@ -2,10 +2,13 @@
 answers.
 
 :meth:`Upstreams.open` posts the request to the dispatch's server and returns once there is a response
-worth relaying: connected within ``connect_s``, status line and headers within the request's first-byte limit
-(:meth:`UpstreamTimeouts.first_byte_of`: ``first_byte_s``, or by default ``first_byte_factor`` × what the
+worth relaying: connected within ``connect_s``, status line and headers within the request's first-byte limit,
+and not a failure. The limit is ``first_byte_s`` when set; by default it is ``first_byte_factor`` × what the
 request was expected to take there — its TTFT SLO, else the TTFT predicted on that server, its E2E when not
-streaming — within [``first_byte_min_s``, ``first_byte_max_s``]), and not a failure. A refused or reset connection, a timeout, or a 500 / 502 / 503 / 504 answer counts against the
+streaming — within [``first_byte_min_s``, ``first_byte_max_s``] (:meth:`UpstreamTimeouts.first_byte_of`), and
+it cuts the wait only while the server makes no progress the router sees (:class:`ProgressWatch`: no token
+relayed, no request answered): a server busy with other requests is loaded, not hanging, and the request waits
+on for its headers up to ``first_byte_max_s``. A refused or reset connection, a timeout, or a 500 / 502 / 503 / 504 answer counts against the
 server (:meth:`~router.service.RouterService.upstream_failed`: passive outlier detection) and, while
 ``retries`` allow and another server is left, the request goes there
 (:meth:`~router.service.RouterService.retry`) — nothing has reached the client yet. When none is left
@@ -19,7 +22,7 @@ the connections to each server alive between requests). Each limit costs one tim
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
 import msgspec
@@ -107,9 +110,17 @@ class Upstreams:
         deadline = loop.time() + self.timeouts.total_s
         while True:
             server = dispatch.server
+            limit, fixed = self.timeouts.first_byte_of(dispatch), self.timeouts.first_byte_s > 0
             try:
-                async with asyncio.timeout_at(min(loop.time() + self.timeouts.first_byte_of(dispatch), deadline)):
-                    response = await self.pool.request(server.address, "POST", path, headers, body)
+                async with asyncio.timeout_at(min(loop.time() + (limit if fixed else self.timeouts.first_byte_max_s),
+                                                  deadline)) as timer:
+                    watch = None if fixed or self.service is None else ProgressWatch(
+                        timer, limit, self.service.idle_s(server.server_id), loop)
+                    try:
+                        response = await self.pool.request(server.address, "POST", path, headers, body)
+                    finally:
+                        if watch is not None:
+                            watch.close()
             except OSError as err:  # refused, reset, timed out
                 reason, error = _failure(server.server_id, err)
             else:
@@ -138,6 +149,27 @@ class Upstreams:
                 yield chunk
         finally:
             watch.close()
+
+
+class ProgressWatch:
+    """Brings ``timer`` (the wait for a response's headers) forward to now once the server has made no progress
+    for ``limit`` seconds (``idle_s()``: seconds since it last did); while it makes some, the wait goes on."""
+
+    def __init__(self, timer: asyncio.Timeout, limit: float, idle_s: Callable[[], float],
+                 loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._timer, self._limit, self._idle_s = timer, limit, idle_s
+        self._handle = self._loop.call_later(limit, self._check)
+
+    def _check(self) -> None:
+        idle = self._idle_s()
+        if idle >= self._limit:
+            self._timer.reschedule(self._loop.time())
+        else:
+            self._handle = self._loop.call_later(self._limit - idle, self._check)
+
+    def close(self) -> None:
+        self._handle.cancel()
 
 
 OVER_TOTAL = "the response took longer than the total limit"

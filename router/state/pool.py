@@ -69,6 +69,7 @@ class PoolState:
         self._next_expiry = -math.inf
         self._position: dict[str, int] = {}
         self._last_token, self._token_interval = np.zeros(0), np.zeros(0)  # per server, in position order
+        self._last_success = np.zeros(0)
         self.set_servers(servers)
 
     def set_servers(self, servers: tuple[ServerSpec, ...]) -> None:
@@ -84,7 +85,8 @@ class PoolState:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
         n = len(ids)
-        rhythm = {sid: (self._last_token[i], self._token_interval[i]) for sid, i in self._position.items()}
+        rhythm = {sid: (self._last_token[i], self._token_interval[i], self._last_success[i])
+                  for sid, i in self._position.items()}
         self._ids = ids
         self._addresses = tuple(s.address for s in self.servers.values())
         self._pools = tuple(s.pool_key for s in self.servers.values())
@@ -97,9 +99,11 @@ class PoolState:
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
         self._decode_tokens = np.zeros(n)
         self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
-        for sid, (last, interval) in rhythm.items():  # servers that stay keep the step rhythm seen
+        self._last_success = np.full(n, -math.inf)
+        for sid, (last, interval, success) in rhythm.items():  # servers that stay keep the step rhythm seen
             if sid in self._position:
-                self._last_token[self._position[sid]], self._token_interval[self._position[sid]] = last, interval
+                i = self._position[sid]
+                self._last_token[i], self._token_interval[i], self._last_success[i] = last, interval, success
         self._tightest_tpot_slo = np.full(n, math.nan)
         self._tpot_slos: list[tuple[float, ...]] = [()] * n
         for sid in ids:
@@ -216,8 +220,17 @@ class PoolState:
             self._ejected_until[self._position[server_id]] = until
         return until
 
-    def upstream_succeeded(self, server_id: str) -> None:
+    def upstream_succeeded(self, server_id: str, now: float) -> None:
         self.outliers.succeeded(server_id)
+        i = self._position.get(server_id)
+        if i is not None:
+            self._last_success[i] = now
+
+    def idle_s(self, server_id: str, now: float) -> float:
+        """Seconds since ``server_id`` last made progress the router saw (a token relayed, a request answered); inf
+        when never: a server busy with other requests is not hanging."""
+        i = self._position.get(server_id)
+        return math.inf if i is None else now - max(self._last_token[i], self._last_success[i])
 
     def _candidate_rows(self, now: float, exclude: frozenset[str]) -> np.ndarray | None:
         """Row numbers of the candidate servers; None when that is every server."""

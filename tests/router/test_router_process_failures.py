@@ -1,6 +1,7 @@
 """Failures that must not look like successes, against the real router process (``headroom router serve``) over
 real aiohttp model servers: a cut stream ends with an error event, a cut JSON answer is a 502, both counted as the
-server's failures; a hanging server is ejected on its first-byte timeouts while a pool slow as a whole is not; a
+server's failures; a hanging server is ejected on its first-byte timeouts while a busy one is waited for and a pool
+slow as a whole is not ejected; a
 connection over the limit is refused, an idle one cut; a Pick body that is not JSON and an empty ext_proc message
 get ``INVALID_ARGUMENT``."""
 
@@ -133,6 +134,20 @@ def test_a_hanging_server_is_ejected_on_first_byte_timeouts_derived_from_the_slo
     statuses, timeouts, ejected, received = run(scenario)
     assert set(statuses) == {200}  # each timed-out attempt went on to another server
     assert list(ejected) == ["s0"] and timeouts == received[0] == 2
+
+
+def test_a_busy_server_past_the_first_byte_limit_is_waited_for_not_cut(tmp_path):
+    async def scenario():  # headers 1 s late, past a 0.4 s limit, while the server streams another request's tokens
+        async with upstreams(Upstream("busy", head_delay_s=1.0, token_delay_s=0.05)) as servers, \
+                router_process(tmp_path, servers, upstreamFirstByteMinS=0.1, upstreamRetries=0) as router, \
+                aiohttp.ClientSession() as http:
+            first = asyncio.create_task(post(http, router, {"prompt": "long", "max_tokens": 60, "stream": True}))
+            await asyncio.sleep(1.5)  # its tokens are flowing now (it carries no SLO: no derived limit of its own)
+            second = await post(http, router, {"prompt": "late", "max_tokens": 2, "stream": True}, SLO)
+            timeouts = await router.metric(http, 'headroom_router_upstream_failures_total{reason="first-byte-timeout"}')
+            return (await first)[0], second[0], timeouts
+    first, second, timeouts = run(scenario)
+    assert (first, second, timeouts) == (200, 200, 0)
 
 
 def test_a_pool_slow_as_a_whole_ejects_no_server(tmp_path):
