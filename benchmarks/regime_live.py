@@ -27,7 +27,6 @@ import random
 import socket
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,61 +39,20 @@ from headroom.benchmarks.regime_quality import SEED_SKIP  # noqa: E402
 from headroom.benchmarks.regime_report import markdown, summarize  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.demo import load  # noqa: E402
-from headroom.demo.arms import ARMS, Event, Layout, TwoArms  # noqa: E402
+from headroom.demo.arms import ARMS, Layout, TwoArms, change_events  # noqa: E402
 from headroom.demo.settings import DemoSettings  # noqa: E402
-from headroom.sim.profile import profile  # noqa: E402
 from headroom.sim.scenarios import (  # noqa: E402
     SCENARIOS,
-    KvShrink,
-    Replace,
     Scenario,
-    Slowdown,
     scenario,
-    server_type,
 )
 from headroom.sim.windows import Row  # noqa: E402
-
-
-def layout(s: Scenario) -> Layout:
-    """Every server the scenario uses, by type in the order they first appear; the routers start with its pool."""
-    counts = Counter(server_type(sid) for sid in s.servers)
-    for sid in s.servers:
-        kind, _, index = sid.rpartition("-")
-        if not index.isdigit() or int(index) >= counts[kind]:
-            raise ValueError(f"scenario {s.name!r}: live servers are named {kind}-0 … {kind}-{counts[kind] - 1}, "
-                             f"not {sid}")
-    return Layout(tuple(counts.items()), s.time_scale, s.pool)
-
-
-def events(s: Scenario, arms: TwoArms, log: list[dict]) -> list[Event]:
-    """The scenario's change, to make on both arms at its time (none when the arrivals carry it)."""
-    change = s.change
-    if isinstance(change, Slowdown):
-        def act() -> None:
-            for sid in change.servers:
-                arms.admin(sid, "slowdown", {"factor": change.factor})
-    elif isinstance(change, KvShrink):
-        def act() -> None:
-            arms.admin(change.server, "kv", {"blocks": change.blocks(profile(server_type(change.server)))})
-    elif isinstance(change, Replace):
-        def act() -> None:
-            arms.route_to([sid for sid in s.pool if sid != change.remove] + [change.add])
-    else:
-        return []
-    began = time.monotonic()
-
-    def logged() -> None:
-        start = time.monotonic() - began
-        act()
-        log.append({"change": change.describe(), "began_after_s": round(start, 2),
-                    "done_after_s": round(time.monotonic() - began, 2)})
-    return [(s.change_at_s, logged)]
 
 
 def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
     """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw."""
     demo = from_env(DemoSettings)
-    arms = TwoArms(state_dir, base_port, seed, layout(s), min_samples=demo.min_samples,
+    arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
                    retrain_interval_s=demo.retrain_interval_s)
     mix = load.Mix(slo_share=1.0, stream_share=1.0, sheddable_share=0.0, slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1],
                    seed=seed)
@@ -105,7 +63,7 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
     load_start = os.getloadavg()
     try:
         arms.start()
-        arms.drive(dressed, s.duration_s, events(s, arms, made), outcomes.append)
+        arms.drive(dressed, s.duration_s, change_events(s, arms, made), outcomes.append)
     finally:
         arms.stop()
     rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}

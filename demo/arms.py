@@ -2,13 +2,14 @@
 live regime-change benchmark.
 
 :class:`TwoArms` starts a Kafka broker, the simulated servers (one ``sim serve`` process per server type, both
-arms' servers of that type in it), the learning worker, the predictor and a router per arm — **headroom**
-(predicted latency, models learned from its own telemetry) and **baseline** (the heuristic profile alone; its
-requests opt out of prediction and it sends no telemetry). Each router reads its servers from a file it polls
+arms' servers of that type in it), the learning worker and a router per arm — **headroom** (predicted latency,
+with the models learned from its own telemetry embedded, as a router runs by default) and **baseline** (the
+heuristic profile alone; its requests opt out of prediction and it sends no telemetry). Each router reads its servers from a file it polls
 (:mod:`router.state.servers`), so the pool's membership can change under load (:meth:`TwoArms.route_to`);
 servers may run that no router routes to yet. :meth:`TwoArms.drive` sends the same requests through both arms
-and runs timed events (a slowdown, a KV change, a membership change) as the load goes on. The run makes its
-own model-signing key pair: the worker signs with it, the predictor and the routers trust it.
+and runs timed events (a slowdown, a KV change, a membership change) as the load goes on;
+:func:`change_events` makes a :class:`~sim.scenarios.Scenario`'s change such an event. The run makes its own
+model-signing key pair: the worker signs with it, headroom's router trusts it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shutil
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,9 @@ from headroom.localkafka.admin import end_offsets
 from headroom.localkafka.cli import start as start_broker
 from headroom.localkafka.settings import BrokerSettings
 from headroom.router.headers import OPT_OUT
+from headroom.sim.profile import profile
 from headroom.sim.request import SimRequest
+from headroom.sim.scenarios import KvShrink, Replace, Scenario, Slowdown, server_type
 
 ARMS = ("headroom", "baseline")
 Server = tuple[str, str, str]  # id, host:port, pool key (its type)
@@ -49,8 +53,6 @@ class Ports:
 
     def __post_init__(self) -> None:
         self.worker_metrics = self.base
-        self.predictor = self.base + 1
-        self.predictor_metrics = self.base + 2
         self.router_http = self.base + 3  # headroom's arm
         self.router_pick = self.base + 4
         self.router_ext_proc = self.base + 5
@@ -76,6 +78,18 @@ class Layout:
     @property
     def count(self) -> int:
         return sum(n for _, n in self.types)
+
+    @classmethod
+    def of(cls, s: Scenario) -> Layout:
+        """Every server scenario ``s`` uses, by type in the order they first appear; the routers start with its
+        pool."""
+        counts = Counter(server_type(sid) for sid in s.servers)
+        for sid in s.servers:
+            kind, _, index = sid.rpartition("-")
+            if not index.isdigit() or int(index) >= counts[kind]:
+                raise ValueError(f"scenario {s.name!r}: live servers are named {kind}-0 … {kind}-{counts[kind] - 1}, "
+                                 f"not {sid}")
+        return cls(tuple(counts.items()), s.time_scale, s.pool)
 
 
 class TwoArms:
@@ -113,10 +127,7 @@ class TwoArms:
         self.route_to(self.layout.routed)
         specs = [*self._pools(), ("worker", ["worker", "start", "--app-id", "headroom-demo", "--metrics-port",
                                              str(self.ports.worker_metrics), "--log-level", "info"],
-                                  answers(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics")),
-                 ("predictor", ["predictor", "serve", "--port", str(self.ports.predictor), "--metrics-port",
-                                str(self.ports.predictor_metrics)],
-                  answers(f"http://127.0.0.1:{self.ports.predictor_metrics}/metrics"))]
+                                  answers(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics"))]
         for arm in ARMS:
             specs.append((f"router ({arm})", ["router", "serve", "--config", str(self._router_config(arm))],
                           answers(f"http://127.0.0.1:{self.ports.http(arm)}/metrics")))
@@ -228,8 +239,7 @@ class TwoArms:
     def _router_config(self, arm: str) -> Path:
         if arm == "headroom":
             settings = {"httpPort": self.ports.router_http, "pickPort": self.ports.router_pick,
-                        "extProcPort": self.ports.router_ext_proc, "predictor": "remote",
-                        "predictorAddresses": f"127.0.0.1:{self.ports.predictor}"}
+                        "extProcPort": self.ports.router_ext_proc, "predictor": "embedded"}
         else:  # the heuristic profile only; its telemetry would teach the models a pool they do not route
             settings = {"httpPort": self.ports.baseline_http, "pickPort": -1, "extProcPort": -1, "predictor": "none",
                         "telemetry": False}
@@ -237,6 +247,32 @@ class TwoArms:
         path = self.state_dir / f"router-{arm}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+
+def change_events(s: Scenario, arms: TwoArms, made: list[dict]) -> list[Event]:
+    """Scenario ``s``'s change, made on both arms at its time and noted in ``made`` (no event when the arrivals
+    carry it: a prompt shift, a burst)."""
+    change = s.change
+    if isinstance(change, Slowdown):
+        def act() -> None:
+            for sid in change.servers:
+                arms.admin(sid, "slowdown", {"factor": change.factor})
+    elif isinstance(change, KvShrink):
+        def act() -> None:
+            arms.admin(change.server, "kv", {"blocks": change.blocks(profile(server_type(change.server)))})
+    elif isinstance(change, Replace):
+        def act() -> None:
+            arms.route_to([sid for sid in s.pool if sid != change.remove] + [change.add])
+    else:
+        return []
+    began = time.monotonic()
+
+    def noted() -> None:
+        start = time.monotonic() - began
+        act()
+        made.append({"change": change.describe(), "began_after_s": round(start, 2),
+                     "done_after_s": round(time.monotonic() - began, 2)})
+    return [(s.change_at_s, noted)]
 
 
 def post_json(url: str, body: dict) -> None:

@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker and a simulated pool",
                                    **reads(DemoSettings, TraceSettings, BrokerSettings, KafkaSettings))
     parser.add_argument("--duration", type=float, help=f"seconds of load (default {defaults.duration_s:g})")
-    parser.add_argument("--rate", type=float,
-                        help=f"requests/s of the time-scaled Azure trace (default {defaults.rate:g})")
+    parser.add_argument("--load", type=float,
+                        help=f"arrivals as a share of the pool's capacity (default {defaults.load:g})")
     parser.add_argument("--report-dir", type=Path, help=f"where the report goes (default {defaults.report_dir}/)")
     parser.add_argument("--seed", type=int, help=f"seed of the load and the simulated servers (default {defaults.seed})")
     parser.set_defaults(run=run)
@@ -35,11 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = from_env(DemoSettings)
-    overrides = {"duration_s": args.duration, "rate": args.rate, "report_dir": args.report_dir, "seed": args.seed}
+    overrides = {"duration_s": args.duration, "load": args.load, "report_dir": args.report_dir, "seed": args.seed}
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     traces, broker = from_env(TraceSettings), from_env(BrokerSettings, state_dir=settings.state_dir)
     from headroom.demo import preflight
-    from headroom.demo.run import Demo, Ports
+    from headroom.demo.run import Demo, Ports, scenario
 
     ports = [broker.port, broker.controller_port, *Ports(settings.base_port).all(
         2 * (settings.fast_servers + settings.slow_servers))]
@@ -51,13 +51,11 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)  # so a terminated demo still shuts its processes down
     console = Console()
-    console.print(f"headroom demo: two identical simulated pools ({settings.fast_servers} H100 + "
-                  f"{settings.slow_servers} A100 each), the same Azure conversation trace at {settings.rate:g} req/s "
-                  f"through both for {settings.duration_s:g} s — one routed by headroom, one by the heuristic "
-                  f"profile; the H100 servers slow down {settings.slowdown:g}× at {settings.regime_change_at:.0%} "
-                  f"of the run. Starting:")
-    demo = Demo(settings, traces.path("azure"),
-                on_ready=lambda name, seconds: console.print(f"  {name:<24} ready after {seconds:5.1f} s"))
+    played = scenario(settings)
+    console.print(f"headroom demo: two identical simulated pools, the same Azure conversation trace through both for "
+                  f"{settings.duration_s:g} s ({played.load * played.capacity():.1f} req/s) — one routed by headroom, "
+                  f"one by the heuristic profile. {played.describe()}. Starting:")
+    demo = Demo(settings, on_ready=lambda name, seconds: console.print(f"  {name:<24} ready after {seconds:5.1f} s"))
     interrupted = False
     try:
         demo.start()

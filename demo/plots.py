@@ -1,8 +1,10 @@
 """The demo report's PNG plots (matplotlib, headless).
 
 - ``timeline.png``, on one time axis: TTFT p50 / p99 of streaming requests and SLO attainment per
-  5-second window for both arms, and below them the version of every mean model headroom's worker had
-  promoted, with its drift detections; the warm-up is shaded and the regime change marked in each panel.
+  5-second window for both arms; below them how headroom's router corrected each server's TTFT and TPOT
+  predictions (what it learned from the completions between model versions), and the version of every mean
+  model headroom's worker had promoted, with each drift detection named by the model that drifted; the warm-up
+  is shaded and the regime change marked in each panel.
 - ``predicted_vs_actual.png``: the prediction headroom's router used for each request against what happened
   (TTFT of streams, E2E otherwise), before and after the regime change.
 """
@@ -19,7 +21,6 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from headroom.demo.report import Evidence
-from headroom.demo.scrape import total
 from headroom.demo.stats import summarize
 
 WINDOW_S = 5.0
@@ -38,8 +39,8 @@ def draw(evidence: Evidence, change_at: float, warmup_s: float, directory: Path)
 
 
 def timeline(evidence: Evidence, change_at: float, warmup_s: float, path: Path) -> Path:
-    fig, (latency, slo, models) = plt.subplots(3, 1, figsize=(11, 9), sharex=True,
-                                               gridspec_kw={"height_ratios": [3, 2, 2]})
+    fig, (latency, slo, corrections, models) = plt.subplots(4, 1, figsize=(11, 12), sharex=True,
+                                                            gridspec_kw={"height_ratios": [3, 2, 2, 2]})
     end = max(o.sent_at for o in evidence.outcomes) + WINDOW_S
     edges = np.arange(0.0, end, WINDOW_S)
     for arm, color in ARM_COLORS.items():
@@ -51,11 +52,12 @@ def timeline(evidence: Evidence, change_at: float, warmup_s: float, path: Path) 
         slo.plot(middle, [100 * w.slo_attainment for w in windows], color=color, marker=".", label=arm)
     latency.set(yscale="log", ylabel="ms (streams)", title=f"Latency per {WINDOW_S:g}-s window")
     slo.set(ylabel="% of SLO requests", ylim=(0, 105), title="SLO attainment")
+    _correction_panel(corrections, evidence)
     _model_panel(models, evidence)
-    for ax in (latency, slo, models):
+    for ax in (latency, slo, corrections, models):
         ax.axvspan(0, warmup_s, color="0.92", label="warm-up" if ax is latency else None)
         ax.axvline(change_at, color="black", linestyle="--", linewidth=1,
-                   label="H100 servers slow down" if ax is latency else None)
+                   label="the regime change" if ax is latency else None)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small", loc="upper left")
@@ -63,25 +65,45 @@ def timeline(evidence: Evidence, change_at: float, warmup_s: float, path: Path) 
     return _save(fig, path)
 
 
+def _correction_panel(ax, evidence: Evidence) -> None:
+    """Per server, the factor headroom's router multiplied its TTFT (solid) and TPOT (dashed) predictions by."""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for elapsed, samples in evidence.router:
+        for labels, factor in samples.get("headroom_router_latency_correction", []):
+            if labels.get("target") in ("ttft", "tpot"):
+                series.setdefault((labels.get("server", ""), labels["target"]), []).append((elapsed, factor))
+    colors: dict[str, str] = {}
+    for (server, target), points in sorted(series.items()):
+        color = colors.setdefault(server, f"C{len(colors)}")
+        times, factors = zip(*points)
+        ax.plot(times, factors, color=color, linestyle="-" if target == "ttft" else "--",
+                label=server if target == "ttft" else None)
+    ax.axhline(1.0, color="0.5", linewidth=0.8)
+    ax.set(ylabel="× the model's prediction", title="headroom's correction of each server's predictions, learned "
+           "from its completions (TTFT solid, TPOT dashed)")
+
+
 def _model_panel(ax, evidence: Evidence) -> None:
-    """Mean model versions promoted over time, and drift detections as red marks."""
+    """Mean model versions promoted over time, and drift detections as marks named by the model that drifted."""
     series: dict[str, list[tuple[float, float]]] = {}
-    drifts_before = 0.0
+    drifts_before: dict[str, float] = {}
     for elapsed, samples in evidence.worker:
         for labels, version in samples.get("headroom_model_version", []):
             if labels.get("objective") == "mean":
                 series.setdefault(f"{labels.get('pool_key', '')}/{labels.get('target', '')}", []).append(
                     (elapsed, version))
-        drifts = total(samples, "headroom_drift_events_total")
-        if drifts > drifts_before:
-            ax.axvline(elapsed, color="red", linewidth=1.5, alpha=0.7,
-                       label="drift detected" if drifts_before == 0 else None)
-        drifts_before = drifts
+        for labels, drifts in samples.get("headroom_drift_events_total", []):
+            model = f"{labels.get('pool_key', '')}/{labels.get('target', '')}"
+            if drifts > drifts_before.get(model, 0.0):
+                ax.axvline(elapsed, color="red", linewidth=1.5, alpha=0.7)
+                ax.annotate(f"drift: {model}", (elapsed, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                            fontsize="x-small", color="red", ha="right", va="top")
+            drifts_before[model] = drifts
     for i, (name, points) in enumerate(sorted(series.items())):
         times, versions = zip(*points)  # each model a little apart, so equal versions do not hide each other
         ax.step(times, np.asarray(versions) + 0.06 * i, where="post", label=name)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(ylabel="model version", title="Mean models promoted by the worker (version), drift detections")
+    ax.set(ylabel="model version", title="Mean models promoted by the worker (version), drift detections (red)")
 
 
 def predicted_vs_actual(evidence: Evidence, change_at: float, path: Path) -> Path:

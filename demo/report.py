@@ -10,23 +10,32 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headroom.demo.arms import ARMS
 from headroom.demo.load import ClientOutcome
 from headroom.demo.scrape import Samples, total
+from headroom.demo.stats import summarize
 
 if TYPE_CHECKING:
     import polars as pl
 
 WARMUP_SHARE = 0.4  # the first 40% of the run may take the heuristic while models are first trained
+WINDOW_S = 5.0
 PHASES = (("whole", "whole run"), ("before", "before the regime change"), ("after", "after the regime change"))
 
 
 @dataclass
 class Report:
     settings: dict[str, str]
+    scenario: str  # what was played (sim.scenarios.Scenario.describe)
+    rate_per_s: float  # the arrival rate before the change
+    slo_ms: list[float]  # the TTFT and TPOT SLO of the requests that carry one
+    windows_after: dict[str, Any]  # headroom against the baseline per window after the change (compare_windows)
+    changes_made: list[dict]  # when the change was made, as the harness saw it
     host: dict[str, Any]  # cores, load averages (1, 5, 15 min) at start and end
     components: dict[str, float]  # seconds each took to become ready
     arms: dict[str, dict[str, dict[str, Any]]]  # arm -> phase (whole, before, after) -> demo.stats.Summary
@@ -39,6 +48,7 @@ class Report:
     decisions: dict[str, float]
     heuristic_share: float
     heuristic_share_after_warmup: float
+    peak_corrections_after_change: dict[str, dict[str, float]]  # server -> target -> most its predictions were scaled by
     interrupted: bool = False
     load_seconds: float = 0.0
     processes_left: list[str] = field(default_factory=list)
@@ -59,6 +69,7 @@ class Evidence:
     worker: list[tuple[float, Samples]]  # the learning worker's metrics, second by second
     telemetry: pl.DataFrame | None  # the run's telemetry records, with the predictions that were used
     load_began_unix: float | None
+    router: list[tuple[float, Samples]] = field(default_factory=list)  # headroom's router's metrics, second by second
 
 
 def heuristic_share(start: Samples | None, end: Samples) -> float:
@@ -67,6 +78,31 @@ def heuristic_share(start: Samples | None, end: Samples) -> float:
         return total(samples, "headroom_router_decisions_total", **labels) if samples else 0.0
     decided = count(end) - count(start)
     return (count(end, profile="heuristic") - count(start, profile="heuristic")) / decided if decided else math.nan
+
+
+def compare_windows(outcomes: Sequence[ClientOutcome], change_at: float, seconds: float,
+                    window_s: float = WINDOW_S) -> dict[str, Any]:
+    """Headroom against the baseline in every ``window_s`` window after the change: in how many its SLO attainment
+    was at least the baseline's and its TTFT p99 (streams) at most the baseline's, and the range of the differences."""
+    starts = [change_at + i * window_s for i in range(int((seconds - change_at) // window_s))]
+    better_attainment = lower_p99 = 0
+    attainment_gaps, p99_ratios = [], []
+    for start in starts:
+        ours, theirs = (summarize([o for o in outcomes if o.arm == arm and start <= o.sent_at < start + window_s],
+                                  window_s) for arm in ARMS)
+        if not (math.isnan(ours.slo_attainment) or math.isnan(theirs.slo_attainment)):
+            attainment_gaps.append(ours.slo_attainment - theirs.slo_attainment)
+            better_attainment += ours.slo_attainment >= theirs.slo_attainment
+        if theirs.ttft_p99_ms > 0 and not math.isnan(ours.ttft_p99_ms):
+            p99_ratios.append(ours.ttft_p99_ms / theirs.ttft_p99_ms)
+            lower_p99 += ours.ttft_p99_ms <= theirs.ttft_p99_ms
+    return {"windows": len(starts), "window_s": window_s, "attainment_at_least": better_attainment,
+            "p99_at_most": lower_p99, "attainment_gap_range": _range(attainment_gaps),
+            "p99_ratio_range": _range(p99_ratios)}
+
+
+def _range(values: list[float]) -> list[float]:
+    return [min(values), max(values)] if values else []
 
 
 def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
@@ -82,11 +118,11 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
     if report.interrupted:
         lines += [f"The run was interrupted after {report.load_seconds:.0f} s of load (of {s['duration_s']} s); "
                   f"everything below covers what ran.", ""]
-    lines += [f"Two identical simulated pools ({s['fast_servers']} H100 + {s['slow_servers']} A100 each) took the same "
-              f"Azure conversation trace at {float(s['rate']):g} req/s: **headroom** routed by predicted latency with "
-              f"models it learned from its own telemetry; **baseline** by the heuristic profile (KV-cache free, "
-              f"queue, prefix match). The H100 servers of both slowed down {s['slowdown']}× at "
-              f"{float(s['regime_change_at']):.0%} of the run.", "",
+    lines += [f"Two identical simulated pools took the same Azure conversation trace ({report.rate_per_s:.1f} req/s): "
+              f"**headroom** routed by predicted latency with models it learned from its own telemetry; **baseline** "
+              f"by the heuristic profile (KV-cache free, queue, prefix match). The scenario: {report.scenario}. The "
+              f"servers run at {float(s['time_scale']):g}× their hardware's speed, so the SLO requests carry "
+              f"{report.slo_ms[0]:.0f} ms TTFT and {report.slo_ms[1]:.0f} ms TPOT.", "",
               _host_line(report), "",
               "| arm | phase | req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | SLO attained | "
               "goodput/s | shed | failed |",
@@ -97,7 +133,7 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
             lines.append(f"| {arm} | {phase} | {p['rate_per_s']:.1f} | {p['ttft_p50_ms']:.0f} | {p['ttft_p99_ms']:.0f} "
                          f"| {p['tpot_p50_ms']:.1f} | {p['tpot_p99_ms']:.1f} | {_pct(p['slo_attainment'])} | "
                          f"{p['goodput_per_s']:.1f} | {p['rejected']} | {p['failed']} |")
-    lines += ["", f"**What headroom bought**: {buys(report)}", ""]
+    lines += ["", f"**What headroom bought**: {buys(report)}", "", f"**Window by window**: {by_window(report)}", ""]
     lines += [f"![{name}]({path.name})" for name, path in figures.items()] + [""]
     lines += [f"- components ready after (s): {report.components}",
               f"- telemetry records in Kafka: {report.telemetry_in_kafka} (headroom's arm completed "
@@ -125,6 +161,19 @@ def buys(report: Report) -> str:
     return (f"{when}, headroom vs baseline: SLO attainment {_pct(mine['slo_attainment'])} vs "
             f"{_pct(base['slo_attainment'])}, goodput {mine['goodput_per_s']:.1f} vs {base['goodput_per_s']:.1f} req/s, "
             f"TTFT p99 {mine['ttft_p99_ms']:.0f} vs {base['ttft_p99_ms']:.0f} ms ({ratio:.2f}× the baseline's)")
+
+
+def by_window(report: Report) -> str:
+    """How headroom did against the baseline in each window after the change (the spread behind the verdict)."""
+    w = report.windows_after
+    if not w.get("windows"):
+        return "no window after the change"
+    gaps, ratios = w["attainment_gap_range"], w["p99_ratio_range"]
+    spread = (f" (attainment {100 * gaps[0]:+.0f} to {100 * gaps[1]:+.0f} points" if gaps else " (") + \
+        (f", TTFT p99 {ratios[0]:.2f}× to {ratios[1]:.2f}× the baseline's)" if ratios else ")")
+    return (f"in the {w['windows']} windows of {w['window_s']:g} s after the change, headroom's SLO attainment was at "
+            f"least the baseline's in {w['attainment_at_least']} and its TTFT p99 at most the baseline's in "
+            f"{w['p99_at_most']}{spread}")
 
 
 def _host_line(report: Report) -> str:

@@ -1,13 +1,14 @@
-"""The whole system on one machine: broker, two identical simulated pools, learning worker, predictor and a
-router per pool — real processes on loopback — under the same trace load, with a regime change half way.
+"""The whole system on one machine: broker, two identical simulated pools, learning worker and a router per
+pool — real processes on loopback — under the same trace load, with a regime change half way.
 
 One arm is routed by headroom (predicted latency, models learned from its own telemetry); the other, the
-baseline, by the heuristic profile alone (its requests opt out of prediction). Both pools' H100 servers slow
-down at the same moment. :class:`Demo` starts every component at once and says when each is ready, drives
-the load while a live view follows it, and builds the :class:`~demo.report.Report` — also a partial one,
-after a Ctrl-C. Every number in it is read from the components themselves (their ``/metrics``, Kafka) or
-measured by the load generator as a client. The run makes its own model-signing key pair: the worker signs
-with it, the predictor and the routers trust it.
+baseline, by the heuristic profile alone (its requests opt out of prediction). The demo plays a
+:class:`~sim.scenarios.Scenario` (:func:`scenario`): the Azure trace at a share of the pool's capacity, and every
+H100 server of both pools slowing down at the same moment. :class:`Demo` starts every component at once and says
+when each is ready, drives the load while a live view follows it, and builds the :class:`~demo.report.Report` —
+also a partial one, after a Ctrl-C. Every number in it is read from the components themselves (their
+``/metrics``, Kafka) or measured by the load generator as a client. The run makes its own model-signing key
+pair: the worker signs with it, headroom's router trusts it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
@@ -27,18 +27,26 @@ if TYPE_CHECKING:
 
 from headroom.contract.topics import KafkaSettings
 from headroom.demo import load
-from headroom.demo.arms import ARMS, Layout, Ports, TwoArms
-from headroom.demo.report import WARMUP_SHARE, Evidence, Report, heuristic_share
+from headroom.demo.arms import ARMS, Layout, Ports, TwoArms, change_events
+from headroom.demo.report import WARMUP_SHARE, Evidence, Report, compare_windows, heuristic_share
 from headroom.demo.scrape import Samples, by_label, scrape, total
 from headroom.demo.settings import DemoSettings
 from headroom.demo.stats import summarize
 from headroom.localkafka.admin import end_offsets
-from headroom.sim.traces import load_azure
+from headroom.sim.scenarios import Scenario, Slowdown
 
 log = logging.getLogger(__name__)
 
-SLOWED_POOL = "h100"  # the regime change: every server of this pool slows down (say, a bad driver roll-out)
-__all__ = ["ARMS", "Demo", "Ports", "Tick"]
+__all__ = ["ARMS", "Demo", "Ports", "Tick", "scenario"]
+
+
+def scenario(settings: DemoSettings) -> Scenario:
+    """What the demo plays: its pool at ``load`` of its capacity, every H100 server slowing down (say, a bad driver
+    roll-out) at ``regime_change_at`` of the run."""
+    h100 = tuple(f"h100-{i}" for i in range(settings.fast_servers))
+    return Scenario("demo", Slowdown(h100, settings.slowdown), pool=h100 + tuple(
+        f"a100-{i}" for i in range(settings.slow_servers)), load=settings.load, duration_s=settings.duration_s,
+        change_at_s=settings.duration_s * settings.regime_change_at, time_scale=settings.time_scale)
 
 
 @dataclass(frozen=True)
@@ -55,18 +63,17 @@ class Tick:
 
 
 class Demo:
-    def __init__(self, settings: DemoSettings, trace: Path,
-                 on_ready: Callable[[str, float], None] | None = None):
-        self.settings, self.trace = settings, trace
-        layout = Layout((("h100", settings.fast_servers), ("a100", settings.slow_servers)))
-        self.arms = TwoArms(settings.state_dir, settings.base_port, settings.seed, layout,
+    def __init__(self, settings: DemoSettings, on_ready: Callable[[str, float], None] | None = None):
+        self.settings, self.scenario = settings, scenario(settings)
+        self.arms = TwoArms(settings.state_dir, settings.base_port, settings.seed, Layout.of(self.scenario),
                             min_samples=settings.min_samples, retrain_interval_s=settings.retrain_interval_s,
                             on_ready=on_ready)
         self.ports, self.kafka = self.arms.ports, self.arms.kafka
         self.began, self.load_start = time.monotonic(), os.getloadavg()
         self.outcomes: list[load.ClientOutcome] = []
         self.timeline: list[Tick] = []
-        self.change_at = settings.duration_s * settings.regime_change_at
+        self.change_at = self.scenario.change_at_s
+        self.changes_made: list[dict] = []
         self.warmup_s = settings.duration_s * WARMUP_SHARE
         self.load_began_unix: float | None = None
 
@@ -80,15 +87,10 @@ class Demo:
 
     def drive(self, on_tick: Callable[[Tick], None] | None = None) -> None:
         """The trace through both arms at once, with the regime change; outcomes and ticks are kept as they come."""
-        s = self.settings
-        requests = load_azure(self.trace, rate=s.rate, seed=s.seed, limit=int(s.rate * s.duration_s * 1.2) + 10)
-        dressed = load.dress([r for r in requests if r.arrival_s < s.duration_s], load.Mix(seed=s.seed))
-        slowed = [sid for sid, _, pool in self.arms.servers["headroom"] if pool == SLOWED_POOL]
+        s, played = self.settings, self.scenario
+        mix = load.Mix(slo_ttft_ms=played.slo[0], slo_tpot_ms=played.slo[1], seed=s.seed)
+        dressed = load.dress(played.requests(seed=s.seed), mix)
         warmed: list[Samples] = []
-
-        def regime_change() -> None:
-            for sid in slowed:
-                self.arms.admin(sid, "slowdown", {"factor": s.slowdown})
 
         def tick(elapsed: float) -> None:
             router = scrape(f"http://127.0.0.1:{self.ports.router_http}/metrics")
@@ -102,7 +104,8 @@ class Demo:
                 on_tick(result)
 
         self.load_began_unix = time.time()
-        self.arms.drive(dressed, s.duration_s, [(self.change_at, regime_change)], self.outcomes.append, tick)
+        self.arms.drive(dressed, s.duration_s, change_events(played, self.arms, self.changes_made),
+                        self.outcomes.append, tick)
 
     def finish(self, interrupted: bool = False) -> tuple[Report, Evidence]:
         """Read what the components counted, stop them all, and build the report (partial when interrupted)."""
@@ -121,7 +124,8 @@ class Demo:
             started = list(self.arms.supervisor.components)
             self.stop()
         return self._report(router or {}, worker or {}, telemetry, interrupted, started), \
-            Evidence(self.outcomes, [(t.elapsed, t.worker) for t in self.timeline], records, self.load_began_unix)
+            Evidence(self.outcomes, [(t.elapsed, t.worker) for t in self.timeline], records, self.load_began_unix,
+                     [(t.elapsed, t.router) for t in self.timeline])
 
     def stop(self) -> None:
         self.arms.stop()
@@ -140,8 +144,11 @@ class Demo:
                          "after": asdict(summarize([o for o in mine if o.sent_at >= self.change_at],
                                                    max(seconds - self.change_at, 1e-9)))}
         warmed = next((t.router for t in self.timeline if t.elapsed >= self.warmup_s), None)
+        played = self.scenario
         return Report(
-            settings={k: str(v) for k, v in asdict(s).items()},
+            settings={k: str(v) for k, v in asdict(s).items()}, scenario=played.describe(),
+            rate_per_s=played.load * played.capacity(), slo_ms=list(played.slo),
+            windows_after=compare_windows(self.outcomes, self.change_at, seconds), changes_made=self.changes_made,
             host={"cores": os.cpu_count(), "load_average_at_start": list(self.load_start),
                   "load_average_at_end": list(os.getloadavg())},
             components=self.arms.ready, arms=arms, telemetry_in_kafka=telemetry,
@@ -154,9 +161,21 @@ class Demo:
             decisions=by_label(router, "headroom_router_decisions_total", "profile"),
             heuristic_share=heuristic_share(None, router),
             heuristic_share_after_warmup=heuristic_share(warmed, router) if warmed is not None else float("nan"),
+            peak_corrections_after_change=_peak_corrections(self.timeline, self.change_at),
             interrupted=interrupted, load_seconds=ran,
             processes_left=[c.name for c in started if c.process.poll() is None],
             seconds=time.monotonic() - self.began)
+
+
+def _peak_corrections(timeline: list[Tick], after_s: float) -> dict[str, dict[str, float]]:
+    peaks: dict[str, dict[str, float]] = {}
+    for tick in timeline:
+        if tick.elapsed >= after_s:
+            for labels, factor in tick.router.get("headroom_router_latency_correction", []):
+                mine = peaks.setdefault(labels.get("server", ""), {})
+                target = labels.get("target", "")
+                mine[target] = max(mine.get(target, 0.0), factor)
+    return peaks
 
 
 def _drift_events_by(timeline: list[Tick], at_s: float) -> float:

@@ -13,7 +13,8 @@ class DemoSettings:
     """The demo's pool, load and where it writes; ports are consecutive from ``base_port``."""
 
     duration_s: float = setting(120.0, "HEADROOM_DEMO_DURATION_S", "Seconds of load.")
-    rate: float = setting(10.0, "HEADROOM_DEMO_RATE", "Mean requests/s of the time-scaled Azure trace.")
+    load: float = setting(0.5, "HEADROOM_DEMO_LOAD", "Arrivals as a share of the pool's capacity (before the change).")
+    time_scale: float = setting(0.2, "HEADROOM_DEMO_TIME_SCALE", "How fast the simulated servers run, as a share of their hardware's speed (the SLOs follow).")
     min_samples: int = setting(50, "HEADROOM_DEMO_MIN_SAMPLES", "Window rows before the worker trains a model.")
     retrain_interval_s: float = setting(30.0, "HEADROOM_DEMO_RETRAIN_INTERVAL", "Seconds between periodic retrains.")
     fast_servers: int = setting(3, "HEADROOM_DEMO_FAST_SERVERS", "Simulated H100 servers.")

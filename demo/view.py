@@ -7,7 +7,7 @@ import math
 from rich.console import Group
 from rich.table import Table
 
-from headroom.demo.report import PHASES, WARMUP_SHARE, Report, buys, heuristic_share
+from headroom.demo.report import PHASES, WARMUP_SHARE, Report, buys, by_window, heuristic_share
 from headroom.demo.run import ARMS, Tick
 from headroom.demo.scrape import by_label, total
 from headroom.demo.stats import Summary, summarize
@@ -51,6 +51,7 @@ def summary_tables(report: Report) -> Group:
     facts.add_column("")
     facts.add_column("value")
     facts.add_row("what headroom bought", buys(report))
+    facts.add_row("window by window", by_window(report))
     facts.add_row("telemetry records in Kafka", str(report.telemetry_in_kafka))
     facts.add_row("model versions promoted", f"{report.promotions:.0f}")
     facts.add_row("models in use by headroom's router",

@@ -2,10 +2,8 @@
 
 import pytest
 
-from headroom.benchmarks.regime_live import layout
 from headroom.benchmarks.regime_report import markdown, summarize
-from headroom.demo.arms import Layout
-from headroom.sim.scenarios import Replace, scenario
+from headroom.sim.scenarios import scenario
 
 S = scenario("slowdown").with_(duration_s=20.0, change_at_s=10.0)
 
@@ -38,10 +36,3 @@ def test_a_reference_given_by_name_and_a_policy_that_never_recovers():
     summary = summarize(S, {"headroom": [rows(5, 5, 5, 1)], "baseline": [rows(5, 5, 5, 5)]}, reference="baseline")
     assert summary["recovery_s"] == [None] and summary["verdict"]["recovered_within_10s"] == [False]
     assert "per seed: never" in markdown(summary)
-
-
-def test_the_live_layout_runs_every_server_the_scenario_uses_and_routes_to_its_pool():
-    assert layout(scenario("replace")) == Layout((("h100", 4), ("a100", 1)), 0.1,
-                                                 ("h100-0", "h100-1", "h100-2", "a100-0"))
-    with pytest.raises(ValueError, match="live servers are named h100-0 … h100-3, not h100-7"):
-        layout(scenario("replace").with_(change=Replace(remove="h100-0", add="h100-7")))
