@@ -9,9 +9,12 @@ uvloop's event loop (libuv's I/O costs the proxy about half the CPU per request 
 Security (:class:`~contract.tls.ServerTls`, ``docs/security.md``): given a certificate, the HTTP, Pick and
 ext_proc listeners speak TLS, and with a client CA they require client certificates. ext_proc speaks TLS by
 default even without one, with a self-signed certificate (:attr:`RouterServer.ext_proc_certificate`), as the
-gateway's endpoint picker does. Given a token file, the HTTP proxy and the Pick API — which accepts telemetry
-through ``Report`` — require a bearer token. ``/metrics`` and ``/healthz`` may move to a port of their own.
-The embedded predictor serves models signed by a trusted key only.
+gateway's endpoint picker does. Given a token file, the HTTP proxy and the Pick API require a bearer token.
+Telemetry comes only from callers proven to be who they say (:class:`~router.auth.TelemetryTrust`): ext_proc's
+from the gateway (its token or certificate identity), Pick's ``Report`` from authenticated clients; the router
+says at start, as a warning, which of them it refuses. ``/metrics``, ``/healthz`` and ``/readyz`` may move to a
+plain-HTTP port of their own, for probes and scrapers that hold no token or client certificate. The embedded
+predictor serves models signed by a trusted key only.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.certificates import KeyPair
 from headroom.contract.topics import KafkaSettings
-from headroom.router.auth import BearerTokens, GrpcBearerAuth, http_guard
+from headroom.router.auth import BearerTokens, GatewayCheck, GrpcBearerAuth, TelemetryTrust, http_guard
 from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
@@ -83,6 +86,12 @@ class RouterServer:
         self._tailer: ModelUpdateTailer | None = None
         self._client: PredictorClient | None = None
         self.tokens = BearerTokens.load(s.auth_tokens_file) if s.auth_tokens_file else None
+        self.trust = TelemetryTrust(
+            GatewayCheck(BearerTokens.load(s.gateway_tokens_file, "HEADROOM_ROUTER_GATEWAY_TOKENS_FILE")
+                         if s.gateway_tokens_file else None,
+                         frozenset(name.strip() for name in s.gateway_identities.split(",") if name.strip())),
+            authenticated_reports=self.tokens is not None or s.tls.client_ca_file is not None,
+            unauthenticated=s.unauthenticated_telemetry)
         self.metrics = RouterMetrics()
         if predictor is None and s.predictor == "embedded":
             predictor = self._embedded_predictor()
@@ -172,7 +181,8 @@ class RouterServer:
             interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
                 if self.tokens is not None else []
             server = grpc.aio.server(interceptors=interceptors, options=grpc_options)
-            router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service), server)
+            router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service, reports=self.trust.reports),
+                                                         server)
             self.pick_port = self._bind(server, s.pick_port, pair)
             await server.start()
             self._grpc.append(server)
@@ -180,7 +190,8 @@ class RouterServer:
             ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
             self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
             server = grpc.aio.server(options=grpc_options)
-            ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service, s.ext_proc_body_mode), server)
+            ep_grpc.add_ExternalProcessorServicer_to_server(
+                ExtProcServicer(self.service, s.ext_proc_body_mode, self.trust), server)
             self.ext_proc_port = self._bind(server, s.ext_proc_port, ext_proc_pair)
             await server.start()
             self._grpc.append(server)
@@ -191,6 +202,8 @@ class RouterServer:
                  self.http_port, " (TLS)" if pair else "", self.pick_port, self.ext_proc_port,
                  "TLS" if self.ext_proc_certificate else "plaintext",
                  self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
+        for warning in self.trust.warnings(s.pick_port >= 0, s.ext_proc_port >= 0):
+            log.warning("%s", warning)
 
     async def _serve_http(self, routes: Routes, port: int, *, tls: bool, listener: str) -> int:
         """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
