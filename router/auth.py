@@ -109,16 +109,19 @@ class GatewayCheck:
     """Whether an ext_proc caller is the gateway: it sends ``authorization: Bearer <one of tokens>`` in its call
     metadata (Envoy: ``grpc_service.initial_metadata``), or its client certificate — required and verified by
     the listener's client CA — names one of ``identities`` (a DNS or URI subject alternative name, or the
-    common name)."""
+    common name); or, with ``network``, any caller is, as the network admits the gateway alone."""
 
     tokens: BearerTokens | None = None
     identities: frozenset[str] = frozenset()
+    network: bool = False
 
     @property
     def configured(self) -> bool:
-        return self.tokens is not None or bool(self.identities)
+        return self.tokens is not None or bool(self.identities) or self.network
 
     def proven(self, context: grpc.aio.ServicerContext) -> bool:
+        if self.network:
+            return True
         if self.tokens is not None and self.tokens.allows(dict(context.invocation_metadata() or ()).get(HEADER)):
             return True
         if not self.identities:
@@ -160,9 +163,13 @@ class TelemetryTrust:
             return ["HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY is on: any caller of ext_proc and of Pick's Report "
                     "can write the telemetry the models learn from; for a local experiment only"]
         said = []
+        if ext_proc and self.gateway.network:
+            said.append("ext_proc takes every caller for the gateway (HEADROOM_ROUTER_GATEWAY_BY_NETWORK): only the "
+                        "network keeps others from writing telemetry through it")
         if ext_proc and not self.gateway.configured:
-            said.append("ext_proc has no gateway credential (HEADROOM_ROUTER_GATEWAY_TOKENS_FILE or "
-                        "HEADROOM_ROUTER_GATEWAY_IDENTITIES): it routes, but its exchanges produce no telemetry")
+            said.append("ext_proc has no gateway credential (HEADROOM_ROUTER_GATEWAY_TOKENS_FILE, "
+                        "HEADROOM_ROUTER_GATEWAY_IDENTITIES or HEADROOM_ROUTER_GATEWAY_BY_NETWORK): it routes, but "
+                        "its exchanges produce no telemetry")
         if pick and not self.authenticated_reports:
             said.append("Pick's Report is closed: its callers are not authenticated (set "
                         "HEADROOM_ROUTER_AUTH_TOKENS_FILE or HEADROOM_TLS_CLIENT_CA_FILE)")

@@ -89,7 +89,8 @@ class RouterServer:
         self.trust = TelemetryTrust(
             GatewayCheck(BearerTokens.load(s.gateway_tokens_file, "HEADROOM_ROUTER_GATEWAY_TOKENS_FILE")
                          if s.gateway_tokens_file else None,
-                         frozenset(name.strip() for name in s.gateway_identities.split(",") if name.strip())),
+                         frozenset(name.strip() for name in s.gateway_identities.split(",") if name.strip()),
+                         s.gateway_by_network),
             authenticated_reports=self.tokens is not None or s.tls.client_ca_file is not None,
             unauthenticated=s.unauthenticated_telemetry)
         self.metrics = RouterMetrics()
