@@ -68,6 +68,9 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from headroom.trainer.live import LiveModels
 
     key, trust = signing_from(signing)
+    if settings.trees > trust.bounds.max_trees:
+        raise CommandError(f"HEADROOM_TRAIN_TREES={settings.trees} is over HEADROOM_MODEL_MAX_TREES="
+                           f"{trust.bounds.max_trees}: prediction servers and routers would reject every model")
     if key is None:
         print("HEADROOM_MODEL_ALLOW_UNSIGNED: publishing UNSIGNED models; readers that require signatures will "
               "reject them", flush=True)
