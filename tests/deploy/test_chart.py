@@ -32,7 +32,7 @@ SETTINGS_ENV = {env for cls in (KafkaSettings, BrokerSettings, RouterSettings, P
 RECOMMENDED_HPA = """
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
-metadata: {name: model-server, namespace: llm}
+metadata: {name: model-server, namespace: llm, annotations: {autoscaling.headroom.dev/initial-replicas: "3"}}
 spec:
   scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: model-server}
   minReplicas: 2
@@ -315,6 +315,7 @@ def test_the_model_servers_hpa_is_the_recommended_one_aimed_at_the_target(varian
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "model-server"}
     for key in ("minReplicas", "maxReplicas", "metrics", "behavior"):
         assert hpa["spec"][key] == recommended[key]
+    assert hpa["metadata"]["annotations"] == {"autoscaling.headroom.dev/initial-replicas": "3"}  # where it starts
     assert not [o for o in variants["default"] if o["kind"] == "HorizontalPodAutoscaler"]
 
 
