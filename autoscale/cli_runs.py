@@ -199,8 +199,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     except AutoscaleError as err:
         raise CommandError(str(err)) from err
     args.out.mkdir(parents=True, exist_ok=True)
-    if result.evaluations:
-        console.print(ranking_table(result, settings))
+    if result.evaluations:  # at least as wide as the table needs (a log is 80 columns), nothing cut on a terminal
+        Console(width=max(console.width, 140), soft_wrap=True).print(ranking_table(result, settings))
     command = reproduce_command(args, result.settings)
     advice = None if result.exercised else scaling_advice(requests, settings, args.speedup, args.max_replicas)
     why = not_met(result, goal) if result.best is None and advice is None else None
@@ -242,7 +242,7 @@ def ranking_table(result, settings) -> Table:
     widest = max(len(e.candidate.signal.value) for e in result.evaluations)
     table.add_column("signal", no_wrap=True, min_width=widest)
     for column in ("target", "behavior", "replica-h", "TTFT p99 ms", "TPOT p99 ms", "attainment", "SLO"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a narrow terminal folds a value onto two lines, never cuts it
     for evaluation in result.ranked()[:12]:
         c = evaluation.candidate
         table.add_row(c.signal.value, c.target_text, c.behavior, f"{evaluation.replica_hours:.4f}",

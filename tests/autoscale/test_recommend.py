@@ -218,7 +218,7 @@ def test_the_ranking_table_never_cuts_a_signal_name(vllm_recommendation) -> None
     console = Console(width=80, record=True)
     console.print(ranking_table(vllm_recommendation, SETTINGS))
     text = console.export_text()
-    assert "vllm:num_requests_waiting" in text and "vllm:num_requests_running" in text
+    assert "vllm:num_requests_waiting" in text and "vllm:num_requests_running" in text and "…" not in text
 
 
 def test_a_scaled_object_still_asking_the_example_project_is_flagged() -> None:
