@@ -34,7 +34,7 @@ from kubernetes import client, utils
 from headroom.certificates import CertificateAuthority
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from tests.conftest import free_port
-from tests.deploy.resources import render
+from tests.deploy.resources import CHART, render
 from tests.keys import write_public_key
 from tests.router.test_router_security import forged_exchange
 
@@ -287,3 +287,15 @@ def test_probes_scrapes_and_callers_under_every_security_combination(name, clust
     if name == "insecure-local":
         assert "HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY is on" in log
         assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+
+def test_the_opt_out_is_announced_at_install(cluster, helm, kube_api):
+    """``helm install`` against the API server (a server-side dry run) prints the insecure mode's warning."""
+    def install(*args: str) -> str:
+        done = subprocess.run([str(helm), "install", "headroom", str(CHART), "--namespace", NAMESPACE, "--dry-run=server",
+                               "--kubeconfig", str(kube_api.kubeconfig("admin")), "--set", "inferencePool.enabled=false",
+                               *base_values(free_port())[:-2], *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split("NOTES:", 1)[1]
+    assert "!!! INSECURE LOCAL MODE (security.insecureLocal=true) !!!" in install("--set", "security.insecureLocal=true")
+    assert "INSECURE" not in install() and "ext_proc takes telemetry from the gateway alone (trust: token)" in install()
