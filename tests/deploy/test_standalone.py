@@ -141,9 +141,8 @@ def test_the_documented_offline_commands_do_their_work_from_the_installed_packag
     assert keygen.returncode == 0 and any((tmp_path / "keys").glob("*.pub")), keygen.stderr
     strimzi = run(installed, "kafka", "strimzi", "--out", str(tmp_path / "k8s"), cwd=tmp_path)
     assert strimzi.returncode == 0 and (tmp_path / "k8s" / "topics.yaml").is_file(), strimzi.stderr
-    (tmp_path / "router.yaml").write_text(f"settings: {{httpPort: {free_port()}, pickPort: -1, extProcPort: -1, "
-                                          f"predictor: none, telemetry: false}}\nservers: []\n")
     with socket.create_server(("127.0.0.1", port := free_port())):
-        taken = run(installed, "router", "serve", "--config", str(tmp_path / "router.yaml"), cwd=tmp_path,
-                    env={"HEADROOM_ROUTER_HTTP_PORT": str(port)})
+        (tmp_path / "router.yaml").write_text(f"settings: {{httpPort: {port}, pickPort: -1, extProcPort: -1, "
+                                              f"predictor: none, telemetry: false}}\nservers: []\n")
+        taken = run(installed, "router", "serve", "--config", str(tmp_path / "router.yaml"), cwd=tmp_path)
     assert taken.returncode == 1 and len(taken.stderr.splitlines()) == 1, taken.stderr
