@@ -238,7 +238,8 @@ class RouterServer:
         address = f"{host}:{port}"
         if port:  # a taken port said plainly, before grpc tries it (and writes its own lines to stderr)
             try:
-                socket.create_server((host.strip("[]"), port), family=socket.AF_INET6 if ":" in host else socket.AF_INET).close()
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                socket.create_server((host.strip("[]"), port), family=family).close()
             except OSError as err:
                 raise ConfigError(f"cannot listen on {address} ({setting}): {err.strerror or err}") from err
         try:
