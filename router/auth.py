@@ -9,8 +9,9 @@ error shape, code ``invalid_api_key``) / UNAUTHENTICATED, without saying more.
 
 Telemetry is what the models learn from, so only a caller proven to be who it says may produce it where the
 caller, not the router, measures the latencies (:class:`TelemetryTrust`): an ext_proc exchange only from the
-gateway — a caller sending one of the gateway's own tokens, or presenting over mTLS a certificate that names
-one of the gateway's identities (:class:`GatewayCheck`) — and a Pick ``Report`` only from an authenticated
+gateway — a caller sending one of the gateway's own tokens, presenting over mTLS a certificate that names one
+of the gateway's identities, or any caller where the network admits the gateway alone (:class:`GatewayCheck`) —
+and a Pick ``Report`` only from an authenticated
 client (a token, or a client certificate the listener required). The proxy measures what it relays itself.
 ``HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY`` lifts both rules, for a local experiment.
 
