@@ -26,7 +26,7 @@ from headroom.autoscale.cli_runs import load_autoscaler_file
 from headroom.autoscale.controller import ControllerSettings, HpaController, ScaleTarget
 from headroom.autoscale.documents import Autoscaler
 from headroom.autoscale.errors import AutoscaleError
-from headroom.autoscale.manifest import spec_to_dict
+from headroom.autoscale.manifest import INITIAL_REPLICAS, spec_to_dict
 from headroom.autoscale.metrics_source import StaticMetrics
 from headroom.autoscale.pipelines import Pipeline, adapter_name
 from headroom.autoscale.podlist import described_pods, pods_from_yaml
@@ -96,6 +96,9 @@ def run_check(args: argparse.Namespace) -> int:
         query = autoscaler.queries.get(metric.name)
         console.print(f"  {metric.label}: {metric.target.type.value} {_amount(metric)}"
                       + (f" of {query.text}" if query else ""))
+    if spec.initial_replicas is not None:
+        console.print(f"its figures start from {spec.initial_replicas} serving replicas ({INITIAL_REPLICAS}): scale "
+                      f"{spec.target_ref.kind}/{spec.target_ref.name} to them before applying it", soft_wrap=True)
     try:
         server = ModelServer(args.model_server, args.vllm_version) if args.model_server else None
         traps = find_traps(autoscaler, from_env(ControllerSettings).tolerance, args.load_delay_s,

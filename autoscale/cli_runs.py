@@ -25,6 +25,7 @@ from headroom.autoscale.bundle import autoscaler_file, bundle
 from headroom.autoscale.controller import ControllerSettings
 from headroom.autoscale.documents import Autoscaler, load_autoscaler
 from headroom.autoscale.errors import AutoscaleError
+from headroom.autoscale.manifest import INITIAL_REPLICAS
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload
 from headroom.autoscale.progress import StepProgress
 from headroom.autoscale.servers import KINDS, ModelServer
@@ -33,6 +34,7 @@ from headroom.contract.settings import from_env
 from headroom.errors import CommandError
 
 PIPELINES = tuple(p.value for p in Pipeline)
+VLLM_API_PORT = 8000  # vLLM's default --port, where it serves the OpenAI API and /metrics
 SPEEDUP_HELP = ("replay the trace this many times faster (arrival times divided by it); a trace at its own "
                 "speed may never need a second server, so nothing scales")
 
@@ -43,7 +45,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     simulate.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML, as recommend writes it)")
     _loop_arguments(simulate)
     simulate.add_argument("--initial-replicas", type=int, default=None,
-                          help="servers in service when the trace starts (default minReplicas)")
+                          help="servers in service when the trace starts (default: the file's "
+                               f"{INITIAL_REPLICAS} annotation, else minReplicas)")
     simulate.add_argument("--slo-ttft-ms", type=float, default=None,
                           help="report TTFT SLO attainment; also the router's SLO for the predicted-TTFT signal")
     simulate.add_argument("--timeline", type=Path, default=None, help="write the timeline CSV here")
@@ -66,7 +69,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="the cluster's release; per-HPA tolerances are tried only where it honours them (1.35+)")
     rec.add_argument("--name", default="model-server", help="the Deployment (pods labelled app=NAME) and its HPA")
     rec.add_argument("--namespace", default="default")
-    rec.add_argument("--metrics-port", default="metrics", help="the model servers' metrics port (name or number)")
+    rec.add_argument("--metrics-port", default=None,
+                     help="the model servers' metrics port (name or number); default the port their metrics are on: "
+                          f"vLLM's API port, {VLLM_API_PORT} (it serves /metrics there), JetStream's port named "
+                          "'metrics' (its --prometheus_port)")
     rec.add_argument("--router-name", default="headroom-router", help="app label of headroom's router pods")
     rec.add_argument("--prometheus-url", default=GMP_QUERY_URL, help="Prometheus query URL for KEDA")
     rec.add_argument("--out", type=Path, default=Path("autoscale-recommendation"),
@@ -125,7 +131,7 @@ def load_requests(args: argparse.Namespace, at_least: int = 1):
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from headroom.autoscale.closed_loop import run_closed_loop
+    from headroom.autoscale.closed_loop import run_closed_loop, starting_replicas
     from headroom.autoscale.report import plot_timeline, write_timeline_csv
 
     autoscaler = load_autoscaler_file(args.hpa)
@@ -140,7 +146,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                                      progress=lambda now, end: progress.update(min(now, end), end))
     except AutoscaleError as err:
         raise CommandError(f"{args.hpa}: {err}") from err
-    table = Table(title=f"{autoscaler.spec.name} on {args.trace.name} ×{args.speedup:g}")
+    table = Table(title=f"{autoscaler.spec.name} on {args.trace.name} ×{args.speedup:g}, from "
+                        f"{starting_replicas(autoscaler.spec, settings)} replicas")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for measure, value in summary_rows(result, args.slo_ttft_ms):
@@ -180,7 +187,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     requests = load_requests(args, at_least=2)
     settings = loop_settings(args)
     pipeline = Pipeline(args.metrics_pipeline)
-    workload = Workload(args.name, args.namespace, _port(args.metrics_port), args.router_name,
+    metrics_port = args.metrics_port or (VLLM_API_PORT if args.model_server == "vllm" else "metrics")
+    workload = Workload(args.name, args.namespace, _port(str(metrics_port)), args.router_name,
                         prometheus_url=args.prometheus_url, scrape_interval_s=round(args.scrape_interval_s))
     goal = Goal(Slo(args.slo_ttft_p99_ms, args.slo_tpot_p99_ms), args.min_replicas, args.max_replicas, pipeline,
                 workload, not args.no_router_signals, args.kubernetes_version)
@@ -191,37 +199,89 @@ def run_recommend(args: argparse.Namespace) -> int:
     except AutoscaleError as err:
         raise CommandError(str(err)) from err
     args.out.mkdir(parents=True, exist_ok=True)
-    table = Table(title=f"{len(result.evaluations)} configurations, {settings.model_server.label}, warm start "
-                        f"{result.warm_replicas} replicas")
-    for column in ("signal", "target", "behavior", "replica-h", "TTFT p99 ms", "TPOT p99 ms", "attainment", "SLO"):
-        table.add_column(column)
-    for evaluation in result.ranked()[:12]:
-        c = evaluation.candidate
-        table.add_row(c.signal.value, c.target_text, c.behavior, f"{evaluation.replica_hours:.4f}",
-                      f"{evaluation.ttft_p99_ms:.0f}", f"{evaluation.tpot_p99_ms:.1f}", f"{evaluation.attainment:.2%}",
-                      "[green]met[/green]" if evaluation.meets else "[red]missed[/red]")
-    console.print(table)
+    if result.evaluations:  # at least as wide as the table needs (a log is 80 columns), nothing cut on a terminal
+        Console(width=max(console.width, 140), soft_wrap=True).print(ranking_table(result, settings))
     command = reproduce_command(args, result.settings)
     advice = None if result.exercised else scaling_advice(requests, settings, args.speedup, args.max_replicas)
-    (args.out / "report.md").write_text(recommendation_markdown(result, goal, args, command, advice))
-    plot_cost_vs_slo(result.evaluations, args.out / "cost_vs_slo.png", goal.slo.ttft_p99_ms)
+    why = not_met(result, goal) if result.best is None and advice is None else None
+    said = tuple(notes(result, goal, workload)) if result.best is not None else ()
+    (args.out / "report.md").write_text(recommendation_markdown(result, goal, args, command, advice, why, said))
+    if result.evaluations:
+        plot_cost_vs_slo(result.evaluations, args.out / "cost_vs_slo.png", goal.slo.ttft_p99_ms)
     if advice is not None:
-        console.print(f"[red]no recommendation[/red]: {advice.message}", soft_wrap=True)
+        fixed = result.fixed
+        said = "" if fixed is None else (f"{fixed.replicas} fixed server(s) carry the whole trace within the SLO "
+                                         f"(TTFT p99 {fixed.ttft_p99_ms:.0f} ms), so nothing needs to scale; ")
+        console.print(f"[red]no recommendation[/red]: {said}{advice.message}", soft_wrap=True)
         return 1
-    if result.best is None:
-        console.print(f"[red]no configuration met the SLO[/red]; report in {args.out}")
+    if why is not None:
+        console.print(f"[red]no configuration met the SLO[/red]: {why}; report in {args.out}", soft_wrap=True)
         return 1
     best = result.best
+    assert best is not None
     for name, text in bundle(best.candidate.autoscaler, best.candidate.signal, pipeline, workload).items():
         (args.out / name).write_text(text)
     plot_timeline(best.result, args.out / "timeline.png", goal.slo.ttft_p99_ms, title="recommended autoscaler")
     for trap in result.traps:
         console.print(f"[yellow]note[/yellow] {trap.code}: {trap.message}", soft_wrap=True)
+    for note in said:
+        console.print(f"[yellow]note[/yellow] {note}", soft_wrap=True)
     console.print(f"recommended: {best.candidate.signal.value} target {best.candidate.target_text} "
-                  f"({best.candidate.behavior}): {best.replica_hours:.4f} replica-hours, TTFT p99 "
-                  f"{best.ttft_p99_ms:.0f} ms, {best.attainment:.2%} within the SLO; wrote {args.out}", soft_wrap=True)
+                  f"({best.candidate.behavior}) from {result.warm_replicas} replicas: {best.replica_hours:.4f} "
+                  f"replica-hours, TTFT p99 {best.ttft_p99_ms:.0f} ms, {best.attainment:.2%} within the SLO; wrote "
+                  f"{args.out}", soft_wrap=True)
     console.print(f"reproduce: {command}", soft_wrap=True)
     return 0
+
+
+def ranking_table(result, settings) -> Table:
+    """The best runs, passing first; the signal column is never cut (two vLLM queue series differ only at
+    their end)."""
+    table = Table(title=f"{len(result.evaluations)} configurations, {settings.model_server.label}, from "
+                        f"{result.warm_replicas} replicas")
+    widest = max(len(e.candidate.signal.value) for e in result.evaluations)
+    table.add_column("signal", no_wrap=True, min_width=widest)
+    for column in ("target", "behavior", "replica-h", "TTFT p99 ms", "TPOT p99 ms", "attainment", "SLO"):
+        table.add_column(column, overflow="fold")  # a narrow terminal folds a value onto two lines, never cuts it
+    for evaluation in result.ranked()[:12]:
+        c = evaluation.candidate
+        table.add_row(c.signal.value, c.target_text, c.behavior, f"{evaluation.replica_hours:.4f}",
+                      f"{evaluation.ttft_p99_ms:.0f}", f"{evaluation.tpot_p99_ms:.1f}", f"{evaluation.attainment:.2%}",
+                      "[green]met[/green]" if evaluation.meets else "[red]missed[/red]")
+    return table
+
+
+def notes(result, goal, workload: Workload) -> list[str]:
+    """What the user must know about applying the recommendation: the floor it carries, what starting lower
+    costs, and a placeholder left in what it wrote."""
+    said = []
+    cold = result.cold
+    if cold is not None:
+        warm = result.warm_replicas
+        said.append(f"the figures start from {warm} serving replicas, the smallest pool that serves the trace's "
+                    f"first two minutes within the SLO (the written file says so: {INITIAL_REPLICAS}); scale the "
+                    f"Deployment to them before applying it (kubectl scale -n {workload.namespace} "
+                    f"deployment/{workload.name} --replicas={warm}): applied to {goal.min_replicas} replica(s), the "
+                    f"same autoscaler serves {cold.attainment:.2%} within the SLO (TTFT p99 {cold.ttft_p99_ms:.0f} ms)")
+    if goal.pipeline is Pipeline.KEDA and "PROJECT_ID" in workload.prometheus_url:
+        said.append(f"scaledobject.yaml asks {workload.prometheus_url}: replace PROJECT_ID with your Google Cloud "
+                    f"project before applying it (or give --prometheus-url)")
+    return said
+
+
+def not_met(result, goal) -> str:
+    """Why no autoscaler met the SLO, from the largest fixed pool allowed, and what to change."""
+    ceiling = result.ceiling
+    if ceiling is not None and not ceiling.meets:
+        return (f"even {ceiling.replicas} fixed servers (--max-replicas) miss it (TTFT p99 {ceiling.ttft_p99_ms:.0f} "
+                f"ms, {ceiling.attainment:.2%} within): raise --max-replicas, relax the SLO, or replay the trace "
+                f"slower (--speedup)")
+    closest = max(result.evaluations, key=lambda e: e.attainment)
+    c = closest.candidate
+    fixed = f" ({ceiling.replicas} fixed servers meet it: TTFT p99 {ceiling.ttft_p99_ms:.0f} ms)" if ceiling else ""
+    return (f"the load outruns every autoscaler tried{fixed}; the closest, {c.signal.value} target {c.target_text} "
+            f"({c.behavior}), served {closest.attainment:.2%} within (TTFT p99 {closest.ttft_p99_ms:.0f} ms): raise "
+            f"--min-replicas above {result.warm_replicas}, or relax the SLO")
 
 
 def reproduce_command(args: argparse.Namespace, settings) -> str:
@@ -239,7 +299,7 @@ def reproduce_command(args: argparse.Namespace, settings) -> str:
         parts += ["--load-delay-s", f"{settings.load_delay_s:g}"]
     parts += ["--scrape-interval-s", f"{settings.scrape_interval_s:g}", "--adapter-lag-s",
               f"{settings.adapter_lag_s:g}", "--seed", str(settings.seed),
-              "--initial-replicas", str(settings.initial_replicas), "--slo-ttft-ms", f"{args.slo_ttft_p99_ms:g}"]
+              "--slo-ttft-ms", f"{args.slo_ttft_p99_ms:g}"]  # from the replicas the written file says
     return shlex.join(parts)
 
 

@@ -279,7 +279,7 @@ def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[SimRequ
     if needs_ttft_model(bound) and ttft_model is None:
         ttft_model = learn_ttft_model(requests, settings.profile, settings.seed, settings.learning)
     spec = autoscaler.spec
-    initial_count = settings.initial_replicas or spec.min_replicas
+    initial_count = starting_replicas(spec, settings)
     initial = [f"server-{i}" for i in range(initial_count)]
     end_s = requests[-1].arrival_s if requests else 0.0
     loop = _Loop(spec, bound, settings, initial, ttft_model if needs_ttft_model(bound) else None, end_s, progress)
@@ -292,3 +292,9 @@ def run_closed_loop(autoscaler: Autoscaler | HpaSpec, requests: Sequence[SimRequ
     tpot = tuple(v for v in (o.tpot_ms for o in outcomes) if v is not None)
     return LoopResult(tuple(loop.timeline), tuple(loop.syncs), arrivals, ttft, tpot, len(result.dropped),
                       loop.replica_seconds, result.end_s)
+
+
+def starting_replicas(spec: HpaSpec, settings: LoopSettings) -> int:
+    """Servers in service when the trace starts: the settings', else the autoscaler's annotation, else its
+    minReplicas."""
+    return settings.initial_replicas or spec.initial_replicas or spec.min_replicas

@@ -14,7 +14,7 @@ from typing import Any
 
 from headroom.autoscale.errors import ManifestError
 from headroom.autoscale.fields import at_path, choice, integer, mapping, only, required, string
-from headroom.autoscale.manifest import behavior_from_dict, rules_to_dict
+from headroom.autoscale.manifest import behavior_from_dict, initial_replicas, metadata_of, rules_to_dict
 from headroom.autoscale.pipelines import GMP_QUERY_URL, KEDA_SCALED_OBJECT_LABEL, Workload
 from headroom.autoscale.promql import Query, parse_query
 from headroom.autoscale.quantity import format_decimal, to_milli
@@ -62,7 +62,8 @@ def hpa_from_scaled_object(document: Any) -> tuple[HpaSpec, dict[str, Query]]:
                       max_replicas=integer(spec.get("maxReplicaCount", 100), "spec.maxReplicaCount"),
                       metrics=tuple(metrics),
                       behavior=None if behavior_raw is None else behavior_from_dict(
-                          behavior_raw, "spec.advanced.horizontalPodAutoscalerConfig.behavior"))
+                          behavior_raw, "spec.advanced.horizontalPodAutoscalerConfig.behavior"),
+                      initial_replicas=initial_replicas(metadata))
     return hpa, queries
 
 
@@ -103,8 +104,8 @@ def scaled_object(spec: HpaSpec, queries: list[str], workload: Workload) -> list
     if spec.behavior is not None:
         body["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": {
             "scaleUp": rules_to_dict(spec.behavior.scale_up), "scaleDown": rules_to_dict(spec.behavior.scale_down)}}}
-    documents = [{"apiVersion": API_VERSION, "kind": KIND,
-                  "metadata": {"name": workload.name, "namespace": workload.namespace}, "spec": body}]
+    metadata = {**metadata_of(spec), "name": workload.name, "namespace": workload.namespace}
+    documents = [{"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}]
     if gmp:  # KEDA reads Google's managed Prometheus with the operator's workload identity
         documents.append({"apiVersion": API_VERSION, "kind": "TriggerAuthentication",
                           "metadata": {"name": f"{workload.name}-gmp", "namespace": workload.namespace},

@@ -55,6 +55,17 @@ def parse_manifest(text: str) -> HpaSpec:
     return spec_from_dict(documents[0])
 
 
+INITIAL_REPLICAS = "autoscaling.headroom.dev/initial-replicas"  # annotation: the replicas serving when it takes over
+
+
+def initial_replicas(metadata: Any) -> int | None:
+    """The :data:`INITIAL_REPLICAS` annotation of a manifest's metadata, if it has one."""
+    annotations = mapping(metadata.get("annotations") or {}, "metadata.annotations")
+    raw = annotations.get(INITIAL_REPLICAS)
+    return None if raw is None else integer(int(raw) if str(raw).isdigit() else raw,
+                                            f"metadata.annotations[{INITIAL_REPLICAS}]")
+
+
 def spec_from_dict(document: Any) -> HpaSpec:
     root = mapping(document, "manifest")
     only(root, {"apiVersion", "kind", "metadata", "spec", "status"}, "manifest")
@@ -82,7 +93,8 @@ def spec_from_dict(document: Any) -> HpaSpec:
             min_replicas=integer(spec.get("minReplicas", 1), "spec.minReplicas"),
             max_replicas=integer(required(spec, "maxReplicas", "spec"), "spec.maxReplicas"),
             metrics=metrics,
-            behavior=None if behavior_raw is None else behavior_from_dict(behavior_raw, "spec.behavior"))
+            behavior=None if behavior_raw is None else behavior_from_dict(behavior_raw, "spec.behavior"),
+            initial_replicas=initial_replicas(metadata))
 
 
 def emit_manifest(spec: HpaSpec) -> str:
@@ -100,8 +112,15 @@ def spec_to_dict(spec: HpaSpec) -> dict[str, Any]:
     if spec.behavior is not None:
         body["behavior"] = {"scaleUp": rules_to_dict(spec.behavior.scale_up),
                             "scaleDown": rules_to_dict(spec.behavior.scale_down)}
-    return {"apiVersion": API_VERSION, "kind": KIND,
-            "metadata": {"name": spec.name, "namespace": spec.namespace}, "spec": body}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata_of(spec), "spec": body}
+
+
+def metadata_of(spec: HpaSpec) -> dict[str, Any]:
+    """Name, namespace, and the :data:`INITIAL_REPLICAS` annotation when the spec carries one."""
+    metadata: dict[str, Any] = {"name": spec.name, "namespace": spec.namespace}
+    if spec.initial_replicas is not None:
+        metadata["annotations"] = {INITIAL_REPLICAS: str(spec.initial_replicas)}
+    return metadata
 
 
 def _metric(raw: Any, path: str) -> MetricSpec:

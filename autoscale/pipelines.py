@@ -63,9 +63,9 @@ class Workload:
 
     name: str = "model-server"
     namespace: str = "default"
-    metrics_port: int | str = "metrics"
+    metrics_port: int | str = 8000  # vLLM serves /metrics on its API port
     router: str = "headroom-router"
-    router_port: int | str = "http"
+    router_port: int | str = "health"  # the chart's router serves /metrics on its plain-HTTP health port
     prometheus_url: str = GMP_QUERY_URL
     scrape_interval_s: int = 15
 

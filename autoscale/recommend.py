@@ -5,8 +5,13 @@ KEDA, the ScaledObject's queries (:mod:`autoscale.pipelines`) — and evaluated 
 emitted files replayed by ``simulate`` with the same settings give the same figures. Steps:
 
 1. **Warm start** — the smallest fixed pool that meets the TTFT SLO on the trace's first
-   ``warmup_s`` seconds; every closed-loop run starts at that size, as a pool already in service would
-   (``simulate --initial-replicas`` replays it).
+   ``warmup_s`` seconds; every closed-loop run starts at that size, as a pool already in service does. The
+   written autoscaler carries it (:data:`~autoscale.manifest.INITIAL_REPLICAS`, an annotation ``simulate`` starts
+   from; the user scales the Deployment to it before applying), and the
+   chosen one is also replayed from its ``minReplicas`` (:attr:`Recommendation.cold`), so the user knows what
+   applying it to a smaller Deployment costs. When that smallest pool is the minimum asked for and carries
+   the whole trace within the SLO, nothing needs to scale and the search stops there
+   (:attr:`Recommendation.fixed`).
 2. **Seeds** — per signal the model server really exports (:mod:`autoscale.servers`), targets around an
    analytic seed: for the queue, the number of queued requests one prefill each can wait through
    within half the TTFT SLO (``SLO / 2 / prefill_ms``), plus the guide's 3 and 5; for batch size and
@@ -23,7 +28,8 @@ A run meets the SLO when its TTFT p99 (and TPOT p99, if given) are within the li
 run (replica-hours) wins; runs within 1 % of its cost are tie-broken by fewer traps, then attainment.
 Dropped requests count as misses. When no run rescaled, the cheapest passing run never rescaled, or every run
 cost the same within 1 %, the trace never exercised scaling: :attr:`Recommendation.exercised` is false and no
-configuration is chosen.
+configuration is chosen. When no run meets the SLO, a fixed pool of ``max_replicas`` is replayed too
+(:attr:`Recommendation.ceiling`): whether more replicas, or a faster autoscaler, could meet it.
 """
 
 from __future__ import annotations
@@ -111,16 +117,26 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class FixedPool:
+    """A pool of ``replicas`` servers that never scales, replayed on the whole trace."""
+
+    replicas: int
+    ttft_p99_ms: float
+    attainment: float
+    meets: bool
+
+
+@dataclass(frozen=True)
 class Recommendation:
     best: Evaluation | None
     evaluations: tuple[Evaluation, ...]
-    settings: LoopSettings  # what every run used, the warm start included: what ``simulate`` must be given
+    settings: LoopSettings  # what every run used: what ``simulate`` must be given besides the written file
     traps: tuple[Trap, ...]
     exercised: bool = True
-
-    @property
-    def warm_replicas(self) -> int:
-        return self.settings.initial_replicas or 1
+    warm_replicas: int = 1  # serving when every run starts (the written autoscaler's INITIAL_REPLICAS)
+    cold: Evaluation | None = None  # the chosen autoscaler started from its minReplicas, when that is fewer
+    fixed: FixedPool | None = None  # the minimum, fixed: it met the SLO on the whole trace, nothing scales
+    ceiling: FixedPool | None = None  # max_replicas, fixed, when no autoscaler met the SLO
 
     def ranked(self) -> list[Evaluation]:
         """Passing runs by cost, then failing ones by attainment."""
@@ -134,12 +150,19 @@ def warm_replicas(requests: Sequence[SimRequest], slo: Slo, settings: LoopSettin
     """The smallest fixed pool meeting the TTFT SLO over the first ``warmup_s`` seconds."""
     head = [r for r in requests if r.arrival_s <= requests[0].arrival_s + warmup_s]
     for count in range(min_replicas, max_replicas + 1):
-        result = run(head, uniform_pool(count, settings.profile), policy(settings.pick, settings.seed),
-                     scrape_interval_s=settings.router_scrape_s, seed=settings.seed, telemetry=False)
-        ttft = [o.ttft_ms for o in result.outcomes]
-        if ttft and not result.dropped and quantile(ttft, 0.99) <= slo.ttft_p99_ms:
+        if fixed_pool(head, count, slo, settings).meets:
             return count
     return max_replicas
+
+
+def fixed_pool(requests: Sequence[SimRequest], replicas: int, slo: Slo, settings: LoopSettings) -> FixedPool:
+    """``requests`` replayed on ``replicas`` servers that never scale."""
+    result = run(requests, uniform_pool(replicas, settings.profile), policy(settings.pick, settings.seed),
+                 scrape_interval_s=settings.router_scrape_s, seed=settings.seed, telemetry=False)
+    ttft = [o.ttft_ms for o in result.outcomes]
+    p99 = quantile(ttft, 0.99) if ttft else math.inf
+    within = sum(t <= slo.ttft_p99_ms for t in ttft) / (len(ttft) + len(result.dropped)) if ttft else 0.0
+    return FixedPool(replicas, p99, within, bool(ttft) and not result.dropped and p99 <= slo.ttft_p99_ms)
 
 
 def seed_targets(requests: Sequence[SimRequest], slo: Slo, settings: LoopSettings, warm: int,
@@ -188,13 +211,15 @@ def behaviors(load_delay_s: float, kubernetes_version: str | None) -> dict[str, 
     return tuned
 
 
-def make_autoscaler(signal: Signal, target: float, behavior: Behavior | None, goal: Goal) -> Autoscaler:
-    """The autoscaler for one candidate, exactly as :func:`emit` writes it and ``simulate`` reads it back."""
+def make_autoscaler(signal: Signal, target: float, behavior: Behavior | None, goal: Goal,
+                    warm: int | None = None) -> Autoscaler:
+    """The autoscaler for one candidate, exactly as :func:`emit` writes it and ``simulate`` reads it back
+    (``warm``: the replicas its figures start from, written as :data:`~autoscale.manifest.INITIAL_REPLICAS`)."""
     workload = goal.workload
     metric = hpa_metric(signal, round(target * 1000), goal.pipeline, workload)
     spec = HpaSpec(name=workload.name, namespace=workload.namespace, min_replicas=goal.min_replicas,
                    max_replicas=goal.max_replicas, metrics=(metric,), behavior=behavior,
-                   target_ref=ScaleTargetRef(name=workload.name))
+                   target_ref=ScaleTargetRef(name=workload.name), initial_replicas=warm)
     if goal.pipeline is not Pipeline.KEDA:
         return Autoscaler(spec)
     return Autoscaler(replace(spec, name=f"keda-hpa-{workload.name}"), "ScaledObject",
@@ -223,6 +248,12 @@ def recommend(requests: Sequence[SimRequest], goal: Goal, settings: LoopSettings
     warm = warm_replicas(requests, slo, settings, goal.min_replicas, goal.max_replicas)
     settings = replace(settings, initial_replicas=warm,
                        ttft_slo_ms=slo.ttft_p99_ms if goal.router_signals else settings.ttft_slo_ms)
+    if warm in (goal.min_replicas, goal.max_replicas):
+        steady = fixed_pool(requests, warm, slo, settings)
+        if steady.meets and warm == goal.min_replicas:  # the smallest pool allowed carries it all: nothing scales
+            return Recommendation(None, (), settings, (), exercised=False, warm_replicas=warm, fixed=steady)
+        if not steady.meets and warm == goal.max_replicas:  # the largest pool allowed misses: nothing can meet it
+            return Recommendation(None, (), settings, (), warm_replicas=warm, ceiling=steady)
     load_delay = settings.profile.load_delay_s
     tuned = behaviors(load_delay, goal.kubernetes_version)
     seeds = seed_targets(requests, slo, settings, warm, signals)
@@ -235,7 +266,7 @@ def recommend(requests: Sequence[SimRequest], goal: Goal, settings: LoopSettings
     evaluations: list[Evaluation] = []
 
     def try_candidate(signal: Signal, target: float, name: str, behavior: Behavior) -> Evaluation:
-        candidate = HpaCandidate(signal, target, name, make_autoscaler(signal, target, behavior, goal))
+        candidate = HpaCandidate(signal, target, name, make_autoscaler(signal, target, behavior, goal, warm=warm))
         if progress is not None:
             progress(len(evaluations), planned[0], f"{signal.value} target {candidate.target_text}, {name}")
         evaluation = evaluate(candidate, requests, slo, settings, ttft_model)
@@ -258,10 +289,23 @@ def recommend(requests: Sequence[SimRequest], goal: Goal, settings: LoopSettings
     chosen = _cheapest_passing(evaluations)
     exercised = scaling_exercised(evaluations, chosen)
     chosen = chosen if exercised else None
-    traps = tuple(find_traps(chosen.candidate.autoscaler, load_delay_s=load_delay,
-                             kubernetes_version=goal.kubernetes_version, pipeline=goal.pipeline,
-                             model_server=settings.model_server)) if chosen else ()
-    return Recommendation(chosen, tuple(evaluations), settings, traps, exercised)
+    traps = tuple(t for t in find_traps(chosen.candidate.autoscaler, load_delay_s=load_delay,
+                                        kubernetes_version=goal.kubernetes_version, pipeline=goal.pipeline,
+                                        model_server=settings.model_server)
+                  if t.code not in SIMULATED_TRAPS) if chosen else ()
+    cold = None
+    if chosen is not None and warm > goal.min_replicas:
+        cold = evaluate(chosen.candidate, requests, slo, replace(settings, initial_replicas=goal.min_replicas),
+                        ttft_model)
+    ceiling = None
+    if not any(e.meets for e in evaluations):
+        ceiling = fixed_pool(requests, goal.max_replicas, slo, settings)
+    return Recommendation(chosen, tuple(evaluations), settings, traps, exercised, warm, cold, None, ceiling)
+
+
+# Traps whose effect the closed loop measures (loading pods counted as missing, the tolerance band): they are in
+# the figures already, so a recommendation does not repeat them as advice.
+SIMULATED_TRAPS = frozenset({"slow-load", "small-target"})
 
 
 def scaling_exercised(evaluations: Sequence[Evaluation], chosen: Evaluation | None) -> bool:

@@ -77,24 +77,37 @@ def plot_cost_vs_slo(evaluations, path: str | Path, slo_ttft_ms: float) -> None:
     plt.close(fig)
 
 
-def recommendation_markdown(result, goal, args, command: str, advice=None) -> str:
+def recommendation_markdown(result, goal, args, command: str, advice=None, not_met: str | None = None,
+                            notes: tuple[str, ...] = ()) -> str:
     """The search's full table as Markdown (``result``: a Recommendation, ``goal``: its Goal), with the
-    command that reproduces the figures, or the advice when the trace never exercised scaling."""
+    command that reproduces the figures, the advice when the trace never exercised scaling, or why nothing
+    met the SLO (``not_met``)."""
     slo = goal.slo
     settings = result.settings
     lines = [f"# Autoscaling recommendation for {args.trace.name} (×{args.speedup:g})", "",
              f"SLO: TTFT p99 ≤ {slo.ttft_p99_ms:g} ms" + (f", TPOT p99 ≤ {slo.tpot_p99_ms:g} ms"
                                                          if slo.tpot_p99_ms else "") + ". "
              f"Pool: {settings.model_server.label} on simulated {settings.server_type} servers, replicas "
-             f"{goal.min_replicas}..{goal.max_replicas}, warm start {result.warm_replicas}; metrics through "
-             f"{goal.pipeline.value}.", ""]
+             f"{goal.min_replicas}..{goal.max_replicas}; every autoscaler tried has minReplicas "
+             f"{result.warm_replicas} (the smallest pool serving the first two minutes within the SLO) and every run "
+             f"starts there; metrics through {goal.pipeline.value}.", ""]
     if advice is not None:
-        lines += ["**No recommendation**: " + advice.message + ".", ""]
+        fixed = result.fixed
+        lines += ["**No recommendation**: " + (f"{fixed.replicas} fixed server(s) carry the whole trace within the "
+                                               f"SLO (TTFT p99 {fixed.ttft_p99_ms:.0f} ms); " if fixed else "")
+                  + advice.message + ".", ""]
+    elif not_met is not None:
+        lines += [f"**No configuration met the SLO**: {not_met}.", ""]
     elif result.best is not None:
         c = result.best.candidate
-        lines += [f"Recommended: `{c.signal.value}` target {c.target_text}, {c.behavior} behavior.", "",
-                  "Replay the written autoscaler with the same settings (same figures, same seed):", "",
-                  f"    {command}", ""]
+        lines += [f"Recommended: `{c.signal.value}` target {c.target_text}, {c.behavior} behavior, minReplicas "
+                  f"{result.warm_replicas}.", "",
+                  "Replay the written autoscaler (same figures, same seed; it starts at its minReplicas, as a "
+                  "Deployment does once the HPA is applied):", "", f"    {command}", ""]
+        if result.cold is not None:
+            lines += [f"From {goal.min_replicas} replica(s) (`--min-replicas`) the same autoscaler serves "
+                      f"{result.cold.attainment:.2%} within the SLO (TTFT p99 {result.cold.ttft_p99_ms:.0f} ms): "
+                      f"the first minutes need the larger pool.", ""]
     lines += ["| signal | target | behavior | replica-h | TTFT p99 ms | TPOT p99 ms | attainment | rescales | SLO |",
               "|---|---|---|---|---|---|---|---|---|"]
     for e in result.ranked():
@@ -102,6 +115,6 @@ def recommendation_markdown(result, goal, args, command: str, advice=None) -> st
         lines.append(f"| {c.signal.value} | {c.target_text} | {c.behavior} | {e.replica_hours:.4f} | "
                      f"{e.ttft_p99_ms:.0f} | {e.tpot_p99_ms:.1f} | {e.attainment:.2%} | {e.rescales} | "
                      f"{'met' if e.meets else 'missed'} |")
-    if result.traps:
-        lines += ["", "## Notes", ""] + [f"- `{t.code}`: {t.message}" for t in result.traps]
+    if result.traps or notes:
+        lines += ["", "## Notes", ""] + [f"- `{t.code}`: {t.message}" for t in result.traps] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -189,10 +189,14 @@ class HpaSpec:
     name: str = "model-server"
     namespace: str = "default"
     target_ref: ScaleTargetRef = ScaleTargetRef()
+    initial_replicas: int | None = None  # serving when it takes over, if its figures assume so (an annotation)
 
     def __post_init__(self) -> None:
         if self.min_replicas < 1:
             raise SpecError(f"minReplicas must be >= 1, got {self.min_replicas}")
+        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise SpecError(f"the initial replicas ({self.initial_replicas}) must be within minReplicas and "
+                            f"maxReplicas ({self.min_replicas}..{self.max_replicas})")
         if self.max_replicas < self.min_replicas:
             raise SpecError(f"maxReplicas ({self.max_replicas}) must be >= minReplicas ({self.min_replicas})")
         if not self.metrics:

@@ -20,7 +20,9 @@ Each finding names the metric or setting and says what goes wrong:
 - ``pipeline-name`` — a metric name the chosen pipeline does not serve (GMP needs
   ``prometheus.googleapis.com|<series>|gauge``, prometheus-adapter a rule's name, KEDA ``s<i>-prometheus``);
 - ``tolerance-rejected`` / ``tolerance-ignored`` / ``container-metrics-gate`` / ``autoscaling-v2`` — fields the
-  target Kubernetes release rejects or silently drops (:mod:`autoscale.versions`).
+  target Kubernetes release rejects or silently drops (:mod:`autoscale.versions`);
+- ``placeholder`` — a KEDA trigger still asking the ``PROJECT_ID`` of the example query URL: KEDA gets no
+  metric and the HPA never scales.
 """
 
 from __future__ import annotations
@@ -110,7 +112,16 @@ def find_traps(autoscaler: Autoscaler | HpaSpec, tolerance: float = 0.1, load_de
                                              "max(2×current, 4) per sync"))
     if kubernetes_version is not None:
         traps += version_traps(spec, kubernetes_version)
-    return traps
+    return traps + placeholder_traps(autoscaler)
+
+
+def placeholder_traps(autoscaler: Autoscaler) -> list[Trap]:
+    """KEDA triggers whose server address still holds the example's ``PROJECT_ID``."""
+    triggers = (autoscaler.document.get("spec") or {}).get("triggers") or [] if autoscaler.kind == "ScaledObject" else []
+    return [Trap("placeholder", f"spec.triggers[{index}].metadata.serverAddress asks {address}: replace PROJECT_ID "
+                                f"with your Google Cloud project, or KEDA gets no metric and never scales")
+            for index, trigger in enumerate(triggers)
+            if "PROJECT_ID" in (address := str(((trigger or {}).get("metadata") or {}).get("serverAddress", "")))]
 
 
 def version_traps(spec: HpaSpec, kubernetes_version: str) -> list[Trap]:

@@ -21,6 +21,13 @@ update carries the id of the key that signed it (``signer``). Every consumer the
 model through :func:`load_update`, the one place that decides whether a model may be used at all
 (:class:`RejectedUpdate` says why not).
 
+A signature says who made a model, not that it is safe to serve: a reader also bounds what it takes
+(:class:`ModelBounds`, carried by its :class:`~contract.signing.TrustedKeys`): a message over ``max_bytes`` is
+rejected before anything else (``bytes``), and the prediction servers and routers reject a model of more
+trees or deeper trees than allowed (``trees``, ``depth``), with a leaf or split that is not a finite number
+(``leaf``), or whose outputs could leave the finite numbers (``range``) — every leaf, not only those a probe
+row reaches.
+
 Versions are integers from 1 to :data:`MAX_VERSION` (what every JSON reader and proto field holds
 exactly), and they only grow: each reader keeps, per model key, the newest version it accepted, and
 :func:`refusal` says whether an update may follow it — newer, and not more than a configured distance ahead
@@ -38,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from headroom.contract.features import FEATURE_SCHEMA
+from headroom.contract.settings import SettingsError, setting
 from headroom.contract.targets import TARGETS
 from headroom.errors import HeadroomError
 
@@ -58,6 +66,29 @@ STALE, REPLAYED = "stale", "replayed"  # refusal reasons of a version that is no
 _HEADER_LEN = struct.Struct(">I")
 
 
+LAYOUT_DEPTH = 12  # the deepest tree the prediction servers lay out (a complete tree of 4096 leaves)
+
+
+@dataclass(frozen=True)
+class ModelBounds:
+    """The largest model a reader takes, however well it is signed (rejection reasons ``bytes``, ``trees``,
+    ``depth``). The defaults hold five times the reference model (200 trees of depth 6, about 0.9 MB)."""
+
+    max_bytes: int = setting(8 * 1024 * 1024, "HEADROOM_MODEL_MAX_BYTES", "Largest model-update message a reader "
+                             "takes (signature and header included).")
+    max_trees: int = setting(1000, "HEADROOM_MODEL_MAX_TREES", "Most trees in a model a reader serves (each one "
+                             "costs every prediction).")
+    max_depth: int = setting(10, "HEADROOM_MODEL_MAX_DEPTH", f"Deepest tree of a model a reader serves (at most "
+                             f"{LAYOUT_DEPTH}).")
+
+    def __post_init__(self) -> None:
+        for name, env in (("max_bytes", "HEADROOM_MODEL_MAX_BYTES"), ("max_trees", "HEADROOM_MODEL_MAX_TREES")):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{env} must be at least 1, got {getattr(self, name)}")
+        if not 1 <= self.max_depth <= LAYOUT_DEPTH:
+            raise SettingsError(f"HEADROOM_MODEL_MAX_DEPTH must be within [1, {LAYOUT_DEPTH}], got {self.max_depth}")
+
+
 class InvalidUpdate(HeadroomError, ValueError):
     """A model-update message that must not be applied; the message says why."""
 
@@ -65,7 +96,8 @@ class InvalidUpdate(HeadroomError, ValueError):
 class RejectedUpdate(InvalidUpdate):
     """An update whose model must not be used; ``reason`` is its category: ``unsigned``, ``unknown-key`` or
     ``bad-signature`` (:mod:`contract.signing`), ``version``, ``stale`` or ``replayed`` (:func:`refusal`),
-    ``schema``, ``model`` or ``transform``."""
+    ``bytes``, ``trees``, ``depth``, ``leaf`` or ``range`` (:class:`ModelBounds`), ``schema``, ``model`` or
+    ``transform``."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -135,7 +167,11 @@ def encode_update(update: ModelUpdate) -> bytes:
 
 def decode_update(raw: bytes, trust: TrustedKeys) -> ModelUpdate:
     """Open a signed message with ``trust``, parse it and verify its checksum; raises :class:`RejectedUpdate`
-    for a message ``trust`` refuses and :class:`InvalidUpdate` for a malformed one, saying why."""
+    for a message ``trust`` refuses (one over its ``max_bytes`` first) and :class:`InvalidUpdate` for a
+    malformed one, saying why."""
+    if len(raw) > trust.bounds.max_bytes:
+        raise RejectedUpdate("bytes", f"a message of {len(raw)} bytes is over the {trust.bounds.max_bytes} a "
+                                      "reader takes (HEADROOM_MODEL_MAX_BYTES)")
     raw, signer = trust.open(raw)
     if raw[:4] != MAGIC:
         raise InvalidUpdate(f"not a model-update message (magic {raw[:4]!r}, expected {MAGIC!r})")

@@ -40,8 +40,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from headroom.contract.model_update import RejectedUpdate
-from headroom.contract.settings import SettingsError, setting
+from headroom.contract.model_update import ModelBounds, RejectedUpdate
+from headroom.contract.settings import SettingsError, nested, setting
 
 SIGNED_MAGIC = b"HRMS"
 KEY_ID_BYTES = 8
@@ -122,14 +122,17 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 
 
 class TrustedKeys:
-    """The public keys a reader accepts model updates from, by key id."""
+    """The public keys a reader accepts model updates from, by key id, and the bounds within which it takes a
+    model they signed (:class:`~contract.model_update.ModelBounds`)."""
 
-    def __init__(self, keys: Iterable[Ed25519PublicKey] = (), *, allow_unsigned: bool = False) -> None:
+    def __init__(self, keys: Iterable[Ed25519PublicKey] = (), *, allow_unsigned: bool = False,
+                 bounds: ModelBounds = ModelBounds()) -> None:
         self.keys = {key_id(key): key for key in keys}
         self.allow_unsigned = allow_unsigned
+        self.bounds = bounds
 
     def __repr__(self) -> str:
-        return f"TrustedKeys({sorted(self.keys)}, allow_unsigned={self.allow_unsigned})"
+        return f"TrustedKeys({sorted(self.keys)}, allow_unsigned={self.allow_unsigned}, {self.bounds})"
 
     def open(self, raw: bytes) -> tuple[bytes, str | None]:
         """The message inside ``raw`` and the id of the key that signed it (None: unsigned, and allowed).
@@ -169,6 +172,7 @@ class SigningSettings:
                                 "files), or one directory of them (a mounted Secret), that models must be signed by.")
     allow_unsigned: bool = setting(False, "HEADROOM_MODEL_ALLOW_UNSIGNED", "Also accept unsigned models, and "
                                    "publish unsigned without a key: a local experiment's setting, never production's.")
+    bounds: ModelBounds = nested(ModelBounds, "The largest model a reader takes, however well signed.")
 
     def signing_key(self) -> SigningKey | None:
         return None if self.signing_key_file is None else SigningKey.load(self.signing_key_file)
@@ -181,7 +185,7 @@ class SigningSettings:
         if not keys and not self.allow_unsigned:
             raise SettingsError("no trusted model-signing keys: set HEADROOM_MODEL_TRUSTED_KEYS to the public key(s) "
                                 "the worker signs with (`headroom models keygen` makes a pair)")
-        return TrustedKeys(keys, allow_unsigned=self.allow_unsigned)
+        return TrustedKeys(keys, allow_unsigned=self.allow_unsigned, bounds=self.bounds)
 
 
 def _key_paths(spec: str) -> list[Path]:

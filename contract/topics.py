@@ -2,7 +2,8 @@
 
 ``telemetry`` keeps its history forever (backtests replay it), ``telemetry-dlq`` keeps rejected records
 with their reason, ``model-updates`` is compacted so the latest version per key survives, and large
-enough for a model.
+enough for a model; its cleaner leaves every message alone for :data:`MODEL_COMPACTION_LAG_MS`, the time the
+worker has to put a model back when something else lands under its key (:mod:`streams.model_guard`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from headroom.contract.model_update import MAX_VERSION_JUMP
 from headroom.contract.settings import nested, setting
 
 MODEL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+MODEL_COMPACTION_LAG_MS = 10 * 60 * 1000
 REASON_HEADER = "headroom-reject-reason"  # a dead letter's header: why the record was rejected
 SOURCE_HEADER = "headroom-source"  # a dead letter's header: where the record came from (topic/partition/offset)
 
@@ -50,5 +52,6 @@ def declared_topics(settings: KafkaSettings) -> list[TopicSpec]:
                   {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}),
         TopicSpec(settings.model_topic, 1,
                   {"cleanup.policy": "compact", "max.message.bytes": str(MODEL_MESSAGE_MAX_BYTES),
-                   "min.cleanable.dirty.ratio": "0.1", "segment.ms": str(3600 * 1000)}),
+                   "min.cleanable.dirty.ratio": "0.1", "segment.ms": str(3600 * 1000),
+                   "min.compaction.lag.ms": str(MODEL_COMPACTION_LAG_MS)}),
     ]

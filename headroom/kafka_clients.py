@@ -10,13 +10,18 @@ would (:data:`contract.partitions.PARTITIONER`), so a pool's telemetry lands on 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
 topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now,
 :func:`until_ends` partitions up to their ends.
-:func:`librdkafka_logger` is the logger a client hands librdkafka's own log lines to, with the notes about a
-broker still starting (which librdkafka retries by itself) lowered to debug.
+:func:`librdkafka_logger` is the logger every client hands librdkafka's own log lines to (:func:`client_config`
+sets it), instead of librdkafka's own writes to stderr. librdkafka says the same thing about an unreachable
+broker every few dozen milliseconds, and retries by itself: its notes about a broker still starting go to
+debug; a broker it cannot reach is said once at info, and only while it stays unreachable as a warning once a
+minute, with how many such notes there were (:class:`_Notes`). So a command that gives up on Kafka prints its
+own one line, not hundreds of librdkafka's; a server says once a minute that the broker is still away.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -31,27 +36,77 @@ from headroom.kafka_auth import librdkafka_options
 
 # librdkafka's notes about a broker that is still starting up, which it retries by itself
 TRANSIENT = ("Coordinator load in progress", "Coordinator not available")
+# ... and about a broker it cannot reach (it retries those too)
+UNREACHABLE = ("Connect to ", "Connection refused", "brokers are down", "Failed to resolve", "Disconnected",
+               "Receive failed", "timed out")
+REPEAT_INTERVAL_S = 60.0
 
 
-class _TransientToDebug(logging.Filter):
+class _Notes(logging.Filter):
+    """librdkafka's lines on one logger: transient ones at debug, each kind of line at most once per
+    :data:`REPEAT_INTERVAL_S` with how many were left out, and an unreachable broker at info until it has been
+    unreachable that long."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self._kinds: dict[str, list[float]] = {}  # kind -> [first seen, last shown, left out since]
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and any(note in record.getMessage() for note in TRANSIENT):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
+        message = record.getMessage()
+        if any(note in message for note in TRANSIENT):
+            return self._lower(record, logging.DEBUG)
+        unreachable = any(note in message for note in UNREACHABLE)
+        kind = re.sub(r"[\d.]+", "#", message.split("]: ", 1)[-1])  # without the client's name, addresses, times
+        now = self._clock()
+        seen = self._kinds.get(kind)
+        if seen is None:
+            if len(self._kinds) > 1000:
+                self._kinds.clear()
+            self._kinds[kind] = [now, now, 0]
+            return self._lower(record, logging.INFO) if unreachable else True
+        if now - seen[1] < REPEAT_INTERVAL_S:
+            seen[2] += 1
+            return False
+        record.msg, record.args = f"{message} ({int(seen[2])} more like it in {now - seen[1]:.0f} s)", None
+        seen[1], seen[2] = now, 0
+        return True  # at its own level: the broker is still away, or the same error keeps coming
+
+    @staticmethod
+    def _lower(record: logging.LogRecord, level: int) -> bool:
+        if record.levelno > level:
+            record.levelno, record.levelname = level, logging.getLevelName(level)
+        return logging.getLogger(record.name).isEnabledFor(record.levelno)
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
-    """The logger ``<name>.librdkafka``, for a client's ``logger`` option, with transient notes at debug level."""
+    """The logger ``<name>.librdkafka``, for a client's ``logger`` option, its lines sorted and spaced out
+    (:class:`_Notes`)."""
     logger = logging.getLogger(f"{name}.librdkafka")
-    if not any(isinstance(f, _TransientToDebug) for f in logger.filters):
-        logger.addFilter(_TransientToDebug())
+    if not any(isinstance(f, _Notes) for f in logger.filters):
+        logger.addFilter(_Notes())
     return logger
 
 
 def client_config(kafka: KafkaSettings) -> dict[str, Any]:
-    """What every client needs to reach and authenticate to the brokers."""
-    return {"bootstrap.servers": kafka.bootstrap_servers, **librdkafka_options(kafka.security)}
+    """What every client needs to reach and authenticate to the brokers, and where its own lines go."""
+    return {"bootstrap.servers": kafka.bootstrap_servers, "logger": librdkafka_logger("headroom.kafka"),
+            **librdkafka_options(kafka.security)}
+
+
+def why(err: BaseException) -> str:
+    """A Kafka error in words: librdkafka's own text, and for a broker that never answered, where to look.
+
+    >>> why(KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure")))
+    'no broker answered (Failed to get metadata: Local: Broker transport failure): is Kafka running there (`headroom kafka up` starts one) and is HEADROOM_KAFKA_BOOTSTRAP right?'
+    """
+    error = err.args[0] if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError) else None
+    if error is None:
+        return str(err)
+    if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
+        return (f"no broker answered ({error.str()}): is Kafka running there (`headroom kafka up` starts one) and is "
+                "HEADROOM_KAFKA_BOOTSTRAP right?")
+    return error.str()
 
 
 def consumer(kafka: KafkaSettings, group_prefix: str, options: Mapping[str, Any] | None = None) -> Consumer:

@@ -9,25 +9,37 @@ default direction. The prediction is ``base_score`` plus the leaf values, added 
 as XGBoost does.
 
 Only what these semantics cover is accepted: the ``gbtree`` booster with numerical splits, one output,
-and an identity-link regression objective; anything else raises :class:`UnsupportedModel`.
+and an identity-link regression objective; anything else raises :class:`UnsupportedModel`. A model beyond
+a reader's :class:`~contract.model_update.ModelBounds` — more trees (counted before XGBoost writes its JSON),
+deeper trees — or with a leaf, split or base score that is not a finite number raises
+:class:`ModelOutOfBounds` with its reason (``trees``, ``depth``, ``leaf``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 
+from headroom.contract.model_update import ModelBounds
 from headroom.errors import HeadroomError
 
 IDENTITY_OBJECTIVES = ("reg:squarederror", "reg:quantileerror", "reg:absoluteerror", "reg:pseudohubererror")
-MAX_DEPTH = 12  # a complete tree of this depth has 4096 leaves
 
 
 class UnsupportedModel(HeadroomError, ValueError):
     """A model this evaluator cannot reproduce faithfully; the message says which part."""
+
+
+class ModelOutOfBounds(UnsupportedModel):
+    """A model beyond what a reader takes; ``reason`` is ``trees``, ``depth`` or ``leaf``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -49,13 +61,17 @@ class Forest:
         return int(self.leaves.shape[0])
 
 
-def forest_from_booster(booster) -> Forest:
-    return forest_from_json(bytes(booster.save_raw("json")))
+def forest_from_booster(booster, bounds: ModelBounds = ModelBounds()) -> Forest:
+    _check_trees(booster.num_boosted_rounds(), bounds)
+    return forest_from_json(bytes(booster.save_raw("json")), bounds)
 
 
-def forest_from_json(raw: bytes) -> Forest:
-    """Parse XGBoost's JSON model into a :class:`Forest`."""
-    learner = msgspec.json.decode(raw)["learner"]
+def forest_from_json(raw: bytes, bounds: ModelBounds = ModelBounds()) -> Forest:
+    """Parse XGBoost's JSON model into a :class:`Forest`, within ``bounds``."""
+    try:
+        learner = msgspec.json.decode(raw)["learner"]
+    except msgspec.DecodeError:  # NaN or Infinity, which XGBoost writes for such a value and JSON has no word for
+        learner = json.loads(raw)["learner"]
     params = learner["learner_model_param"]
     objective = learner["objective"]["name"]
     if objective not in IDENTITY_OBJECTIVES:
@@ -75,15 +91,17 @@ def forest_from_json(raw: bytes) -> Forest:
     if booster["name"] != "gbtree":
         raise UnsupportedModel(f"booster {booster['name']!r} is not supported; expected 'gbtree'")
     trees = booster["model"]["trees"]
+    _check_trees(len(trees), bounds)
     for index, tree in enumerate(trees):
         if any(tree.get("split_type", ())):
             raise UnsupportedModel(f"tree {index} has categorical splits, which are not supported")
-    levels = _levels(trees)
+    levels = _levels(trees, bounds.max_depth)
     # At least one level: the kernels walk from a root split; a tree that is a single leaf puts its value
     # in both leaf slots below a split that cannot matter.
     depth = max(1, len(levels) - 1)
-    if depth > MAX_DEPTH:
-        raise UnsupportedModel(f"tree depth {depth} exceeds the supported maximum {MAX_DEPTH}")
+    _check_numbers(levels)
+    if not np.isfinite(base).all():
+        raise ModelOutOfBounds("leaf", f"base_score is {base[0]}, not a finite number")
     features, thresholds, default_left, leaves = _lay_out(levels, len(trees), depth)
     return Forest(objective=objective, quantiles=quantiles, n_features=int(params["num_feature"]),
                   base_score=np.float32(base[0]), depth=depth, features=features, thresholds=thresholds,
@@ -102,8 +120,26 @@ class _Level:
     default_left: np.ndarray
 
 
-def _levels(trees: list[dict]) -> list[_Level]:
-    """Every tree walked level by level at once (numpy over all the trees' nodes, no loop per node)."""
+def _check_trees(count: int, bounds: ModelBounds) -> None:
+    if count > bounds.max_trees:
+        raise ModelOutOfBounds("trees", f"{count} trees are over the {bounds.max_trees} a reader serves "
+                                        "(HEADROOM_MODEL_MAX_TREES)")
+
+
+def _check_numbers(levels: list[_Level]) -> None:
+    """Every leaf value and split threshold the trees reach a finite float32."""
+    for depth, nodes in enumerate(levels):
+        bad = ~np.isfinite(nodes.split_value.astype(np.float32))
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise ModelOutOfBounds("leaf", f"tree {int(nodes.tree[first])} holds a value that is not a finite number "
+                                           f"(the {'leaf' if nodes.leaf[first] else 'split'} at depth {depth}: "
+                                           f"{nodes.split_value[first]}); {int(bad.sum())} at that depth")
+
+
+def _levels(trees: list[dict], max_depth: int) -> list[_Level]:
+    """Every tree walked level by level at once (numpy over all the trees' nodes, no loop per node), no deeper
+    than ``max_depth``."""
     def column(name: str, dtype: type) -> np.ndarray:
         return np.fromiter(itertools.chain.from_iterable(t[name] for t in trees), dtype=dtype)
 
@@ -118,8 +154,11 @@ def _levels(trees: list[dict]) -> list[_Level]:
     nodes, slots = offsets, np.zeros(len(trees), dtype=np.int64)  # the roots
     seen = 0
     while len(nodes):
-        if len(levels) > MAX_DEPTH or seen > len(owner):  # deeper than supported, or not a tree at all
-            raise UnsupportedModel(f"tree depth exceeds the supported maximum {MAX_DEPTH}")
+        if seen > len(owner):  # a node reached twice: not a tree at all
+            raise UnsupportedModel("the trees' child links loop: not a tree")
+        if len(levels) > max(1, max_depth):
+            raise ModelOutOfBounds("depth", f"trees deeper than the {max_depth} a reader serves "
+                                            "(HEADROOM_MODEL_MAX_DEPTH)")
         seen += len(nodes)
         leaf = left[nodes] == -1
         levels.append(_Level(owner[nodes], slots, leaf, split_index[nodes], split_value[nodes], default_left[nodes]))

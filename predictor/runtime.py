@@ -5,11 +5,13 @@ check: a signature by a trusted key and the checksum (:func:`contract.model_upda
 runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one and not too far ahead
 of it (:func:`contract.model_update.refusal`), the checks every consumer makes
 (:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform), that
-its trees are supported and its objective matches the message, and a probe prediction that must be finite,
+its trees are supported and within the trust's :class:`~contract.model_update.ModelBounds` (trees, depth, every
+leaf and split a finite number, and every output the trees can add up to finite in milliseconds, after the
+output transform), its objective matches the message, and a probe prediction that must be finite,
 non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A failing update is
 rejected, counted by reason (``unsigned``, ``unknown-key``, ``bad-signature``, ``replayed`` for a version
-older than the live one, ``version``, ``checksum``, ``schema``, ``probe``, ...) and logged, and the previous
-version keeps serving; the live version itself arriving again is ignored (stale), so replaying the topic is
+older than the live one, ``version``, ``checksum``, ``bytes``, ``trees``, ``depth``, ``leaf``, ``range``,
+``schema``, ``probe``, ...) and logged, and the previous version keeps serving; the live version itself arriving again is ignored (stale), so replaying the topic is
 harmless.
 
 Each pool's models are held in one immutable snapshot whose trees are stacked for a single-pass
@@ -45,7 +47,7 @@ from headroom.contract.model_update import (
 )
 from headroom.contract.signing import TrustedKeys
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.predictor.forest import Forest, UnsupportedModel, forest_from_booster
+from headroom.predictor.forest import Forest, ModelOutOfBounds, UnsupportedModel, forest_from_booster
 from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate
 from headroom.predictor.probe import PROBE_ROWS
 
@@ -236,15 +238,18 @@ class ModelRuntime:
     def _verify(self, update: ModelUpdate) -> ServingModel:
         try:
             booster = load_update(update)
-            forest = forest_from_booster(booster)
+            forest = forest_from_booster(booster, self.trust.bounds)
         except RejectedUpdate as err:
             raise _Rejected(err.reason, err.detail) from err
+        except ModelOutOfBounds as err:
+            raise _Rejected(err.reason, str(err)) from err
         except UnsupportedModel as err:
             raise _Rejected("model", str(err)) from err
         if forest.n_features != len(FEATURE_NAMES):
             raise _Rejected("schema", f"model has {forest.n_features} features, the schema has "
                                       f"{len(FEATURE_NAMES)}")
         _check_objective(update, forest)
+        _check_range(update, forest)
         raw_probe = evaluate(ForestStack.of([forest]), PROBE_ROWS, self.engine)[0]
         probe = to_milliseconds(raw_probe.astype(np.float64), update.output_transform)
         if not np.isfinite(probe).all():
@@ -282,6 +287,20 @@ def _check_objective(update: ModelUpdate, forest: Forest) -> None:
     if is_quantile and abs(forest.quantiles[0] - float(update.quantile)) > 1e-6:
         raise _Rejected("objective", f"message says quantile {update.quantile} but the model was trained for "
                                      f"{forest.quantiles[0]:.6g}")
+
+
+def _check_range(update: ModelUpdate, forest: Forest) -> None:
+    """Whatever rows it is given, the trees' sum stays a finite float32, and so does its value in milliseconds:
+    bounded by the base score plus each tree's smallest (largest) leaf."""
+    base = float(forest.base_score)
+    low = base + float(forest.leaves.min(axis=1).astype(np.float64).sum())
+    high = base + float(forest.leaves.max(axis=1).astype(np.float64).sum())
+    top = float(np.finfo(np.float32).max)
+    with np.errstate(over="ignore"):
+        reach = to_milliseconds(np.array([low, high], dtype=np.float32), update.output_transform)
+    if max(abs(low), abs(high)) >= top or not np.isfinite(reach).all():
+        raise _Rejected("range", f"the trees add up to outputs from {low:.6g} to {high:.6g}, which after the "
+                                 f"{update.output_transform!r} transform leave the finite milliseconds")
 
 
 def check_batch(features: np.ndarray) -> np.ndarray:

@@ -13,7 +13,9 @@ It binds ``settings.host`` (loopback unless told otherwise) and says so; a call 
 
 Health: ``NOT_SERVING`` until every model source has caught up (the tailer with the topic, the files with
 a first look) and a model is live, then ``SERVING``; ``NOT_SERVING`` again while stopping, so load
-balancers drain the instance first.
+balancers drain the instance first. The metrics port, plain HTTP whatever the listeners' TLS, says the same
+at ``/readyz`` (200 or 503) and whether the process is up at ``/healthz``, for probes that speak no TLS and
+hold no client certificate; every other path serves the metrics.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import logging
 import threading
 from concurrent import futures
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from headroom.contract.topics import KafkaSettings
 from headroom.http_thread import HttpThread
@@ -121,9 +124,10 @@ class PredictorServer:
                 raise OSError(f"cannot bind llm-d's prediction API on {self.settings.host}:{self.settings.http_port} "
                               f"(HEADROOM_PREDICTOR_HTTP_PORT): {err}") from err
         if self.settings.metrics_port >= 0:
-            self._metrics_http, _ = start_http_server(self.settings.metrics_port, self.settings.host,
-                                                      registry=self.metrics.registry)
+            self._metrics_http = make_server(self.settings.host, self.settings.metrics_port, self._health_and_metrics(),
+                                             ThreadingWSGIServer, handler_class=_QuietHandler)
             self.metrics_port = self._metrics_http.server_port
+            threading.Thread(target=self._metrics_http.serve_forever, name="predictor-metrics", daemon=True).start()
         self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
         self._watcher.start()
         log.info("predictor serving gRPC on %s:%d (%s; llm-d HTTP API port %s, metrics on %s:%s)", self.settings.host,
@@ -153,6 +157,19 @@ class PredictorServer:
         self._stopped.set()
         log.info("predictor on port %s stopped", self.port)
 
+    def _health_and_metrics(self):
+        """The metrics port's WSGI app: ``/readyz`` and ``/healthz``, the metrics on every other path."""
+        metrics = make_wsgi_app(self.metrics.registry)
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "")
+            if path not in ("/readyz", "/healthz"):
+                return metrics(environ, start_response)
+            ok = self.ready if path == "/readyz" else not self._stopped.is_set()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ok\n" if ok else b"not ready\n"]
+        return app
+
     def _reload_files(self) -> bool:
         """Look at the model files now (llm-d's ``POST /reload``); True when a version went live."""
         return self.files is not None and any(r.outcome is ApplyOutcome.APPLIED for r in self.files.scan())
@@ -173,3 +190,8 @@ class PredictorServer:
 def serve(settings: PredictorSettings, kafka: KafkaSettings | None) -> int:
     """Run one instance until SIGTERM or SIGINT, then stop gracefully."""
     return serve_until_signal(PredictorServer(settings, kafka).start(), "predictor")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args) -> None:  # probes every few seconds: not worth a line
+        pass

@@ -15,7 +15,7 @@ class PredictorSettings:
                         "Address the gRPC and metrics servers bind to (0.0.0.0: every interface, as in a pod).")
     port: int = setting(50061, "HEADROOM_PREDICTOR_PORT", "gRPC port of the PredictionService (0: any free port).")
     metrics_port: int = setting(9461, "HEADROOM_PREDICTOR_METRICS_PORT",
-                                "Prometheus metrics port (0: any free port, -1: no metrics endpoint).")
+                                "Plain-HTTP port of the metrics, /readyz and /healthz (0: any free port, -1: none).")
     workers: int = setting(2, "HEADROOM_PREDICTOR_WORKERS", "Threads serving gRPC calls (about one per core).")
     engine: str = setting("", "HEADROOM_PREDICTOR_ENGINE", "Tree engine: numba or numpy (empty: best available).")
     threads: int = setting(1, "HEADROOM_PREDICTOR_THREADS",

@@ -112,4 +112,7 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
     if settings.ext_proc_body_mode not in ("full-duplex", "buffered"):
         raise ConfigError(f"settings: 'extProcBodyMode' must be 'full-duplex' or 'buffered', "
                           f"got {settings.ext_proc_body_mode!r}")
+    if settings.gateway_identities.strip() and settings.tls.client_ca_file is None:
+        raise ConfigError("settings: 'gatewayIdentities' (HEADROOM_ROUTER_GATEWAY_IDENTITIES) names the gateway's "
+                          "client certificate, which only HEADROOM_TLS_CLIENT_CA_FILE makes ext_proc require")
     return settings

@@ -30,6 +30,12 @@ pass it (:mod:`router.limits`), a shed request an immediate 429 with the reason,
 Response headers and body chunks meter TTFT / TPOT / E2E; the end of the response body completes the
 request (telemetry). A stream that ends early releases it.
 
+Callers (:class:`~router.auth.TelemetryTrust`): with a gateway credential configured, a stream whose caller
+does not prove it is the gateway is refused with ``UNAUTHENTICATED`` (counted in
+``headroom_router_unauthenticated_total{listener="ext_proc"}``); without one, streams are routed but their
+exchanges produce no telemetry (``headroom_router_telemetry_records_total{outcome="unauthenticated"}``), since
+the caller, not the router, says when each response byte passed.
+
 The answers that change nothing are built once and shared; an answer routing to a server is built once per
 address (:mod:`router.ext_proc_answers`). Each request body chunk is copied once out of its message (a
 one-chunk body not again).
@@ -44,6 +50,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
+from headroom.router.auth import TelemetryTrust
 from headroom.router.errors import AdmissionRejected, NoCandidates, RequestError, RequestTooLarge
 from headroom.router.ext_proc_answers import (
     CONTINUE,
@@ -77,15 +84,23 @@ Answers = Iterable[ep.ProcessingResponse]
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
-    def __init__(self, service: RouterService, body_mode: str = "full-duplex"):
+    def __init__(self, service: RouterService, body_mode: str = "full-duplex", trust: TelemetryTrust | None = None):
+        """``trust`` judges each stream's caller (None: no judge, every exchange is telemetry — a servicer
+        driven in this process, with no caller to check)."""
         self.service = service
         self.body_mode = BODY_MODES[body_mode]  # when a stream has no protocol_config
+        self.trust = trust
         self._next_id = 0
         self._routed: dict[tuple[str, str], ep.ProcessingResponse] = {}
 
     async def Process(self, requests: AsyncIterator[ep.ProcessingRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[ep.ProcessingResponse]:
-        exchange = _Exchange(self)
+        trusted = True if self.trust is None else self.trust.ext_proc(context)
+        if trusted is None:
+            self.service.metrics.child(self.service.metrics.unauthenticated, "ext_proc").inc()
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the caller is not the gateway: no gateway token "
+                                "or certificate identity")
+        exchange = _Exchange(self, bool(trusted))
         try:
             async for message in requests:
                 if message.HasField("protocol_config") and (refused := exchange.configure(message.protocol_config)):
@@ -126,9 +141,10 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
 class _Exchange:
     """The state of one HTTP request passing through Envoy."""
 
-    def __init__(self, servicer: ExtProcServicer):
+    def __init__(self, servicer: ExtProcServicer, trusted: bool):
         self.servicer = servicer
         self.service = servicer.service
+        self.trusted = trusted  # its measurements become telemetry
         self.duplex_request = self.duplex_response = servicer.body_mode == FULL_DUPLEX  # hand the bodies back
         self.headers_only = False  # request body mode NONE: schedule on the headers
         self.headers: dict[str, str] = {}
@@ -245,7 +261,8 @@ class _Exchange:
             self.service.abandon(self.dispatch, "upstream-body-truncated")  # cut short: nothing to learn from
             return
         self.service.complete(self.dispatch, completion or Completion(e2e_ms=(now - self.dispatch.dispatch_mono) * 1000.0,
-                                                                      output_tokens=0), self.measured)
+                                                                      output_tokens=0), self.measured,
+                              trusted=self.trusted)
 
     def close(self) -> None:
         if self.dispatch is not None and not self.done:

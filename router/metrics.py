@@ -59,7 +59,7 @@ class RouterMetrics:
         self.request_errors = Counter("headroom_router_request_errors", "Requests that failed, by kind.",
                                       ["kind"], registry=r)
         self.telemetry = Counter("headroom_router_telemetry_records", "Completed requests without a telemetry record, "
-                                 "by why: unusable, sampled_out, no_body (delivery is "
+                                 "by why: unusable, sampled_out, no_body, unauthenticated (delivery is "
                                  "headroom_router_telemetry_delivery).", ["outcome"],
                                  registry=r)
         self.upstream_failures = Counter("headroom_router_upstream_failures", "Proxied attempts a server failed "
@@ -74,8 +74,9 @@ class RouterMetrics:
                                            "the maxConnections limit, by listener.", ["listener"], registry=r)
         self.telemetry_buffered = Gauge("headroom_router_telemetry_buffered",
                                         "Telemetry records waiting for delivery to Kafka.", registry=r)
-        self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests refused for a missing or "
-                                       "unknown bearer token, by listener.", ["listener"], registry=r)
+        self.unauthenticated = Counter("headroom_router_unauthenticated", "Requests and streams refused for a "
+                                       "missing or unknown bearer token or gateway identity, and reports refused "
+                                       "from unauthenticated callers, by listener.", ["listener"], registry=r)
 
     def child(self, metric: MetricWrapperBase, label: str) -> Any:
         """``metric.labels(label)``, looked up once per label value: prometheus_client's ``labels`` validates and

@@ -9,7 +9,10 @@ running TPOT SLOs positive milliseconds, its server id unique in the call, its a
 ``encoder_matched_size`` no more than the request's ``encoder_input_size``; a report's
 measurements as the telemetry validator takes them (an invalid report releases the request, which then
 sends no telemetry). A picked request waits for its report in a bounded table (oldest forgotten first, its
-in-flight accounting released).
+in-flight accounting released). ``Report`` writes telemetry with latencies the caller measured, so it is open
+only to authenticated callers (:attr:`router.auth.TelemetryTrust.reports`); otherwise a report is refused
+with ``PERMISSION_DENIED`` (counted in ``headroom_router_unauthenticated_total{listener="report"}``) and its
+request released.
 """
 
 from __future__ import annotations
@@ -41,10 +44,16 @@ def status_of(err: RouterError) -> grpc.StatusCode:
     return next((STATUS_OF[cls] for cls in type(err).__mro__ if cls in STATUS_OF), grpc.StatusCode.INTERNAL)
 
 
+REPORT_CLOSED = ("Report is closed: it writes telemetry, and this router authenticates none of its callers (set "
+                 "HEADROOM_ROUTER_AUTH_TOKENS_FILE or HEADROOM_TLS_CLIENT_CA_FILE)")
+
+
 class PickServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, service: RouterService, max_pending: int = 100_000):
+    def __init__(self, service: RouterService, max_pending: int = 100_000, *, reports: bool = True):
+        """``reports``: whether ``Report`` is open (:attr:`router.auth.TelemetryTrust.reports`)."""
         self.service = service
         self.max_pending = max_pending
+        self.reports = reports
         self.pending: OrderedDict[str, Dispatch] = OrderedDict()
 
     async def Pick(self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext) -> router_pb2.PickResponse:
@@ -61,6 +70,11 @@ class PickServicer(router_pb2_grpc.RouterServicer):
 
     async def Report(self, request: router_pb2.ReportRequest, context: grpc.aio.ServicerContext) -> router_pb2.ReportResponse:
         dispatch = self.pending.pop(request.request_id, None)
+        if not self.reports:
+            if dispatch is not None:
+                self.service.abandon(dispatch, "report-refused")
+            self.service.metrics.child(self.service.metrics.unauthenticated, "report").inc()
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, REPORT_CLOSED)
         if dispatch is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"request {request.request_id!r} is not awaiting a report")
             raise AssertionError("abort raises")  # grpc's abort never returns

@@ -9,9 +9,12 @@ uvloop's event loop (libuv's I/O costs the proxy about half the CPU per request 
 Security (:class:`~contract.tls.ServerTls`, ``docs/security.md``): given a certificate, the HTTP, Pick and
 ext_proc listeners speak TLS, and with a client CA they require client certificates. ext_proc speaks TLS by
 default even without one, with a self-signed certificate (:attr:`RouterServer.ext_proc_certificate`), as the
-gateway's endpoint picker does. Given a token file, the HTTP proxy and the Pick API — which accepts telemetry
-through ``Report`` — require a bearer token. ``/metrics`` and ``/healthz`` may move to a port of their own.
-The embedded predictor serves models signed by a trusted key only.
+gateway's endpoint picker does. Given a token file, the HTTP proxy and the Pick API require a bearer token.
+Telemetry comes only from callers proven to be who they say (:class:`~router.auth.TelemetryTrust`): ext_proc's
+from the gateway (its token or certificate identity), Pick's ``Report`` from authenticated clients; the router
+says at start, as a warning, which of them it refuses. ``/metrics``, ``/healthz`` and ``/readyz`` may move to a
+plain-HTTP port of their own, for probes and scrapers that hold no token or client certificate. The embedded
+predictor serves models signed by a trusted key only.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.certificates import KeyPair
 from headroom.contract.topics import KafkaSettings
-from headroom.router.auth import BearerTokens, GrpcBearerAuth, http_guard
+from headroom.router.auth import BearerTokens, GatewayCheck, GrpcBearerAuth, TelemetryTrust, http_guard
 from headroom.router.autoscale_signals import RouterSignals
 from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
+from headroom.router.errors import ConfigError
 from headroom.router.ext_proc import ExtProcServicer
 from headroom.router.http_messages import Routes
 from headroom.router.http_server import HttpServer
@@ -83,6 +87,13 @@ class RouterServer:
         self._tailer: ModelUpdateTailer | None = None
         self._client: PredictorClient | None = None
         self.tokens = BearerTokens.load(s.auth_tokens_file) if s.auth_tokens_file else None
+        self.trust = TelemetryTrust(
+            GatewayCheck(BearerTokens.load(s.gateway_tokens_file, "HEADROOM_ROUTER_GATEWAY_TOKENS_FILE")
+                         if s.gateway_tokens_file else None,
+                         frozenset(name.strip() for name in s.gateway_identities.split(",") if name.strip()),
+                         s.gateway_by_network),
+            authenticated_reports=self.tokens is not None or s.tls.client_ca_file is not None,
+            unauthenticated=s.unauthenticated_telemetry)
         self.metrics = RouterMetrics()
         if predictor is None and s.predictor == "embedded":
             predictor = self._embedded_predictor()
@@ -157,33 +168,11 @@ class RouterServer:
             self.elector.start()
         if self.pods is not None:
             await asyncio.to_thread(self.pods.start)
-        guard = http_guard(self.tokens, self.metrics.unauthenticated.labels("http").inc) if self.tokens else None
-        self.http_port = await self._serve_http(self.proxy.routes(guard), s.http_port, tls=True, listener="http")
-        if s.metrics_port >= 0:
-            self.metrics_port = await self._serve_http(self.proxy.metrics_only(), s.metrics_port, tls=False,
-                                                       listener="metrics")
-        pair = server_pair(s.tls)
-        # a message holds at most a body within the limit and its scheduling inputs (router.limits); a connection
-        # beyond the limit is closed as it opens, one without a call for keepAliveS closed (GOAWAY)
-        grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024),
-                        ("grpc.max_allowed_incoming_connections", s.max_connections),
-                        ("grpc.max_connection_idle_ms", int(s.keep_alive_s * 1000))]
-        if s.pick_port >= 0:
-            interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
-                if self.tokens is not None else []
-            server = grpc.aio.server(interceptors=interceptors, options=grpc_options)
-            router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service), server)
-            self.pick_port = self._bind(server, s.pick_port, pair)
-            await server.start()
-            self._grpc.append(server)
-        if s.ext_proc_port >= 0:
-            ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
-            self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
-            server = grpc.aio.server(options=grpc_options)
-            ep_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.service, s.ext_proc_body_mode), server)
-            self.ext_proc_port = self._bind(server, s.ext_proc_port, ext_proc_pair)
-            await server.start()
-            self._grpc.append(server)
+        try:
+            pair = await self._listen()
+        except ConfigError:  # a port taken: nothing half started is left behind
+            await self.stop(grace_s=0, flush_s=0)
+            raise
         self._tasks = [asyncio.create_task(self.scraper.run(self._stop), name="scraper"),
                        asyncio.create_task(self._background(), name="router-background"),
                        asyncio.create_task(self._autoscale_signals(), name="autoscale-signals")]
@@ -191,22 +180,76 @@ class RouterServer:
                  self.http_port, " (TLS)" if pair else "", self.pick_port, self.ext_proc_port,
                  "TLS" if self.ext_proc_certificate else "plaintext",
                  self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
+        for warning in self.trust.warnings(s.pick_port >= 0, s.ext_proc_port >= 0):
+            log.warning("%s", warning)
 
-    async def _serve_http(self, routes: Routes, port: int, *, tls: bool, listener: str) -> int:
+    async def _listen(self) -> KeyPair | None:
+        """Bind and start every listener; returns the listeners' certificate. A port that cannot be bound is a
+        :class:`ConfigError` naming its setting."""
+        s = self.config.settings
+        guard = http_guard(self.tokens, self.metrics.unauthenticated.labels("http").inc) if self.tokens else None
+        self.http_port = await self._serve_http(self.proxy.routes(guard), s.http_port, "HEADROOM_ROUTER_HTTP_PORT",
+                                                tls=True, listener="http")
+        if s.metrics_port >= 0:
+            self.metrics_port = await self._serve_http(self.proxy.metrics_only(), s.metrics_port,
+                                                       "HEADROOM_ROUTER_METRICS_PORT", tls=False, listener="metrics")
+        pair = server_pair(s.tls)
+        # a message holds at most a body within the limit and its scheduling inputs (router.limits); a connection
+        # beyond the limit is closed as it opens, one without a call for keepAliveS closed (GOAWAY); a port another
+        # process holds is refused, not shared (gRPC would otherwise bind it with SO_REUSEPORT)
+        grpc_options = [("grpc.max_receive_message_length", s.max_body_bytes + 1024 * 1024),
+                        ("grpc.max_allowed_incoming_connections", s.max_connections),
+                        ("grpc.max_connection_idle_ms", int(s.keep_alive_s * 1000)), ("grpc.so_reuseport", 0)]
+        if s.pick_port >= 0:
+            interceptors = [GrpcBearerAuth(self.tokens, self.metrics.unauthenticated.labels("pick").inc)] \
+                if self.tokens is not None else []
+            server = grpc.aio.server(interceptors=interceptors, options=grpc_options)
+            router_pb2_grpc.add_RouterServicer_to_server(PickServicer(self.service, reports=self.trust.reports),
+                                                         server)
+            self.pick_port = self._bind(server, s.pick_port, "HEADROOM_ROUTER_PICK_PORT", pair)
+            await server.start()
+            self._grpc.append(server)
+        if s.ext_proc_port >= 0:
+            ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
+            self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
+            server = grpc.aio.server(options=grpc_options)
+            ep_grpc.add_ExternalProcessorServicer_to_server(
+                ExtProcServicer(self.service, s.ext_proc_body_mode, self.trust), server)
+            self.ext_proc_port = self._bind(server, s.ext_proc_port, "HEADROOM_ROUTER_EXT_PROC_PORT", ext_proc_pair)
+            await server.start()
+            self._grpc.append(server)
+        return pair
+
+    async def _serve_http(self, routes: Routes, port: int, setting: str, *, tls: bool, listener: str) -> int:
         """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
         s = self.config.settings
         server = HttpServer(routes, s.max_body_bytes, s.keep_alive_s, max_head_bytes=s.max_head_bytes,
                             max_headers=s.max_headers, request_s=s.request_arrival_s, max_connections=s.max_connections,
                             on_refused=self.metrics.connections_refused.labels(listener).inc)
+        try:
+            bound = await server.start(s.host, port, ssl_server_context(s.tls) if tls else None)
+        except OSError as err:
+            raise ConfigError(f"cannot listen on {s.host}:{port} ({setting}): {err.strerror or err}") from err
         self._http.append(server)
-        return await server.start(s.host, port, ssl_server_context(s.tls) if tls else None)
+        return bound
 
-    def _bind(self, server: grpc.aio.Server, port: int, pair: KeyPair | None) -> int:
-        address = f"{self.config.settings.host}:{port}"
-        if pair is None:
-            bound: int = server.add_insecure_port(address)
-        else:
-            bound = server.add_secure_port(address, grpc_server_credentials(pair, self.config.settings.tls))
+    def _bind(self, server: grpc.aio.Server, port: int, setting: str, pair: KeyPair | None) -> int:
+        host = self.config.settings.host
+        address = f"{host}:{port}"
+        if port:  # a taken port said plainly, before grpc tries it (and writes its own lines to stderr)
+            try:
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                socket.create_server((host.strip("[]"), port), family=family).close()
+            except OSError as err:
+                raise ConfigError(f"cannot listen on {address} ({setting}): {err.strerror or err}") from err
+        try:
+            if pair is None:
+                bound: int = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, grpc_server_credentials(pair, self.config.settings.tls))
+        except RuntimeError as err:  # grpc says no more than that it failed
+            raise ConfigError(f"cannot listen on {address} ({setting}): the port is taken, or the address is not "
+                              "this machine's") from err
         return bound
 
     async def _autoscale_signals(self) -> None:

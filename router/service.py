@@ -145,18 +145,20 @@ class RouterService:
                     until - self.monotonic(), reason)
         return replace(dispatch, ejections=dispatch.ejections + 1)
 
-    def complete(self, dispatch: Dispatch, completion: Completion, measured: bool = True) -> TelemetryRecord | None:
+    def complete(self, dispatch: Dispatch, completion: Completion, measured: bool = True, *,
+                 trusted: bool = True) -> TelemetryRecord | None:
         """Finish a request that got a response; returns the telemetry record sent (None if unusable, sampled
-        out, or not ``measured``: a request scheduled without its body, whose prompt is unknown)."""
+        out, not ``measured``: a request scheduled without its body, whose prompt is unknown, or not ``trusted``:
+        measured by a caller that was not authenticated, :class:`~router.auth.TelemetryTrust`)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
         self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
-        if prediction is not None:
+        if prediction is not None and trusted:  # a caller's own say on latencies teaches the router nothing
             self._learn(dispatch, prediction, completion)
-        if not measured:
-            self.metrics.telemetry.labels("no_body").inc()
+        if not measured or not trusted:
+            self.metrics.telemetry.labels("no_body" if not measured else "unauthenticated").inc()
             return None
         record = self._record(dispatch, completion)
         if record is not None and self.sampler is not None:

@@ -56,6 +56,7 @@ class KafkaTelemetry:
         self.counts = TelemetryCounts()
         self._dropped_log = ThrottledLog(log, interval_s=10.0)
         self._failed_log = ThrottledLog(log, interval_s=10.0)
+        self._error_log = ThrottledLog(log, interval_s=60.0)  # librdkafka reports an unreachable broker again and again
         self._producer = producer(kafka, {
             "client.id": client_id,
             "enable.idempotence": True,
@@ -98,4 +99,5 @@ class KafkaTelemetry:
             self._failed_log.event(logging.WARNING, "telemetry record not delivered to %s: %s", self.topic, err)
 
     def _on_error(self, err: KafkaError) -> None:
-        log.info("telemetry producer: %s", err)
+        self._error_log.event(logging.INFO if err.code() == KafkaError._TRANSPORT else logging.WARNING,
+                              "telemetry producer: %s", err)

@@ -10,7 +10,8 @@ partitions it owns (:mod:`streams.ownership`). A worker with an instance id is a
 restarted, it takes its partitions back without a rebalance. Invalid records go to the dead-letter topic in the
 same transactions (:func:`streams.dead_letters.letter_of`: bounded, with the reason, the source, the original's
 size and checksum; a letter the topic refuses for its size is written again without the original's bytes); a
-drift detection wakes the retrainer.
+drift detection wakes the retrainer. Beside them, the model guard (:mod:`streams.model_guard`) puts a model's
+newest version back on ``model-updates`` when anything else lands under its key.
 
 Faust's own clients (the group's consumer and assignor) authenticate as the
 worker's other Kafka clients do: :func:`headroom.kafka_auth.faust_credentials`.
@@ -44,6 +45,7 @@ from headroom.streams import metrics
 from headroom.streams.consume import Entries, IngestLoop, Letters
 from headroom.streams.dead_letters import Letter, letter_of, refused_for_size, without_original
 from headroom.streams.ingest import Ingestor, build_ingestor
+from headroom.streams.model_guard import ModelGuard
 from headroom.streams.ownership import FencedPublisher, Message, PartitionOwnership
 from headroom.streams.reader import TelemetryReader
 from headroom.streams.retrain import Retrainer
@@ -99,7 +101,9 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
 
     ingestor = build_ingestor(settings)
     ownership = PartitionOwnership(kafka, settings.app_id)
-    retrainer = Retrainer(ingestor, live, FencedPublisher(ownership, kafka, key), settings)
+    publisher = FencedPublisher(ownership, kafka, key)
+    retrainer = Retrainer(ingestor, live, publisher, settings)
+    guard = ModelGuard(kafka, trust, live, publisher)
     held: set[int] = set()  # partitions owned now
     previously: set[int] = set()  # partitions owned before the latest revocation
 
@@ -178,7 +182,11 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
             log.info("released telemetry partitions %s", sorted(held))
             held.clear()
 
-    app.before_leaving = give_up
+    async def leave() -> None:
+        await give_up()
+        await asyncio.to_thread(guard.stop)
+
+    app.before_leaving = leave
 
     @app.task
     async def ingest() -> None:
@@ -190,6 +198,10 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     @app.task
     async def retrain() -> None:
         await retrainer.run()
+
+    @app.task
+    async def keep_models() -> None:
+        guard.start()  # a thread of its own (streams.model_guard), stopped before the worker leaves
 
     return Topology(app=app, ingestor=ingestor, retrainer=retrainer, loop=loop, ownership=ownership)
 

@@ -61,6 +61,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from confluent_kafka import KafkaException
     from prometheus_client import start_http_server
 
+    from headroom.kafka_clients import why
     from headroom.localkafka.admin import ensure_topics, partition_count
     from headroom.model_topic import read_latest
     from headroom.streams.app import create_topology
@@ -68,6 +69,9 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from headroom.trainer.live import LiveModels
 
     key, trust = signing_from(signing)
+    if settings.trees > trust.bounds.max_trees:
+        raise CommandError(f"HEADROOM_TRAIN_TREES={settings.trees} is over HEADROOM_MODEL_MAX_TREES="
+                           f"{trust.bounds.max_trees}: prediction servers and routers would reject every model")
     if key is None:
         print("HEADROOM_MODEL_ALLOW_UNSIGNED: publishing UNSIGNED models; readers that require signatures will "
               "reject them", flush=True)
@@ -77,7 +81,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
         ensure_topics(kafka, [state_spec(settings.app_id, partitions)])
         latest, rejected = read_latest(kafka, trust)
     except (KafkaException, TimeoutError) as err:
-        raise CommandError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err
+        raise CommandError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {why(err)}") from err
     if partitions != kafka.telemetry_partitions:
         print(f"{kafka.telemetry_topic!r} has {partitions} partitions (settings say {kafka.telemetry_partitions}); "
               f"the window table follows the topic", flush=True)

@@ -26,6 +26,8 @@ REJECTIONS = Counter("headroom_model_rejections", "Candidates the promotion gate
                      ["pool_key", "target", "objective"])
 PUBLISH_FENCED = Counter("headroom_model_publish_fenced", "Promoted candidates not published: the pool's home "
                          "partition belongs to another worker now.", ["pool_key", "target", "objective"])
+MODEL_REPAIRS = Counter("headroom_model_repairs", "Newest model versions published again because something else "
+                        "was the last message under their key, by what it was.", ["reason"])
 TRAINING_FAILURES = Counter("headroom_training_failures", "Training rounds that raised.", ["pool_key", "target"])
 MODEL_VERSION = Gauge("headroom_model_version", "Live model version.", ["pool_key", "target", "objective"])
 MODEL_HOLDOUT_MAPE = Gauge("headroom_model_holdout_mape", "Holdout MAPE of the version promoted last (0.1 = 10%).",

@@ -31,7 +31,7 @@ from headroom.contract.model_update import ModelUpdate
 from headroom.contract.partitions import home_partition
 from headroom.contract.signing import SigningKey
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
-from headroom.kafka_clients import producer
+from headroom.kafka_clients import librdkafka_logger, producer
 from headroom.trainer.publish import PublishError, PublishFenced, update_message
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,8 @@ class PartitionOwnership:
         self._kafka = kafka
         self._app_id = app_id
         self._timeout_s = timeout_s
-        self._options = {"message.max.bytes": MODEL_MESSAGE_MAX_BYTES, "linger.ms": 0, "logger": log,
+        self._options = {"message.max.bytes": MODEL_MESSAGE_MAX_BYTES, "linger.ms": 0,
+                         "logger": librdkafka_logger(__name__),
                          "transaction.timeout.ms": int(transaction_timeout_s * 1000)}
         self._fenced: dict[int, Producer] = {}  # taken over, not yet written for
         self._producers: dict[int, Producer] = {}  # owned: written for

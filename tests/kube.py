@@ -21,9 +21,11 @@ from headroom.benchmarks.kube_api import kube_api as running_kube_api
 __all__ = ["ROOT", "TOKENS", "USERS", "KubeApi", "build_tool"]
 
 TOKENS = {"admin": ADMIN_TOKEN}
-# Users the API server knows by a static token: the router's service account in the namespace of the tests.
+# Users the API server knows by a static token: the router's service account in the namespaces of the tests.
 USERS = {"router": ("system:serviceaccount:discovery:headroom-router",
-                    "system:serviceaccounts,system:serviceaccounts:discovery")}
+                    "system:serviceaccounts,system:serviceaccounts:discovery"),
+         "chart-probes": ("system:serviceaccount:probes:headroom-router",
+                          "system:serviceaccounts,system:serviceaccounts:probes")}
 
 
 @pytest.fixture(scope="session")

@@ -76,13 +76,14 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from headroom.kafka_clients import why
     from headroom.model_topic import read_latest
 
     kafka, trust = _settings(args)
     try:
         latest, rejected = read_latest(kafka, trust)
     except (KafkaException, TimeoutError) as err:
-        raise CommandError(f"cannot read {kafka.model_topic!r} at {kafka.bootstrap_servers}: {err}") from err
+        raise CommandError(f"cannot read {kafka.model_topic!r} at {kafka.bootstrap_servers}: {why(err)}") from err
     table = Table(title=f"latest model versions on {kafka.model_topic}")
     for column in ("model", "version", "signed by", "created (UTC)", "train+holdout rows", "MAE ms", "MAPE",
                    "coverage", "drift"):
@@ -112,6 +113,7 @@ def _coverage(update: ModelUpdate) -> str:
 def run_tail(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
+    from headroom.kafka_clients import why
     from headroom.model_topic import tail
 
     kafka, trust = _settings(args)
@@ -126,7 +128,7 @@ def run_tail(args: argparse.Namespace) -> int:
             if args.count is not None and seen >= args.count:
                 break
     except KafkaException as err:
-        raise CommandError(f"cannot tail {kafka.model_topic!r} at {kafka.bootstrap_servers}: {err}") from err
+        raise CommandError(f"cannot tail {kafka.model_topic!r} at {kafka.bootstrap_servers}: {why(err)}") from err
     return 0
 
 
@@ -144,13 +146,14 @@ def run_keygen(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
+    from headroom.kafka_clients import why
     from headroom.model_files import export_latest
 
     kafka, trust = _settings(args)
     try:
         written = export_latest(kafka, trust, args.folder, timeout_s=args.timeout)
     except (KafkaException, OSError, TimeoutError) as err:
-        raise CommandError(f"cannot export the models of {kafka.model_topic!r} to {args.folder}: {err}") from err
+        raise CommandError(f"cannot export the models of {kafka.model_topic!r} to {args.folder}: {why(err)}") from err
     for path, update in sorted(written, key=lambda item: item[1].key):
         print(f"{update.key} v{update.version} -> {path}")
     print(f"{len(written)} model files in {args.folder}")

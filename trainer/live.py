@@ -58,7 +58,11 @@ class LiveModels:
         return True
 
     def get(self, pool_key: str, target: str, objective: str) -> LiveModel | None:
-        return self._models.get(model_key(pool_key, target, objective))
+        return self.held(model_key(pool_key, target, objective))
+
+    def held(self, key: str) -> LiveModel | None:
+        """The live model of a model key (:func:`contract.model_update.model_key`)."""
+        return self._models.get(key)
 
     def next_version(self, pool_key: str, target: str, objective: str) -> int:
         held = self.get(pool_key, target, objective)

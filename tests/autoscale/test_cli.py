@@ -216,3 +216,14 @@ def test_recommend_says_when_the_trace_never_exercised_scaling(tmp_path: Path, c
     out = capsys.readouterr().out
     assert "never exercised scaling" in out and "--speedup" in out
     assert not (tmp_path / "rec" / "hpa.yaml").exists()
+
+
+@needs_traces
+def test_recommend_says_why_nothing_meets_the_slo_at_once(tmp_path: Path, capsys) -> None:
+    args = ["autoscale", "recommend", "--trace", str(AZURE), "--limit", "3000", "--speedup", "20",
+            "--slo-ttft-p99-ms", "50", "--max-replicas", "2", "--no-router-signals", "--out", str(tmp_path / "rec")]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "no configuration met the SLO: even 2 fixed servers (--max-replicas) miss it" in out
+    assert "closed-loop runs: 1 of" not in out  # no autoscaler was tried: none could meet it
+    assert "raise --max-replicas" in (tmp_path / "rec" / "report.md").read_text()

@@ -3,6 +3,8 @@ written files replay to the very figures it reported."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -174,3 +176,57 @@ def test_written_keda_scaled_object_is_what_keda_documents(tmp_path) -> None:
     assert auth["spec"]["podIdentity"]["provider"] == "gcp"
     assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 9)
     assert "podmonitoring.yaml" in files
+
+
+def test_the_written_autoscaler_carries_the_state_its_figures_start_from(vllm_recommendation, tmp_path) -> None:
+    """Replayed from the written file alone (no --initial-replicas) the figures are the reported ones; the file
+    says how many replicas they start from, and what applying it to minReplicas costs is measured too."""
+    result = vllm_recommendation
+    best, warm = result.best, result.warm_replicas
+    assert warm > 1 and best.candidate.spec.initial_replicas == warm  # the burst needs more than one at the start
+    written = bundle(best.candidate.autoscaler, best.candidate.signal, Pipeline.GMP, Workload())["hpa.yaml"]
+    assert yaml.safe_load(written)["metadata"]["annotations"] == {"autoscaling.headroom.dev/initial-replicas": str(warm)}
+    unprimed = replace(result.settings, initial_replicas=None)  # what `simulate --hpa hpa.yaml` runs with
+    replay = run_closed_loop(load_autoscaler(written), burst_trace(), unprimed)
+    assert (replay.replica_hours, replay.ttft_quantile(0.99), replay.ttft_attainment(2000.0)) == (
+        best.replica_hours, best.ttft_p99_ms, best.attainment)
+    cold = run_closed_loop(load_autoscaler(written), burst_trace(), replace(unprimed, initial_replicas=1))
+    assert (cold.ttft_attainment(2000.0), cold.ttft_quantile(0.99)) == (result.cold.attainment,
+                                                                       result.cold.ttft_p99_ms)
+    assert result.cold.attainment < best.attainment  # applied to one replica, the first burst is missed
+    assert "slow-load" not in {t.code for t in result.traps}  # measured in the figures, not advice against them
+
+
+def test_a_trace_the_minimum_pool_carries_is_answered_without_a_search() -> None:
+    quiet = [SimRequest(f"q{i}", i / 2.0, 800, 80) for i in range(700)]
+    result = recommend(quiet, Goal(Slo(2000.0), 1, 6, router_signals=False), SETTINGS)
+    assert result.evaluations == () and not result.exercised
+    assert result.fixed is not None and result.fixed.replicas == 1 and result.fixed.meets
+
+
+def test_when_even_the_largest_pool_misses_the_slo_no_search_is_run() -> None:
+    result = recommend(burst_trace(), Goal(Slo(50.0), 1, 2, router_signals=False), SETTINGS)
+    assert result.evaluations == () and result.best is None
+    assert result.ceiling is not None and result.ceiling.replicas == 2 and not result.ceiling.meets
+
+
+def test_the_ranking_table_never_cuts_a_signal_name(vllm_recommendation) -> None:
+    from rich.console import Console
+
+    from headroom.autoscale.cli_runs import ranking_table
+
+    console = Console(width=80, record=True)
+    console.print(ranking_table(vllm_recommendation, SETTINGS))
+    text = console.export_text()
+    assert "vllm:num_requests_waiting" in text and "vllm:num_requests_running" in text and "…" not in text
+
+
+def test_a_scaled_object_still_asking_the_example_project_is_flagged() -> None:
+    goal = Goal(Slo(1000.0), 2, 9, Pipeline.KEDA, Workload("vllm", "llm"))
+    files = bundle(make_autoscaler(Signal.QUEUE_SIZE, 4.5, KUBERNETES_DEFAULT, goal), Signal.QUEUE_SIZE,
+                   Pipeline.KEDA, goal.workload)
+    traps = find_traps(load_autoscaler(files["scaledobject.yaml"]))
+    assert [t.code for t in traps if t.code == "placeholder"] == ["placeholder"]
+    mine = bundle(make_autoscaler(Signal.QUEUE_SIZE, 4.5, KUBERNETES_DEFAULT, goal), Signal.QUEUE_SIZE,
+                  Pipeline.KEDA, replace(goal.workload, prometheus_url="http://prometheus.monitoring:9090"))
+    assert "placeholder" not in {t.code for t in find_traps(load_autoscaler(mine["scaledobject.yaml"]))}

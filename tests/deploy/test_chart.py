@@ -32,7 +32,7 @@ SETTINGS_ENV = {env for cls in (KafkaSettings, BrokerSettings, RouterSettings, P
 RECOMMENDED_HPA = """
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
-metadata: {name: model-server, namespace: llm}
+metadata: {name: model-server, namespace: llm, annotations: {autoscaling.headroom.dev/initial-replicas: "3"}}
 spec:
   scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: model-server}
   minReplicas: 2
@@ -62,7 +62,11 @@ def secure_values(tmp_path_factory) -> list[str]:
                   "security": {"protocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-512"}},
         "tls": {"secret": "headroom-tls", "requireClientCert": True},
         "router": {"replicas": 2, "predictor": "remote", "authTokensSecret": "router-tokens",
+                   "gateway": {"trust": "mtls", "identities": ["gateway.llm.svc", "spiffe://cluster.local/ns/gw/sa/envoy"]},
                    "settings": {"autoscaleTTFTSLOMs": 500.0}, "scheduling": scheduling},
+        "networkPolicy": {"clientSources": [{"namespaceSelector": {"matchLabels": {"team": "inference"}}}],
+                          "metricsSources": [{"namespaceSelector": {"matchLabels": {
+                              "kubernetes.io/metadata.name": "gmp-system"}}}]},
         "predictor": {"replicas": 4},
         "worker": {"replicas": 4},
         "inferencePool": {"modelServers": {"poolLabel": "headroom.dev/pool", "metricsPort": 9400}},
@@ -79,6 +83,10 @@ PLAINTEXT = ["--set", "kafka.security.protocol=PLAINTEXT", "--set", "kafka.boots
              "--set", "modelSigning.signingKeySecret.name=", "--set", "inferencePool.enabled=false",
              "--set", "router.servers[0].id=vllm-0", "--set", "router.servers[0].address=10.0.0.7:8000"]
 LEADER = ["--set", "router.leaderElection=true", "--set", "router.replicas=2"]
+NETWORK = ["--set", "router.gateway.trust=network", "--set", "router.authTokensSecret=",
+           "--set", "tls.secret=headroom-tls", "--set", "tls.requireClientCert=true",
+           "--set-json", 'networkPolicy.gatewaySources=[{"ipBlock": {"cidr": "10.129.0.0/23"}}]']
+LOCAL = ["--set", "security.insecureLocal=true", "--set", "router.leaderElection=true"]
 OAUTH = ["--set", "kafka.security.protocol=SASL_SSL", "--set", "kafka.security.saslMechanism=OAUTHBEARER",
          "--set", "kafka.security.oauthTokenProvider=mytokens:google_token", "--set", "kafka.security.caSecret.name="]
 
@@ -86,17 +94,21 @@ OAUTH = ["--set", "kafka.security.protocol=SASL_SSL", "--set", "kafka.security.s
 @pytest.fixture(scope="module")
 def variants(helm, secure_values) -> dict[str, list[dict]]:
     return {"default": render(helm), "secure": render(helm, *secure_values), "plaintext": render(helm, *PLAINTEXT),
-            "oauth": render(helm, *OAUTH), "leader": render(helm, *LEADER)}
+            "oauth": render(helm, *OAUTH), "leader": render(helm, *LEADER), "network": render(helm, *NETWORK),
+            "local": render(helm, *LOCAL)}
+
+
+VARIANTS = ["default", "secure", "plaintext", "oauth", "leader", "network", "local"]
 
 
 def test_lint(helm, secure_values):
-    for args in ([], secure_values, PLAINTEXT):
+    for args in ([], secure_values, PLAINTEXT, NETWORK, LOCAL):
         done = subprocess.run([str(helm), "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *args],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_every_object_validates(variants, variant):
     objects = variants[variant]
     unchecked = []
@@ -145,14 +157,14 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
     return matches[0]
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_environment_names_are_settings_the_code_reads_or_the_agreed_security_ones(variants, variant):
     for component, (_, container) in containers(variants[variant]).items():
         names = {e["name"] for e in container["env"]}
         assert names - SETTINGS_ENV == set(), component
 
 
-@pytest.mark.parametrize("variant", ["default", "secure", "plaintext", "oauth", "leader"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_every_file_an_environment_variable_names_is_mounted_from_a_volume_of_the_pod(variants, variant):
     for component, (pod, container) in containers(variants[variant]).items():
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -177,6 +189,14 @@ def test_security_settings_come_from_secrets(variants):
     assert secrets["tls"] == "headroom-tls" and secrets["auth"] == "router-tokens"
     assert secrets["trusted-keys"] == "headroom-model-trusted-keys"
     assert {"HEADROOM_TLS_CLIENT_CA_FILE", "HEADROOM_PREDICTOR_TLS_CERT_FILE", "HEADROOM_ROUTER_AUTH_TOKENS_FILE"} <= set(env)
+    assert env["HEADROOM_ROUTER_GATEWAY_IDENTITIES"]["value"] == \
+        "gateway.llm.svc,spiffe://cluster.local/ns/gw/sa/envoy"  # trust: mtls
+    default_pod, default_router = containers(variants["default"])["router"]
+    default_env = {e["name"]: e.get("value") for e in default_router["env"]}
+    assert default_env["HEADROOM_ROUTER_AUTH_TOKENS_FILE"] == "/etc/headroom/auth/tokens"
+    assert default_env["HEADROOM_ROUTER_GATEWAY_TOKENS_FILE"] == "/etc/headroom/gateway/tokens"
+    assert {v["name"]: v.get("secret", {}).get("secretName") for v in default_pod["volumes"]}["gateway-auth"] == \
+        "headroom-gateway-tokens"
     worker_pod, worker = pods["worker"]
     assert {e["name"]: e.get("value") for e in worker["env"]}["HEADROOM_MODEL_SIGNING_KEY_FILE"] == \
         "/etc/headroom/signing/signing-key.pem"
@@ -195,8 +215,8 @@ def test_the_router_config_loads_and_matches_the_pool_and_the_ports(variants, va
     _, router = containers(objects)["router"]
     ports = {p["name"]: p["containerPort"] for p in router["ports"]}
     s = config.settings
-    assert (s.http_port, s.pick_port, s.ext_proc_port, s.host) == (ports["http"], ports["pick"], ports["ext-proc"],
-                                                                   "0.0.0.0")
+    assert (s.http_port, s.pick_port, s.ext_proc_port, s.metrics_port, s.host) == (
+        ports["http"], ports["pick"], ports["ext-proc"], ports["health"], "0.0.0.0")
     if variant == "plaintext":
         assert config.pods is None and [spec.address for spec in config.servers] == ["10.0.0.7:8000"]
         assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding", "InferencePool")]
@@ -236,19 +256,19 @@ def test_the_inference_pool_points_at_the_routers_ext_proc_port_and_the_route_at
                                                             "kind": "InferencePool", "name": pool["metadata"]["name"]}
 
 
-@pytest.mark.parametrize("variant", ["default", "secure"])
-def test_probes_check_ports_the_containers_declare(variants, variant):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_probes_are_plain_http_on_ports_the_containers_declare(variants, variant):
     for component, (_, container) in containers(variants[variant]).items():
         names = {p["name"] for p in container["ports"]}
-        numbers = {p["containerPort"] for p in container["ports"]}
         for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
             probe = container[kind]
             [(how, target)] = [(k, v) for k, v in probe.items() if k in ("httpGet", "grpc", "tcpSocket")]
-            assert target["port"] in names | numbers, f"{component} {kind}"
-    predictor = containers(variants["default"])["predictor"][1]
-    assert predictor["readinessProbe"]["grpc"] == {"port": 50061}  # the gRPC health service: SERVING once models are live
-    assert containers(variants["default"])["router"][1]["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert "tcpSocket" in containers(variants["secure"])["predictor"][1]["readinessProbe"]  # kubelet speaks no TLS
+            assert how == "httpGet" and target.get("scheme", "HTTP") == "HTTP", f"{component} {kind}"
+            assert target["port"] in names and target["port"] != "http", f"{component} {kind}"  # never the proxy
+    router = containers(variants[variant])["router"][1]
+    predictor = containers(variants[variant])["predictor"][1]
+    assert router["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert predictor["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}  # once models are live
 
 
 @pytest.mark.parametrize("args, message", [
@@ -263,11 +283,19 @@ def test_probes_check_ports_the_containers_declare(variants, variant):
      "oauthTokenProvider"),
     (["--set", "modelSigning.trustedKeysSecret="], "could verify no model update"),
     (["--set", "tls.requireClientCert=true"], "tls.requireClientCert needs tls.secret"),
-    (["--set", "router.leaderElection=true", "--set", "tls.secret=t", "--set", "tls.requireClientCert=true"],
-     "router.leaderElection needs the kubelet to read /readyz"),
+    (["--set", "router.authTokensSecret="], "anyone who reaches the router could use its proxy and Pick API"),
+    (["--set", "router.gateway.tokensSecret="], "router.gateway.tokensSecret is empty"),
+    (["--set", "router.gateway.trust=mtls", "--set", "tls.secret=t", "--set", "tls.requireClientCert=true"],
+     "router.gateway.trust is mtls: it needs tls.requireClientCert and router.gateway.identities"),
+    (["--set", "router.gateway.trust=network"], "router.gateway.trust is network: it needs networkPolicy.enabled and"),
+    (["--set", "router.gateway.trust=anyone"], "router.gateway.trust must be one of token, mtls, network"),
+    (["--set", "security.insecureLocal=true", "--set", "gateway.enabled=true"], "never behind the load balancer"),
+    (["--set", "inferencePool.appProtocol=h2"], "inferencePool.appProtocol must be http or kubernetes.io/h2c"),
 ], ids=["more workers than partitions", "more workers than raised partitions", "unknown protocol",
         "remote without predictors", "hpa without recommendation", "recommendation not an hpa",
-        "oauth without provider", "unverifiable models", "mtls without certificate", "leader election behind mtls"])
+        "oauth without provider", "unverifiable models", "mtls without certificate", "no client authentication",
+        "gateway token without secret", "gateway mtls without identities", "gateway network without sources",
+        "unknown gateway trust", "insecure local behind a gateway", "unknown app protocol"])
 def test_values_that_would_break_the_deployment_fail_rendering(helm, args, message):
     with pytest.raises(RenderError, match=message.replace("(", r"\(").replace(")", r"\)")):
         render(helm, *args)
@@ -287,7 +315,53 @@ def test_the_model_servers_hpa_is_the_recommended_one_aimed_at_the_target(varian
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "model-server"}
     for key in ("minReplicas", "maxReplicas", "metrics", "behavior"):
         assert hpa["spec"][key] == recommended[key]
+    assert hpa["metadata"]["annotations"] == {"autoscaling.headroom.dev/initial-replicas": "3"}  # where it starts
     assert not [o for o in variants["default"] if o["kind"] == "HorizontalPodAutoscaler"]
+
+
+def test_the_hpa_scales_the_deployment_the_recommendation_was_made_for(helm, secure_values):
+    """Left unnamed, the target is the recommendation's; named otherwise, or in another namespace, rendering fails
+    (the recommendation's PodMonitoring selects that Deployment's pods, in its namespace)."""
+    unnamed = render(helm, *secure_values, "--set", "autoscaling.modelServers.target.name=")
+    assert find(unnamed, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == "model-server"
+    with pytest.raises(RenderError, match='target.name is "vllm-llama3" but the recommendation was made for the '
+                                          'Deployment "model-server"'):
+        render(helm, *secure_values, "--set", "autoscaling.modelServers.target.name=vllm-llama3")
+    with pytest.raises(RenderError, match='the recommendation was made for namespace "llm", the release is in "prod"'):
+        render(helm, *secure_values, namespace="prod")
+
+
+def test_the_inference_pool_leaves_app_protocol_out_unless_asked(variants, helm):
+    assert "appProtocol" not in find(variants["default"], "InferencePool")["spec"]  # CRDs before v1.4.0 lack it
+    h2c = render(helm, "--set", "inferencePool.appProtocol=kubernetes.io/h2c")
+    assert find(h2c, "InferencePool")["spec"]["appProtocol"] == "kubernetes.io/h2c"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_network_policies_admit_each_pod_only_the_ports_it_serves(variants, variant):
+    objects = variants[variant]
+    policies = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o for o in objects
+                if o["kind"] == "NetworkPolicy"}
+    if variant == "local":  # the opt-out: no policy at all, and the router takes telemetry from anyone
+        _, router = containers(objects)["router"]
+        env = {e["name"]: e.get("value") for e in router["env"]}
+        assert policies == {} and env["HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY"] == "true"
+        assert not {"HEADROOM_ROUTER_AUTH_TOKENS_FILE", "HEADROOM_ROUTER_GATEWAY_TOKENS_FILE"} & set(env)
+        return
+    assert set(policies) == set(containers(objects))
+    for component, (_, container) in containers(objects).items():
+        spec = policies[component]["spec"]
+        assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+        assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        admitted = {port["port"] for rule in spec["ingress"] for port in rule["ports"]}
+        assert admitted == {p["name"] for p in container["ports"]}
+    [grpc] = [r for r in policies["predictor"]["spec"]["ingress"] if r["ports"][0]["port"] == "grpc"]
+    assert grpc["from"] == [{"podSelector": {"matchLabels": policies["router"]["spec"]["podSelector"]["matchLabels"]}}]
+    ext_proc = [r for r in policies["router"]["spec"]["ingress"] if r["ports"][0]["port"] == "ext-proc"][0]
+    if variant == "network":
+        assert ext_proc["from"] == [{"ipBlock": {"cidr": "10.129.0.0/23"}}]
+        _, router = containers(objects)["router"]
+        assert {e["name"]: e.get("value") for e in router["env"]}["HEADROOM_ROUTER_GATEWAY_BY_NETWORK"] == "true"
 
 
 def test_monitoring_scrapes_a_port_every_selected_pod_declares(variants):
@@ -298,7 +372,9 @@ def test_monitoring_scrapes_a_port_every_selected_pod_declares(variants):
         assert {m["metadata"]["labels"]["app.kubernetes.io/component"] for m in monitors} == set(pods)
         for monitor in monitors:
             _, container = pods[monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]]
-            assert monitor["spec"]["endpoints"][0]["port"] in ports_of(container)
+            endpoint = monitor["spec"]["endpoints"][0]
+            assert endpoint["port"] in ports_of(container) and endpoint["scheme"] == "http"
+            assert endpoint["port"] == container["readinessProbe"]["httpGet"]["port"]  # the plain health port
     for monitor in [o for o in objects if o["kind"] == "ServiceMonitor"]:
         component = monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
         services = [o for o in objects if o["kind"] == "Service"

@@ -5,6 +5,8 @@ outside the checkout so that no source folder can stand in for the installed pac
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
 import tomllib
@@ -88,3 +90,59 @@ def test_make_demo_on_a_clone_without_the_traces_fails_before_setting_anything_u
     assert done.returncode != 0
     assert f"missing trace file(s) in {tmp_path / 'none'}" in done.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def documented_commands() -> set[tuple[str, ...]]:
+    """Every ``headroom GROUP [COMMAND]`` the README and docs/ show as code (in backticks, fenced or indented
+    blocks), checked against the real parser: code naming a command that does not exist fails here."""
+    from headroom.cli.main import build_parser
+
+    def choices(parser) -> dict:
+        actions = parser._subparsers._group_actions if parser._subparsers else []
+        return {name: sub for action in actions for name, sub in action.choices.items()}
+
+    groups = choices(build_parser())
+    named = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        code = re.findall(r"```[^\n]*\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
+        code += [line for line in text.splitlines() if line.startswith("    ")]
+        commands_shown = "\n".join(line.split(" #")[0] for snippet in code for line in snippet.splitlines())
+        for group, command in re.findall(r"\bheadroom ([a-z][a-z-]*)(?=\s|$)(?: ([a-z][a-z-]*)(?=\s|$))?", commands_shown):
+            assert group in groups, f"{page.name} shows `headroom {group}`, which is not a command"
+            commands = choices(groups[group])
+            assert not commands or not command or command in commands, \
+                f"{page.name} shows `headroom {group} {command}`, which is not a command"
+            named.add((group, command) if commands and command else (group,))
+    return named
+
+
+def test_every_command_the_docs_name_runs_from_the_installed_package(installed, tmp_path):
+    commands = documented_commands()
+    assert {("autoscale", "check"), ("router", "serve"), ("worker", "start"), ("models", "list")} <= commands
+    failed = {" ".join(c): done.stderr[-500:] for c in sorted(commands)
+              if (done := run(installed, *c, "--help", cwd=tmp_path)).returncode != 0}
+    assert failed == {}
+
+
+def test_the_documented_offline_commands_do_their_work_from_the_installed_package(installed, tmp_path):
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: vllm}\nspec:\n"
+                   "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: vllm}\n  maxReplicas: 8\n"
+                   "  metrics:\n  - type: Pods\n    pods:\n      metric: {name: 'vllm:num_requests_waiting'}\n"
+                   "      target: {type: AverageValue, averageValue: '5'}\n")
+    check = run(installed, "autoscale", "check", "--hpa", str(hpa), "--kubernetes-version", "1.33", cwd=tmp_path)
+    assert check.returncode == 0 and "schema: valid autoscaling/v2 HorizontalPodAutoscaler" in check.stdout, \
+        check.stderr
+    decide = run(installed, "autoscale", "decide", "--hpa", str(hpa), "--replicas", "4",
+                 "--metric", "vllm:num_requests_waiting=1,1,1,1", cwd=tmp_path)
+    assert decide.returncode == 0, decide.stderr
+    keygen = run(installed, "models", "keygen", "--out", str(tmp_path / "keys"), cwd=tmp_path)
+    assert keygen.returncode == 0 and any((tmp_path / "keys").glob("*.pub")), keygen.stderr
+    strimzi = run(installed, "kafka", "strimzi", "--out", str(tmp_path / "k8s"), cwd=tmp_path)
+    assert strimzi.returncode == 0 and (tmp_path / "k8s" / "topics.yaml").is_file(), strimzi.stderr
+    with socket.create_server(("127.0.0.1", port := free_port())):
+        (tmp_path / "router.yaml").write_text(f"settings: {{httpPort: {port}, pickPort: -1, extProcPort: -1, "
+                                              f"predictor: none, telemetry: false}}\nservers: []\n")
+        taken = run(installed, "router", "serve", "--config", str(tmp_path / "router.yaml"), cwd=tmp_path)
+    assert taken.returncode == 1 and len(taken.stderr.splitlines()) == 1, taken.stderr

@@ -69,7 +69,7 @@ def _bad_updates(boosters):
         "not a message": (b"garbage" * 10, "unsigned"),
         "wrong schema": (message(boosters["v2"], 2, feature_schema="v0:a,b"), "schema"),
         "wrong feature count": (message(five_features, 2), "schema"),
-        "infinite output": (message(_leaf_overflow(boosters["v2"]), 2, model_format="json"), "probe"),
+        "infinite output": (message(_leaf_overflow(boosters["v2"]), 2, model_format="json"), "range"),
         "negative output": (message(train(seed=5, scale=-1.0), 2), "probe"),
         "objective mismatch": (message(boosters["p90"], 2), "objective"),
         "not xgboost": (message(b"{\"learner\": 1}", 2, model_format="json"), "model"),

@@ -1,5 +1,8 @@
 """The prediction server over TLS and mTLS, called by a plain stub and by the router's PredictorClient."""
 
+import urllib.error
+import urllib.request
+
 import grpc
 import pytest
 
@@ -58,3 +61,22 @@ def test_the_routers_predictor_client_speaks_mtls(start_server, boosters, pki): 
     with PredictorClient([server.address], timeout_seconds=1.0, credentials=without) as client:
         refused = client.predict("pool-a", rows)
     assert not refused.ok.any() and "UNAVAILABLE" in refused.errors[0]
+
+
+def test_probes_and_scrapes_need_no_tls_on_the_metrics_port(start_server, boosters, pki):  # noqa: F811
+    from headroom.predictor.runtime import ModelRuntime
+    from tests.keys import TRUST
+
+    def get(server, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}{path}", timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    empty = start_server(runtime=ModelRuntime(trust=TRUST), tls=server_tls(pki, mutual=True))
+    serving = start_server(runtime=runtime_with(boosters), tls=server_tls(pki, mutual=True))
+    assert get(empty, "/readyz") == (503, "not ready\n") and get(empty, "/healthz") == (200, "ok\n")
+    assert get(serving, "/readyz") == (200, "ok\n")
+    status, metrics = get(serving, "/metrics")
+    assert status == 200 and "headroom_predictor" in metrics

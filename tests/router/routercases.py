@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import random
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -71,6 +74,18 @@ def router_config(addresses, *, scheduling=None, environ=None, **settings):
     if scheduling is not None:
         data["scheduling"] = scheduling
     return load_config(data, environ=environ or {})
+
+
+GATEWAY_TOKEN = "gateway-token-1"
+OPEN_TELEMETRY = {"HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY": "true"}  # callers' reports become telemetry unchecked
+
+
+@functools.cache
+def gateway_environ() -> dict[str, str]:
+    """The environment of a router whose gateway authenticates with :data:`GATEWAY_TOKEN` (a file made once)."""
+    path = Path(tempfile.mkdtemp(prefix="headroom-gateway-")) / "tokens"
+    path.write_text(GATEWAY_TOKEN + "\n")
+    return {"HEADROOM_ROUTER_GATEWAY_TOKENS_FILE": str(path)}
 
 
 def in_flight(router) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.router.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, ExtProcServicer
 from headroom.router.server import RouterServer
-from tests.router.routercases import TablePredictor, in_flight, router_config, wait_for
+from tests.router.routercases import GATEWAY_TOKEN, TablePredictor, gateway_environ, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
 MODES = processing_mode_pb2.ProcessingMode
@@ -30,9 +30,12 @@ def sse(*chunks):
     return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
 
 
-def ext_proc_channel(router) -> grpc.aio.Channel:
-    """A channel to the router's ext_proc listener, trusting the certificate it serves."""
+def ext_proc_channel(router, token: str | None = GATEWAY_TOKEN) -> grpc.aio.Channel:
+    """A channel to the router's ext_proc listener, trusting the certificate it serves, sending the gateway's
+    ``token`` on every call as Envoy sends its ``initial_metadata``."""
     credentials = grpc.ssl_channel_credentials(root_certificates=router.ext_proc_certificate)
+    if token is not None:
+        credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
     return grpc.aio.secure_channel(f"127.0.0.1:{router.ext_proc_port}", credentials)
 
 
@@ -51,10 +54,12 @@ async def exchange(router, messages):
     return replies
 
 
-async def with_router(scenario, predictor=None, **settings):
+async def with_router(scenario, predictor=None, environ=None, **settings):
+    """``scenario`` run against a router over two live servers, whose gateway authenticates with its token."""
     async with upstreams(Upstream("a", running=2, kv=0.3), Upstream("b", waiting=5, running=2, kv=0.5)) as servers:
-        router = RouterServer(router_config([s.address for s in servers], **settings), from_env(KafkaSettings, {}),
-                              predictor=predictor)
+        config = router_config([s.address for s in servers], environ={**gateway_environ(), **(environ or {})},
+                               **settings)
+        router = RouterServer(config, from_env(KafkaSettings, {}), predictor=predictor)
         await router.start()
         assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
         try:

@@ -14,7 +14,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from headroom.router.roles import ServerSnapshot
 from headroom.router.server import RouterServer
-from tests.router.routercases import TablePredictor, router_config
+from tests.router.routercases import OPEN_TELEMETRY, TablePredictor, router_config
 
 
 def candidates(*waiting):
@@ -23,7 +23,9 @@ def candidates(*waiting):
 
 
 async def with_router(calls, predictor=None):
-    router = RouterServer(router_config([]), from_env(KafkaSettings, {}), predictor=predictor)
+    """``calls`` against a router whose Report is open to its unauthenticated callers (test_router_security.py
+    covers closing it)."""
+    router = RouterServer(router_config([], environ=OPEN_TELEMETRY), from_env(KafkaSettings, {}), predictor=predictor)
     await router.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{router.pick_port}") as channel:

@@ -1,13 +1,16 @@
 """The router's listeners secured: the HTTP proxy over TLS with bearer tokens and its metrics on a port of their
-own, the Pick API (whose Report accepts telemetry) behind mTLS and tokens, ext_proc's TLS, and the remote
-predictor called over mTLS — real servers, real clients."""
+own, the Pick API (whose Report accepts telemetry) behind mTLS and tokens, ext_proc's TLS, telemetry only from
+the gateway and from authenticated reporters, and the remote predictor called over mTLS — real servers, real
+clients."""
 
 import asyncio
+import json
 import ssl
 
 import aiohttp
 import grpc
 import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.contract.settings import from_env
@@ -18,7 +21,7 @@ from headroom.router.server import RouterServer
 from tests.predictor.conftest import start_server  # noqa: F401  (a fixture)
 from tests.predictor.test_service import boosters, runtime_with  # noqa: F401  (a fixture)
 from tests.router.routercases import TablePredictor, router_config, wait_for
-from tests.router.test_ext_proc import request_messages
+from tests.router.test_ext_proc import header_map, request_messages
 from tests.router.test_pick_api import candidates
 from tests.router.upstream import Upstream, upstreams
 
@@ -197,3 +200,129 @@ def test_the_remote_predictor_is_called_over_mtls(start_server, boosters, pki): 
     picked = run(scenario)
     assert picked.profile == "predicted" and picked.candidates[0].predicted
     assert picked.model_versions["ttft"] == 3
+
+
+def forged_exchange(request_id: str) -> list:
+    """A whole ext_proc exchange as a caller that is not the gateway could send it: a request, then a response
+    whose bytes it says passed whenever it likes."""
+    response = [ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=header_map({":status": "200"}))),
+                ep.ProcessingRequest(response_body=ep.HttpBody(body=json.dumps(
+                    {"choices": [{"text": "ok"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}).encode(),
+                    end_of_stream=True))]
+    return request_messages({"x-request-id": request_id}, {"prompt": "hi", "max_tokens": 2}) + response
+
+
+async def forge(router, pki, *, token: str | None = None, certificate: str | None = None, count: int = 3):
+    """``count`` forged exchanges over a channel with ``token`` and the client ``certificate`` (an attribute of
+    ``pki``); each one's last reply, or the status that ended it."""
+    if router.ext_proc_certificate is not None and certificate is None:
+        credentials = grpc.ssl_channel_credentials(root_certificates=router.ext_proc_certificate)
+    else:
+        cert, key = getattr(pki, certificate) if certificate else (None, None)
+        credentials = grpc.ssl_channel_credentials(pki.ca.read_bytes(), key.read_bytes() if key else None,
+                                                   cert.read_bytes() if cert else None)
+    if token is not None:
+        credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
+    outcomes = []
+    async with grpc.aio.secure_channel(f"127.0.0.1:{router.ext_proc_port}", credentials) as channel:
+        for i in range(count):
+            call = ep_grpc.ExternalProcessorStub(channel).Process(timeout=5)
+            try:
+                for message in forged_exchange(f"forged-{i}"):
+                    await call.write(message)
+                    reply = await call.read()
+                await call.done_writing()
+                outcomes.append(reply.WhichOneof("response"))
+            except grpc.RpcError as err:
+                outcomes.append(err.code())
+    return outcomes
+
+
+def gateway_pki(pki, tmp_path):
+    """A certificate of the tests' CA for the gateway, naming it gateway.llm.svc."""
+    from headroom.certificates import CertificateAuthority
+    ca = CertificateAuthority.load(pki.ca, pki.ca.with_name("ca.key"))
+    return ca.issue("envoy", ("gateway.llm.svc",)).write(tmp_path, "gateway")
+
+
+@pytest.mark.parametrize("case", ["no gateway credential", "gateway token", "opt-out"])
+def test_ext_proc_telemetry_comes_only_from_the_gateway(pki, tmp_path, case):
+    tokens = tmp_path / "gateway-tokens"
+    tokens.write_text("gateway-secret\n")
+    environ = {"no gateway credential": {}, "gateway token": {"HEADROOM_ROUTER_GATEWAY_TOKENS_FILE": str(tokens)},
+               "opt-out": {"HEADROOM_ROUTER_UNAUTHENTICATED_TELEMETRY": "true"}}[case]
+
+    async def scenario():
+        async with upstreams(Upstream("a")) as servers:
+            router = await started([s.address for s in servers], environ)
+            assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
+            try:
+                return (await forge(router, pki), await forge(router, pki, token="a-guess", count=1),
+                        await forge(router, pki, token="gateway-secret", count=1), router)
+            finally:
+                await router.stop()
+    anonymous, guessed, gateway, router = run(scenario)
+    metrics = router.metrics.exposition().decode()
+    records = [r.request_id for r in router.telemetry.records]
+    if case == "gateway token":  # the caller without the token is refused before anything is routed
+        assert anonymous == [grpc.StatusCode.UNAUTHENTICATED] * 3 and guessed == [grpc.StatusCode.UNAUTHENTICATED]
+        assert gateway == ["response_body"] and records == ["forged-0"]
+        assert 'headroom_router_unauthenticated_total{listener="ext_proc"} 4.0' in metrics
+    elif case == "no gateway credential":  # routed, but no caller is proven to be the gateway: no telemetry
+        assert anonymous == guessed + ["response_body"] * 2 == ["response_body"] * 3 and gateway == guessed
+        assert records == []
+        assert 'headroom_router_telemetry_records_total{outcome="unauthenticated"} 5.0' in metrics
+    else:
+        assert records == ["forged-0", "forged-1", "forged-2", "forged-0", "forged-0"]
+
+
+def test_the_gateway_is_known_by_its_certificate_identity_over_mtls(pki, tmp_path):
+    gateway = gateway_pki(pki, tmp_path)
+    environ = tls_environ(pki, mutual=True, HEADROOM_ROUTER_GATEWAY_IDENTITIES="gateway.llm.svc, spiffe://other")
+
+    async def scenario():
+        async with upstreams(Upstream("a")) as servers:
+            router = await started([s.address for s in servers], environ)
+            assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
+            try:
+                pki_with_gateway = type(pki)(pki.ca, pki.server, gateway, pki.stranger)
+                return (await forge(router, pki, certificate="client", count=1),
+                        await forge(router, pki_with_gateway, certificate="client", count=1), router)
+            finally:
+                await router.stop()
+    other_client, the_gateway, router = run(scenario)
+    assert other_client == [grpc.StatusCode.UNAUTHENTICATED] and the_gateway == ["response_body"]
+    assert [r.request_id for r in router.telemetry.records] == ["forged-0"]
+
+
+def test_gateway_identities_without_a_client_ca_are_a_configuration_error():
+    with pytest.raises(ConfigError, match="HEADROOM_TLS_CLIENT_CA_FILE"):
+        router_config([], environ={"HEADROOM_ROUTER_GATEWAY_IDENTITIES": "gateway.llm.svc"})
+
+
+def test_report_is_closed_unless_its_callers_are_authenticated(caplog):
+    async def scenario():
+        router = await started([], {})
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{router.pick_port}") as channel:
+                stub = router_pb2_grpc.RouterStub(channel)
+                codes = []
+                for i in range(3):
+                    await stub.Pick(router_pb2.PickRequest(request_id=f"r{i}", prompt_tokens=100, max_tokens=5,
+                                                           candidates=candidates(0, 3)), timeout=5)
+                    try:
+                        await stub.Report(router_pb2.ReportRequest(request_id=f"r{i}", e2e_ms=4000, output_tokens=5),
+                                          timeout=5)
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.RpcError as err:
+                        codes.append(err.code())
+                return codes, router
+        finally:
+            await router.stop()
+    with caplog.at_level("WARNING"):
+        codes, router = run(scenario)
+    assert codes == [grpc.StatusCode.PERMISSION_DENIED] * 3
+    assert router.telemetry.records == [] and len(router.pool.inflight) == 0  # released, not left in flight
+    assert 'headroom_router_unauthenticated_total{listener="report"} 3.0' in router.metrics.exposition().decode()
+    assert any("Report is closed" in r.getMessage() for r in caplog.records)
+    assert any("no gateway credential" in r.getMessage() for r in caplog.records)

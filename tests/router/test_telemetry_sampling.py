@@ -11,7 +11,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.router.proto import router_pb2, router_pb2_grpc
 from headroom.router.server import RouterServer
 from headroom.router.telemetry_sampler import TelemetrySampler
-from tests.router.routercases import router_config
+from tests.router.routercases import OPEN_TELEMETRY, router_config
 
 BUSY, RARE = "q0/kv10/pm0", "q11+/kv95/pm3"
 
@@ -52,7 +52,7 @@ def test_settings_out_of_range_are_refused(options):
 
 
 def test_the_router_sends_a_sample_of_a_busy_stratum_with_weights():
-    config = router_config([], telemetryStratumQuota=2.0, telemetrySampleFloor=0.05)
+    config = router_config([], environ=OPEN_TELEMETRY, telemetryStratumQuota=2.0, telemetrySampleFloor=0.05)
     router = RouterServer(config, from_env(KafkaSettings, {}))
 
     async def traffic():

@@ -27,3 +27,13 @@ def test_worker_start_refuses_to_publish_unsigned_models_unless_allowed(monkeypa
     monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached
     assert main(["worker", "start"]) == 1
     assert "the worker signs every model it publishes: set HEADROOM_MODEL_SIGNING_KEY_FILE" in capsys.readouterr().err
+
+
+def test_worker_start_refuses_to_train_models_its_readers_would_reject(monkeypatch, capsys, tmp_path):
+    from tests.keys import write_private_key
+
+    monkeypatch.setenv("HEADROOM_MODEL_SIGNING_KEY_FILE", str(write_private_key(tmp_path)))
+    monkeypatch.setenv("HEADROOM_TRAIN_TREES", "3000")
+    monkeypatch.setenv("HEADROOM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never reached
+    assert main(["worker", "start"]) == 1
+    assert "HEADROOM_TRAIN_TREES=3000 is over HEADROOM_MODEL_MAX_TREES=1000" in capsys.readouterr().err

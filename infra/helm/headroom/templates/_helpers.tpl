@@ -180,8 +180,33 @@ tolerations: {{ toYaml . | nindent 2 }}
 {{- if and .Values.tls.requireClientCert (not .Values.tls.secret) -}}
 {{- fail "tls.requireClientCert needs tls.secret (its ca.crt checks the clients' certificates)" -}}
 {{- end -}}
-{{- if and .Values.router.leaderElection .Values.tls.requireClientCert -}}
-{{- fail "router.leaderElection needs the kubelet to read /readyz, which tls.requireClientCert rules out (kubelet probes present no client certificate)" -}}
+{{- $router := .Values.router -}}
+{{- $trusts := list "token" "mtls" "network" -}}
+{{- if not (has $router.gateway.trust $trusts) -}}
+{{- fail (printf "router.gateway.trust must be one of %s, got %q" (join ", " $trusts) $router.gateway.trust) -}}
+{{- end -}}
+{{- if .Values.security.insecureLocal -}}
+{{- if .Values.gateway.enabled -}}
+{{- fail "security.insecureLocal turns off the router's tokens, its gateway check and every NetworkPolicy: it is for a cluster on one machine, never behind the load balancer of gateway.enabled" -}}
+{{- end -}}
+{{- else -}}
+{{- if and (not $router.authTokensSecret) (not .Values.tls.requireClientCert) -}}
+{{- fail "router.authTokensSecret is empty and tls.requireClientCert is off: anyone who reaches the router could use its proxy and Pick API; name a Secret of client tokens (key `tokens`), or require client certificates (security.insecureLocal=true is the opt-out for a one-machine cluster)" -}}
+{{- end -}}
+{{- if and (eq $router.gateway.trust "token") (not $router.gateway.tokensSecret) -}}
+{{- fail "router.gateway.trust is token but router.gateway.tokensSecret is empty: name the Secret (key `tokens`) whose token the gateway sends to ext_proc" -}}
+{{- end -}}
+{{- if and (eq $router.gateway.trust "mtls") (or (not .Values.tls.requireClientCert) (not $router.gateway.identities)) -}}
+{{- fail "router.gateway.trust is mtls: it needs tls.requireClientCert and router.gateway.identities, the names on the gateway's client certificate" -}}
+{{- end -}}
+{{- if and (eq $router.gateway.trust "network") (or (not .Values.networkPolicy.enabled) (not .Values.networkPolicy.gatewaySources)) -}}
+{{- fail "router.gateway.trust is network: it needs networkPolicy.enabled and networkPolicy.gatewaySources, the only peers that may reach ext_proc (on GKE, the proxy-only subnet: [{ipBlock: {cidr: ...}}])" -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.inferencePool.appProtocol -}}
+{{- if not (has . (list "http" "kubernetes.io/h2c")) -}}
+{{- fail (printf "inferencePool.appProtocol must be http or kubernetes.io/h2c (or empty), got %q" .) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (not .Values.modelSigning.allowUnsigned) (not .Values.modelSigning.trustedKeysSecret) -}}
 {{- fail "modelSigning.trustedKeysSecret is empty: prediction servers and routers could verify no model update (set it, or modelSigning.allowUnsigned for a demo)" -}}
