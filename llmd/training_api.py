@@ -191,20 +191,15 @@ class TrainingApi:
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             return json_response({"detail": [{"type": "value_error", "loc": ["body"], "msg": str(err),
                                               "input": body.decode(errors="replace")[:1000]}]}, 422)
-        now = self._clock()
-        with self.lock:
-            counts = (self.received["ttft"], self.received["tpot"]) if asked.flush_training_data else (0, 0)
+        now, counts = self._clock(), (0, 0)
         if asked.flush_training_data:
             reason = asked.reason or "llm-d /flush"
             forgets = [Forget(pool_key_of(self.pool_key, role), now, reason) for role in ROLES]
-            unsent = await self.intake.run(lambda: self._forget(forgets)) if self._forget else len(forgets)
+            unsent, counts = await self.intake.run(lambda: self._flush_windows(forgets))
             if unsent:
                 return json_response({"detail": f"the broker has not acknowledged the samples sent before: nothing "
                                                 f"flushed ({unsent} of {len(forgets)} requests to forget unsent); "
                                                 f"retry"}, 503)
-            with self.lock:
-                self.received.clear()
-                self.buckets.clear()
         if asked.flush_metrics:
             self.scores_after.update({key: m.update.version for key, m in self.shelf.models.items()})
         flushed = [f"{counts[0]} TTFT and {counts[1]} TPOT training samples (and the holdout rows among them)"] \
@@ -215,6 +210,18 @@ class TrainingApi:
             "ttft_training_samples_flushed": counts[0], "tpot_training_samples_flushed": counts[1],
             "ttft_test_samples_flushed": 0, "tpot_test_samples_flushed": 0, "metrics_cleared": asked.flush_metrics,
             "message": f"Successfully flushed: {', '.join(flushed)}" if flushed else "No data flushed"})
+
+    def _flush_windows(self, forgets: list[Forget]) -> tuple[int, tuple[int, int]]:
+        """On the intake thread, after the calls taken before: send ``forgets``; then the samples counted since
+        the last flush, by target, and the counts reset. ``(requests unsent, (TTFT, TPOT samples))``."""
+        unsent = self._forget(forgets) if self._forget is not None else len(forgets)
+        if unsent:
+            return unsent, (0, 0)
+        with self.lock:
+            counts = (self.received["ttft"], self.received["tpot"])
+            self.received.clear()
+            self.buckets.clear()
+        return 0, counts
 
     # --- status ------------------------------------------------------------------------------------
     async def healthz(self, _request: web.Request) -> web.Response:
