@@ -31,7 +31,7 @@ USERS = {"router": ("system:serviceaccount:discovery:headroom-router",
 
 
 def build_tool(name: str) -> Path:
-    """The cached binary of ``name`` (helm or kube-apiserver), built first when missing."""
+    """The cached binary of ``name`` (helm, kube-apiserver, epp) or folder (gie-source), built first when missing."""
     done = subprocess.run([str(ROOT / "infra" / "build-tool"), name], capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"infra/build-tool {name} failed:\n{done.stderr[-4000:]}")
