@@ -131,7 +131,8 @@ class Envoy:
                                    headers={"content-type": "application/json"}) as response:
             exchange.status = response.status
             await call.write(ep.ProcessingRequest(response_headers=_headers({
-                ":status": str(response.status), "content-type": response.headers.get("content-type", "application/json")})))
+                ":status": str(response.status),
+                "content-type": response.headers.get("content-type", "application/json")})))
             streamed = response.headers.get("content-type", "").startswith("text/event-stream")
             chunks = response.content.iter_any() if streamed else _whole(response)
             async for chunk in chunks:

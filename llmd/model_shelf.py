@@ -2,9 +2,9 @@
 
 A background thread follows the topic from the beginning (:func:`headroom.model_topic.follow`) and keeps,
 per model key, the newest version that every reader would accept — signed by a trusted key, and loadable
-(:func:`contract.model_update.load_update`) — with its booster and the message as published, how many versions of each key it has seen published, and how many messages it
-rejected, by reason (unsigned, unknown-key, bad-signature, invalid, ...). Nothing here trains: the
-worker does, from the telemetry the training API sends.
+(:func:`contract.model_update.load_update`) — with its booster and the message as published; how many versions
+of each key it has seen published, and how many messages it rejected, by reason (unsigned, unknown-key,
+bad-signature, invalid, ...). Nothing here trains: the worker does, from the telemetry the training API sends.
 """
 
 from __future__ import annotations

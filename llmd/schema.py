@@ -5,7 +5,8 @@ A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINI
 integers (a number with no fractional part counts as one), fractions and latencies numbers, each within the
 range of its kind that telemetry and every other API hold it to (:data:`contract.server_state.KIND_RANGES`:
 a count up to a billion, a latency up to an hour), ``pod_type`` any string or null, as the reference takes it
-(:func:`contract.llmd.role_of` reads the role), ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields are ignored, as FastAPI does. Unlike the
+(:func:`contract.llmd.role_of` reads the role), ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields
+are ignored, as FastAPI does. Unlike the
 reference's lax mode, numbers written as strings and booleans are refused: a row says what it means or gets a 422
 naming the field.
 

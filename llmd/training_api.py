@@ -165,7 +165,8 @@ class TrainingApi:
                 continue
             self.telemetry.send(record)
             sent += 1
-            cell = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage), prefix_bucket(record.prefix_match))
+            cell = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage),
+                    prefix_bucket(record.prefix_match))
             strata += [(target, *cell) for target, observed in (("ttft", record.ttft_ms), ("tpot", record.tpot_ms))
                        if observed is not None]
         with self.lock:

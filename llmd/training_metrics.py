@@ -115,7 +115,8 @@ def reference_lines(api: TrainingApi) -> list[str]:
         shown = shelved is not None and shelved.update.version > api.scores_after.get(shelved.update.key, 0)
         lines += _scores(target, shelved.update.holdout_metrics if shown else {}, api.objective)
     if api.objective == "quantile":
-        lines += [f"target_coverage_percent{{}} {q * 100:.1f}", f"target_violation_rate_percent{{}} {(1 - q) * 100:.1f}"]
+        lines += [f"target_coverage_percent{{}} {q * 100:.1f}",
+                  f"target_violation_rate_percent{{}} {(1 - q) * 100:.1f}"]
     return lines
 
 

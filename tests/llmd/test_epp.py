@@ -81,7 +81,8 @@ def test_the_endpoint_picker_runs_on_headroom_sidecars(kube_api, helm, crds, pip
     namespace, addresses = f"epp-{mode}", [f"127.0.0.{20 + 10 * streaming + i}" for i in range(1, 4)]
     ports = {name: free_port() for name in ("training", "health", "predict", "sim")}
     kafka_env = {"HEADROOM_KAFKA_BOOTSTRAP": pipeline_kafka.bootstrap_servers,
-                 "HEADROOM_TOPIC_TELEMETRY": pipeline_kafka.telemetry_topic, "HEADROOM_TOPIC_DLQ": pipeline_kafka.dlq_topic,
+                 "HEADROOM_TOPIC_TELEMETRY": pipeline_kafka.telemetry_topic,
+                 "HEADROOM_TOPIC_DLQ": pipeline_kafka.dlq_topic,
                  "HEADROOM_TOPIC_MODELS": pipeline_kafka.model_topic,
                  "HEADROOM_TELEMETRY_PARTITIONS": str(pipeline_kafka.telemetry_partitions),
                  "HEADROOM_MODEL_TRUSTED_KEYS": trusted_keys}

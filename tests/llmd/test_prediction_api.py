@@ -187,8 +187,9 @@ def test_without_the_prior_a_row_no_model_answers_is_refused(start_server, boost
     status, body = call(base(server), "/predict/bulk", {"requests": sent})
     assert status == 200 and body["predictions"] == [None, None] and body["failed_predictions"] == 2
     missing = "no live quantile TPOT model for pool key 'default-prefill' (pod_type 'prefill') yet"
-    assert body["errors"] == [{"index": i, "error": missing,
-                               "request": dict(sent[i], encoder_input_size=0, encoder_matched_size=0)} for i in range(2)]
+    assert body["errors"] == [{"index": i, "error": missing, "request": dict(sent[i], encoder_input_size=0,
+                                                                              encoder_matched_size=0)}
+                              for i in range(2)]
     assert call(base(server), "/predict/bulk/strict", {"requests": sent}) == (503, {"detail": missing})
     assert call(base(server), "/readyz")[0] == 503
     text = call(base(server), "/metrics")[1]
@@ -201,8 +202,8 @@ def test_any_other_pod_type_is_a_monolithic_server(start_server, boosters, pod_t
     sent = [dict(row, pod_type=pod_type) for row in rows(3, seed=12)]
     status, body = call(base(server), "/predict/bulk/strict", {"requests": sent})
     assert status == 200
-    np.testing.assert_allclose([p["ttft_ms"] for p in body["predictions"]], expected(boosters["ttft", "quantile"], sent),
-                               rtol=1e-5)
+    np.testing.assert_allclose([p["ttft_ms"] for p in body["predictions"]],
+                               expected(boosters["ttft", "quantile"], sent), rtol=1e-5)
 
 
 def test_a_role_is_answered_by_its_own_models_then_the_other_roles(start_server, boosters):
