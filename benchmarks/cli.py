@@ -91,6 +91,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                       "http: interleaved rounds of each API (default 3)")
     predictor.add_argument("--rpc", choices=("predict", "health"), default="predict",
                            help="grpc: the call to load (health: the transport alone; needs --go-load)")
+    predictor.add_argument("--reference", type=Path, metavar="PYTHON",
+                           help="http: llm-d's own prediction server too, in the same rounds, run with this Python "
+                                "(with the requirements.txt of the module's latencypredictor/: "
+                                "fastapi, uvicorn, scikit-learn, pandas, xgboost, lightgbm, ...)")
     predictor.set_defaults(run=_predictor)
 
     pod_type = commands.add_parser("pod-type", help="Two server roles: a pool key per role, or the role as a feature.")
@@ -208,7 +212,7 @@ def _predictor(args: argparse.Namespace) -> int:
             print(json.dumps(row))
     if args.what in ("http", "all"):
         results = predictor_http.bench_http(args.candidates[0] if args.candidates else 100, args.clients,
-                                            args.seconds, args.rounds or 3, args.workers)
+                                            args.seconds, args.rounds or 3, args.workers, reference=args.reference)
         for row in results + predictor_http.summary(results):
             print(json.dumps(row))
     if args.what in ("update", "all"):

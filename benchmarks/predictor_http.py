@@ -6,7 +6,10 @@ at a time closed-loop with ``clients`` concurrent callers, and the APIs take tur
 interleaved) so the shared machine's noise falls on both alike. Per round: calls per second, the callers'
 p50 / p99 latency, and the server's CPU per call (the server process's CPU time over the calls it answered).
 The APIs: ``/predict/bulk/strict`` with llm-d's JSON rows (``http``), gRPC with packed feature rows (``grpc``,
-the router's path) and gRPC with raw columns (``grpc-raw``).
+the router's path) and gRPC with raw columns (``grpc-raw``); with ``reference`` (a Python with its
+requirements), the same ``/predict/bulk/strict`` calls to llm-d's own prediction server
+(:mod:`benchmarks.llmd_reference`), trained on these rows, in the same interleaved rounds (``reference``: its
+one uvicorn process's CPU time over the calls it answered).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import http.client
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +30,7 @@ from headroom.contract.features import RAW_COLUMNS
 from headroom.contract.llmd import RAW_COLUMN_OF
 
 APIS = ("grpc", "http", "grpc-raw")
+REFERENCE = "reference"  # llm-d's prediction server, with --reference
 _FIELD_OF = {column: field for field, column in RAW_COLUMN_OF.items()}
 _FRACTIONS = {"kv_cache_percentage", "prefix_cache_score"}
 
@@ -44,8 +50,29 @@ def llmd_rows(n: int, seed: int = 1) -> list[dict]:
 
 
 def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float = 5.0, rounds: int = 3,
-               workers: int = 2, apis: tuple[str, ...] = APIS) -> list[dict]:
-    """Interleaved rounds of each API; one result per round and API."""
+               workers: int = 2, apis: tuple[str, ...] = APIS, reference: Path | None = None) -> list[dict]:
+    """Interleaved rounds of each API (and of llm-d's own prediction server with ``reference``, a Python with
+    its requirements); one result per round and API."""
+    if reference is not None:
+        with tempfile.TemporaryDirectory(prefix="headroom-bench-reference-") as scratch:
+            from headroom.benchmarks import llmd_reference
+            from headroom.benchmarks.live import cpu_seconds
+
+            source = Path(subprocess.run([str(Path(__file__).resolve().parents[1] / "infra" / "build-tool"),
+                                          "gie-source"], check=True, capture_output=True, text=True).stdout.strip())
+            servers, port = llmd_reference.start(reference, source, Path(scratch), llmd_rows(4000, seed=2))
+            try:
+                pid = servers[-1].popen.pid
+                return _rounds(candidates_per_call, clients, seconds, rounds, workers, (*apis, REFERENCE),
+                               (f"127.0.0.1:{port}", lambda: cpu_seconds(pid)))
+            finally:
+                for server in servers:
+                    server.stop()
+    return _rounds(candidates_per_call, clients, seconds, rounds, workers, apis, None)
+
+
+def _rounds(candidates_per_call: int, clients: int, seconds: float, rounds: int, workers: int,
+            apis: tuple[str, ...], reference: tuple[str, object] | None) -> list[dict]:
     from headroom.contract.settings import from_env
     from headroom.predictor.runtime import ModelRuntime
     from headroom.predictor.server import PredictorServer
@@ -62,11 +89,15 @@ def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float 
         for round_ in range(rounds):
             for api in apis:
                 target = f"127.0.0.1:{server.http_port}" if api == "http" else server.address
-                command = [sys.executable, "-m", "headroom.benchmarks.predictor_http", api, target,
-                           str(candidates_per_call), str(clients), str(seconds)]
-                cpu_before = time.process_time()
+                cpu = time.process_time
+                if api == REFERENCE:
+                    target, cpu = reference  # type: ignore[misc]
+                command = [sys.executable, "-m", "headroom.benchmarks.predictor_http",
+                           "http" if api == REFERENCE else api, target, str(candidates_per_call), str(clients),
+                           str(seconds)]
+                cpu_before = cpu()  # type: ignore[operator]
                 output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=seconds + 120)
-                server_cpu = time.process_time() - cpu_before
+                server_cpu = cpu() - cpu_before  # type: ignore[operator]
                 result = json.loads(output.stdout.strip().splitlines()[-1])
                 result["server_cpu_ms_per_call"] = 1000 * server_cpu / max(1, result["calls"])
                 results.append({"api": api, "round": round_, "candidates": candidates_per_call, "clients": clients,

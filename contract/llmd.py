@@ -20,16 +20,19 @@ prediction rows alike, so the models of such a pool learn nothing from them. ``n
 no model input here (headroom's TPOT is a request's mean over all its tokens, predicted before the first);
 in a training sample it says how many tokens the TPOT was measured over.
 
-``pod_type`` (``""``, ``"prefill"`` or ``"decode"``: prefill/decode disaggregation) is part of the pool key
+``pod_type`` says a server's role in prefill/decode disaggregation, and the role is part of the pool key
 (:func:`pool_key_of`): prefill and decode servers run different work, so each role gets its own windows,
-drift detectors, promotion gate, models and telemetry partition.
+drift detectors, promotion gate, models and telemetry partition. llm-d's servers take any string there (the
+endpoint picker sends the value of a pod's role label; the reference's load tool sends ``"monolithic"``):
+``"prefill"`` and ``"decode"`` are those roles, and every other value, null and ``""`` included, is a
+monolithic server (:func:`role_of`).
 
 A training sample becomes one telemetry record (:func:`sample_record`). It names no request, server,
 stream flag or time, so:
 
 - ``request_id`` is given by the receiver, unique per sample (``llm-d-<call id>-<index in the call>``);
   ``server_id`` is ``llm-d`` (a sample does not say which pod served it); ``pool_key`` is
-  :func:`pool_key_of` the receiver's pool key and the sample's ``pod_type``;
+  :func:`pool_key_of` the receiver's pool key and the role of the sample's ``pod_type``;
 - ``stream`` is true: a sample observes a first token (``actual_ttft_ms`` > 0) and/or the time per output
   token (``actual_tpot_ms`` > 0), which only streams show, and its record trains exactly the models of the
   latencies it observed. A latency of 0 means "not observed" (llm-d's TTFT samples carry ``actual_tpot_ms``
@@ -59,7 +62,7 @@ from typing import Any
 from headroom.contract.features import RAW_COLUMNS, RAW_DEFAULTS
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 
-POD_TYPES = ("", "prefill", "decode")
+ROLES = ("", "prefill", "decode")  # a monolithic server, and the two roles of disaggregated serving
 SAMPLE_SERVER_ID = "llm-d"
 RAW_COLUMN_OF = {
     "kv_cache_percentage": "kv_cache_usage",
@@ -75,11 +78,21 @@ RAW_COLUMN_OF = {
 UNMEASURED = {name: RAW_DEFAULTS.get(name, 0) for name in RAW_COLUMNS if name not in RAW_COLUMN_OF.values()}
 
 
-def pool_key_of(pool_key: str, pod_type: str) -> str:
-    """The pool key of a role: the pool's own for ``""`` (a monolithic server), ``<pool>-<pod_type>`` else."""
-    if pod_type not in POD_TYPES:
-        raise ValueError(f"pod_type must be one of {POD_TYPES}, got {pod_type!r}")
-    return f"{pool_key}-{pod_type}" if pod_type else pool_key
+def role_of(pod_type: str | None) -> str:
+    """The role of a ``pod_type``: ``"prefill"`` or ``"decode"``, else ``""`` (a monolithic server).
+
+    >>> [role_of(value) for value in ("prefill", "decode", "", None, "monolithic", "both")]
+    ['prefill', 'decode', '', '', '', '']
+    """
+    return pod_type if pod_type in ROLES else ""
+
+
+def pool_key_of(pool_key: str, role: str) -> str:
+    """The pool key of a role (:data:`ROLES`): the pool's own for ``""`` (a monolithic server),
+    ``<pool>-<role>`` else."""
+    if role not in ROLES:
+        raise ValueError(f"a role is one of {ROLES}, got {role!r}")
+    return f"{pool_key}-{role}" if role else pool_key
 
 
 def raw_values(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,10 +111,7 @@ def sample_record(sample: Mapping[str, Any], *, pool_key: str, request_id: str, 
     e2e_ms = ttft + tpot * (output_tokens - 1)
     completion = timestamp if timestamp is not None and timestamp > 0 else received_at
     start = max(0.0, completion - e2e_ms / 1000.0)
-    try:
-        role_pool = pool_key_of(pool_key, sample.get("pod_type") or "")
-    except ValueError as err:
-        raise InvalidRecord(str(err)) from None
+    role_pool = pool_key_of(pool_key, role_of(sample.get("pod_type")))
     body = {"v": SCHEMA_VERSION, **raw_values(sample), "request_id": request_id, "server_id": SAMPLE_SERVER_ID,
             "pool_key": role_pool, "stream": True, "arrival_ts": start, "dispatch_ts": start,
             "completion_ts": completion, "output_tokens": output_tokens, "e2e_ms": e2e_ms,

@@ -33,13 +33,14 @@ def register(subparsers) -> None:
 def run_training_server(args) -> int:
     from headroom.errors import CommandError
     from headroom.llmd.training_server import serve
+    from headroom.router.errors import ConfigError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = from_env(TrainingApiSettings, **({"port": args.port} if args.port is not None else {}))
         kafka = from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))
         return serve(settings, kafka)
-    except SettingsError as err:
+    except (SettingsError, ConfigError) as err:
         raise CommandError(str(err)) from err
     except OSError as err:
         raise CommandError(f"cannot start llm-d's training API: {err}") from err
@@ -48,11 +49,12 @@ def run_training_server(args) -> int:
 def run_sidecar(args) -> int:
     from headroom.errors import CommandError
     from headroom.llmd.sidecar import run
+    from headroom.router.errors import ConfigError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return run(args.args)
-    except SettingsError as err:
+    except (SettingsError, ConfigError) as err:
         raise CommandError(str(err)) from err
     except OSError as err:
         raise CommandError(f"cannot start the sidecar: {err}") from err

@@ -2,9 +2,9 @@
 
 A background thread follows the topic from the beginning (:func:`headroom.model_topic.follow`) and keeps,
 per model key, the newest version that every reader would accept — signed by a trusted key, and loadable
-(:func:`contract.model_update.load_update`) — with its booster, how many versions of each key it has seen published, and how many messages it
-rejected, by reason (unsigned, unknown-key, bad-signature, invalid, ...). Nothing here trains: the
-worker does, from the telemetry the training API sends.
+(:func:`contract.model_update.load_update`) — with its booster and the message as published; how many versions
+of each key it has seen published, and how many messages it rejected, by reason (unsigned, unknown-key,
+bad-signature, invalid, ...). Nothing here trains: the worker does, from the telemetry the training API sends.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class ShelvedModel:
     update: ModelUpdate
     booster: Any  # xgboost.Booster
+    message: bytes = b""  # the message as published, signature and all
 
 
 class ModelShelf(BackgroundThread):
@@ -47,8 +48,9 @@ class ModelShelf(BackgroundThread):
     def get(self, pool_key: str, target: str, objective: str) -> ShelvedModel | None:
         return self.models.get(f"{pool_key}/{target}/{objective}")
 
-    def put(self, update: ModelUpdate) -> bool:
-        """Shelve ``update`` if it is newer than the shelved version and loadable; True when shelved."""
+    def put(self, update: ModelUpdate, message: bytes = b"") -> bool:
+        """Shelve ``update`` (published as ``message``) if it is newer than the shelved version and loadable;
+        True when shelved."""
         self.published[update.key] += 1
         held = self.models.get(update.key)
         try:
@@ -62,7 +64,7 @@ class ModelShelf(BackgroundThread):
             self.rejected[getattr(err, "reason", "invalid")] += 1
             log.warning("model %s v%d is not listed: %s", update.key, update.version, err)
             return False
-        self.models = {**self.models, update.key: ShelvedModel(update, booster)}
+        self.models = {**self.models, update.key: ShelvedModel(update, booster, message)}
         return True
 
     def _run(self) -> None:
@@ -75,7 +77,7 @@ class ModelShelf(BackgroundThread):
                 elif isinstance(item, Message):
                     message = received(item, self.trust)
                     if message.update is not None:
-                        self.put(message.update)
+                        self.put(message.update, item.value() or b"")
                     else:
                         self.rejected[message.reason or "invalid"] += 1
                         log.warning("model-updates offset %d not listed (%s): %s", message.offset, message.reason,

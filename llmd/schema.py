@@ -4,8 +4,9 @@ them, with FastAPI's 422 body for what fails, and the responses' JSON (:func:`js
 A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINING_FIELDS`): counts are
 integers (a number with no fractional part counts as one), fractions and latencies numbers, each within the
 range of its kind that telemetry and every other API hold it to (:data:`contract.server_state.KIND_RANGES`:
-a count up to a billion, a latency up to an hour), ``pod_type`` one of ``""``, ``"prefill"``, ``"decode"`` or
-null, ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields are ignored, as FastAPI does. Unlike the
+a count up to a billion, a latency up to an hour), ``pod_type`` any string or null, as the reference takes it
+(:func:`contract.llmd.role_of` reads the role), ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields
+are ignored, as FastAPI does. Unlike the
 reference's lax mode, numbers written as strings and booleans are refused: a row says what it means or gets a 422
 naming the field.
 
@@ -20,13 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
 
 from headroom.contract.features import RAW_FIELDS
-from headroom.contract.llmd import POD_TYPES, RAW_COLUMN_OF
+from headroom.contract.llmd import RAW_COLUMN_OF
 from headroom.contract.server_state import KIND_RANGES
 
 MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
@@ -58,7 +59,7 @@ TRAINING_FIELDS = {**_SERVER_STATE, "actual_ttft_ms": Field("latency"), "actual_
 _TYPES = {"count": Annotated[int, msgspec.Meta(ge=0, le=KIND_RANGES["count"][1])],
           **{kind: Annotated[float, msgspec.Meta(ge=low, le=high)] for kind, (low, high) in KIND_RANGES.items()
              if kind != "count"},
-          "pod_type": Literal[POD_TYPES] | None,  # type: ignore[valid-type]
+          "pod_type": str | None,
           "time": datetime | float | None}
 
 
@@ -222,10 +223,9 @@ def _within(value: float, kind: str) -> tuple[Any, tuple | None]:
 
 
 def _pod_type(value: Any) -> tuple[Any, tuple | None]:
-    if value is None or value in POD_TYPES:
+    if value is None or type(value) is str:
         return value, None
-    return None, ("literal_error", "Input should be '', 'prefill' or 'decode'",
-                  {"expected": "'', 'prefill' or 'decode'"})
+    return None, ("string_type", "Input should be a valid string")
 
 
 def _time(value: Any) -> tuple[Any, tuple | None]:

@@ -11,7 +11,9 @@ starts
   a free port and no metrics port (several sidecars share a pod), unless ``HEADROOM_PREDICTOR_*`` says
   otherwise; its models come from ``model-updates`` (``HEADROOM_KAFKA_BOOTSTRAP``) or from model files
   (``HEADROOM_PREDICTOR_MODELS``);
-- or the training API (:mod:`llmd.training_server`) on the port it is given (default 8000).
+- or the training API (:mod:`llmd.training_server`) on the port it is given (default 8000), on loopback unless
+  told otherwise (the endpoint picker calls it from its own Pod; ``HEADROOM_LLMD_TRAINING_HEALTH_PORT`` serves
+  the probes on the Pod's address).
 
 ``HEADROOM_*`` settings win over what is derived from the reference's variables; other ``uvicorn`` options
 (``--workers``, ``--reload``, ...) are accepted and ignored: one process serves a sidecar.

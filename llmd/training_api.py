@@ -1,27 +1,35 @@
-"""llm-d's training server API: its samples become telemetry; its model listings come from ``model-updates``.
+"""llm-d's training server API: its samples become telemetry; its model routes read ``model-updates``.
 
 Routes (the reference's paths, fields and status codes):
 
 - ``POST /add_training_data_bulk`` ``{"entries": [entry, ...]}`` → 202 ``{"message": "Accepted N training
-  samples.", "telemetry": k, "dead_lettered": m}``. The body is checked as the reference checks it (any
-  invalid entry → 422 with FastAPI's body, nothing sent); each entry then becomes one telemetry record
-  (:func:`contract.llmd.sample_record`) sent to the ``telemetry`` topic, where the worker's windows, drift
-  detectors, promotion gate and model updates take it like any other. An entry the telemetry contract
-  refuses goes to the dead-letter topic with its reason (headers :data:`~contract.topics.REASON_HEADER`,
-  :data:`~contract.topics.SOURCE_HEADER`); nothing is dropped unaccounted.
+  samples.", "telemetry": k, "dead_lettered": m, "refused": [{"index", "reason"}, ...]}``. The body is
+  checked as the reference checks it (any invalid entry → 422 with FastAPI's body, nothing sent); each entry
+  then becomes one telemetry record (:func:`contract.llmd.sample_record`) sent to the ``telemetry`` topic,
+  where the worker's windows, drift detectors, promotion gate and model updates take it like any other. An
+  entry that the telemetry contract refuses, or that the worker would refuse for its time
+  (:func:`llmd.intake.refusal`), goes to the dead-letter topic with its reason (headers
+  :data:`~contract.topics.REASON_HEADER`, :data:`~contract.topics.SOURCE_HEADER`) and is listed in the answer
+  (the first :data:`LISTED_REFUSALS`) and counted by reason: nothing is taken and dropped later in silence. A
+  call beyond the intake bounds is refused whole with 429 and ``Retry-After`` (:class:`llmd.intake.Intake`).
+- ``POST /flush`` (the reference's body: ``flush_training_data``, ``flush_test_data``, ``flush_metrics``,
+  ``reason``) → the reference's answer. Flushing the training data asks the worker to forget every row of the
+  pool and its roles completed before now (:mod:`contract.window_forget`), once the samples sent before have
+  reached the broker; the holdout rows are the newest rows of those windows and go with them. Flushing the
+  metrics hides the holdout scores of the versions published so far from ``/metrics``.
 - ``GET /healthz``; ``GET /readyz`` (200 once the broker has answered: the models on ``model-updates``
-  have been read, 503 before); ``GET /metrics`` (Prometheus); ``GET /data/status`` (samples received, per
-  target and per bucket of the reference's 5 × 20 × 4 strata, telemetry sent, dead letters, models
-  trained); ``GET /models/list``; ``GET /model/{name}/info`` (``ttft``, ``tpot``); ``GET
-  /model/ttft/xgb/json`` and ``/model/tpot/xgb/json`` (the trees, as XGBoost dumps them); ``GET /``.
-- ``GET /model/{name}/download`` → 404: the reference's predictors load pickles, and headroom never
-  writes, serves or loads one; headroom's prediction servers read ``model-updates`` or model files.
+  have been read, 503 before); ``GET /metrics`` (:mod:`llmd.training_metrics`); ``GET /data/status``
+  (samples sent since the start or the last flush, per target and per bucket of the reference's 5 × 20 × 4
+  strata; what became of them; the intake; models published and refused); ``GET /``; the model routes of
+  :mod:`llmd.model_routes`.
 
-``ttft`` and ``tpot`` name the models of the pool key for the configured objective.
+With bearer tokens (``HEADROOM_LLMD_TRAINING_AUTH_TOKENS_FILE``, :class:`router.auth.BearerTokens`) every
+route but ``/healthz`` and ``/readyz`` requires one (401 otherwise, counted).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -31,11 +39,13 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from headroom.contract.llmd import sample_record
+from headroom.contract.llmd import ROLES, pool_key_of, sample_record
 from headroom.contract.strata import kv_bucket, prefix_bucket, queue_bucket
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord
+from headroom.contract.window_forget import Forget
+from headroom.llmd.intake import RETRY_AFTER_S, Intake, refusal
+from headroom.llmd.model_routes import MODEL_NAMES, MODEL_TYPE, ModelRoutes
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.schema import (
     TrainingRow,
@@ -46,9 +56,12 @@ from headroom.llmd.schema import (
     row_dict,
     timestamp_of,
 )
+from headroom.llmd.training_metrics import Collector, reference_lines
+from headroom.router.auth import HEADER, BearerTokens
+from headroom.streams.settings import RecordTimes
 
-MODEL_TYPE = "xgboost"
-MODEL_NAMES = ("ttft", "tpot")
+LISTED_REFUSALS = 100  # refused entries named in one answer (all are counted)
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # answered without a token: probes carry none
 
 
 class TelemetrySink(Protocol):
@@ -59,66 +72,157 @@ class DeadLetterSink(Protocol):
     def send(self, key: bytes, value: bytes, reason: str, source: str) -> None: ...
 
 
+class FlushRequest(msgspec.Struct, forbid_unknown_fields=False):
+    flush_training_data: bool = True
+    flush_test_data: bool = True
+    flush_metrics: bool = True
+    reason: str | None = None
+
+
 class TrainingApi:
     def __init__(self, telemetry: TelemetrySink, dead_letters: DeadLetterSink, shelf: ModelShelf, *,
-                 pool_key: str = "default", objective: str = "quantile", clock: Callable[[], float] = time.time,
+                 pool_key: str = "default", objective: str = "quantile", times: RecordTimes | None = None,
+                 transit_s: float = 60.0, intake: Intake | None = None, tokens: BearerTokens | None = None,
+                 forget: Callable[[list[Forget]], int] | None = None, clock: Callable[[], float] = time.time,
                  deliveries: Callable[[], dict[str, int]] | None = None) -> None:
         self.telemetry, self.dead_letters, self.shelf = telemetry, dead_letters, shelf
         self.deliveries = deliveries or dict  # what became of the records sent: delivered, failed, dropped
         self.pool_key, self.objective = pool_key, objective
+        self.models = ModelRoutes(shelf, pool_key=pool_key, objective=objective, clock=clock)
+        self.times, self.transit_s = times or RecordTimes(), transit_s
+        self.intake = intake or Intake(max_pending=50_000, buffer_records=100_000, buffered=lambda: 0)
+        self.tokens = tokens
+        self._forget = forget  # sends requests to forget once earlier samples are delivered; returns those unsent
         self._clock = clock
-        self.received: Counter[str] = Counter()  # samples by what they observed: "ttft", "tpot"
+        self.lock = threading.Lock()  # the counts below are written on the intake thread, read on the loop
         self.outcomes: Counter[str] = Counter()  # samples by where they went: "telemetry", "dead_letter"
-        self.buckets: Counter[tuple[str, int, int, int]] = Counter()  # (model, queue, cache, prefix bucket)
+        self.refused: Counter[str] = Counter()  # samples refused at once, by reason kind
+        self.received: Counter[str] = Counter()  # since the start or the last flush, by target observed
+        self.buckets: Counter[tuple[str, int, int, int]] = Counter()  # the same, by (target, queue, cache, prefix)
+        self.buckets_total: Counter[tuple[str, int, int, int]] = Counter()  # since the start
+        self.scores_after: dict[str, int] = {}  # model key -> version whose scores /flush hid (and all before)
         self.rejected_bodies = 0
+        self.unauthenticated = 0
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([
-            web.post("/add_training_data_bulk", self.add_bulk), web.get("/healthz", self.healthz),
-            web.get("/readyz", self.readyz), web.get("/metrics", self.metrics),
-            web.get("/data/status", self.data_status),
-            web.get("/models/list", self.models_list), web.get("/model/{name}/xgb/json", self.xgb_json),
-            web.get("/model/{name}/info", self.model_info), web.get("/model/{name}/download", self.download),
-            web.get("/", self.root)])
+        app = web.Application(client_max_size=64 * 1024 * 1024,
+                              middlewares=[self._authenticate] if self.tokens is not None else [])
+        app.add_routes([web.post("/add_training_data_bulk", self.add_bulk), web.post("/flush", self.flush),
+                        *self.health_routes(), web.get("/data/status", self.data_status), web.get("/", self.root),
+                        *self.models.routes()])
         return app
+
+    def health_routes(self) -> list[web.RouteDef]:
+        """The routes a separate plain health port serves (``HEADROOM_LLMD_TRAINING_HEALTH_PORT``)."""
+        return [web.get("/healthz", self.healthz), web.get("/readyz", self.readyz), web.get("/metrics", self.metrics)]
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        if request.path in OPEN_PATHS or self.tokens is None or self.tokens.allows(request.headers.get(HEADER)):
+            return await handler(request)
+        self.unauthenticated += 1
+        response = json_response({"detail": "missing or invalid bearer token"}, 401)
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
 
     # --- samples -----------------------------------------------------------------------------------
     async def add_bulk(self, request: web.Request) -> web.Response:
+        if not self.intake.room():
+            return self._busy()
         try:
             rows = decode_rows(await request.read(), "entries", TrainingRow)
         except Unprocessable as err:
             self.rejected_bodies += 1
             return json_response(err.body, 422)
-        sent, dead = self.ingest(rows)
+        if not self.intake.admit(len(rows)):
+            return self._busy()
+        try:
+            sent, refused = await self.intake.run(lambda: self.ingest(rows))
+        finally:
+            self.intake.done(len(rows))
         return json_response({"message": f"Accepted {len(rows)} training samples.", "telemetry": sent,
-                              "dead_lettered": dead}, 202)
+                              "dead_lettered": len(refused), "refused": refused[:LISTED_REFUSALS]}, 202)
 
-    def ingest(self, rows: list[Any]) -> tuple[int, int]:
-        """Send each row as a telemetry record, or as a dead letter with its reason; ``(sent, dead)``."""
+    def ingest(self, rows: list[Any]) -> tuple[int, list[dict[str, Any]]]:
+        """Send each row as a telemetry record, or as a dead letter with its reason; ``(sent, refused)``."""
         call, now = uuid.uuid4().hex[:16], self._clock()
-        sent = 0
+        sent, refused, kinds = 0, [], Counter[str]()
+        strata: list[tuple[str, int, int, int]] = []
         for index, row in enumerate(rows):
             sample = row_dict(row)
             request_id = f"llm-d-{call}-{index}"
             try:
                 record = sample_record(sample, pool_key=self.pool_key, request_id=request_id, received_at=now,
                                        timestamp=timestamp_of(row.timestamp))
+                late = refusal(record.completion_ts, now, self.times, self.transit_s)
+                if late is not None:
+                    raise InvalidRecord(late)
             except InvalidRecord as err:
                 self.dead_letters.send(self.pool_key.encode(), msgspec.json.encode(sample), err.reason,
                                        f"llm-d/add_training_data_bulk/{request_id}")
-                self.outcomes["dead_letter"] += 1
+                refused.append({"index": index, "reason": err.reason})
+                kinds[_kind(err.reason)] += 1
                 continue
             self.telemetry.send(record)
-            self.outcomes["telemetry"] += 1
             sent += 1
-            strata = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage),
-                      prefix_bucket(record.prefix_match))
-            for target, observed in (("ttft", record.ttft_ms), ("tpot", record.tpot_ms)):
-                if observed is not None:
-                    self.received[target] += 1
-                    self.buckets[(target, *strata)] += 1
-        return sent, len(rows) - sent
+            cell = (queue_bucket(record.num_waiting), kv_bucket(record.kv_cache_usage),
+                    prefix_bucket(record.prefix_match))
+            strata += [(target, *cell) for target, observed in (("ttft", record.ttft_ms), ("tpot", record.tpot_ms))
+                       if observed is not None]
+        with self.lock:
+            self.outcomes.update(telemetry=sent, dead_letter=len(refused))
+            self.refused.update(kinds)
+            self.received.update(target for target, *_ in strata)
+            self.buckets.update(strata)
+            self.buckets_total.update(strata)
+        return sent, refused
+
+    def _busy(self) -> web.Response:
+        response = json_response({"detail": f"too many training samples waiting ({self.intake.pending} of at most "
+                                            f"{self.intake.max_pending}, HEADROOM_LLMD_MAX_PENDING_SAMPLES, or the "
+                                            f"broker is behind): retry after {RETRY_AFTER_S} s"}, 429)
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+
+    # --- flush -------------------------------------------------------------------------------------
+    async def flush(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            asked = msgspec.json.decode(body, type=FlushRequest) if body.strip() else FlushRequest()
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            return json_response({"detail": [{"type": "value_error", "loc": ["body"], "msg": str(err),
+                                              "input": body.decode(errors="replace")[:1000]}]}, 422)
+        now, counts = self._clock(), (0, 0)
+        if asked.flush_training_data:
+            reason = asked.reason or "llm-d /flush"
+            forgets = [Forget(pool_key_of(self.pool_key, role), now, reason) for role in ROLES]
+            unsent, counts = await self.intake.run(lambda: self._flush_windows(forgets))
+            if unsent:
+                return json_response({"detail": f"the broker has not acknowledged the samples sent before: nothing "
+                                                f"flushed ({unsent} of {len(forgets)} requests to forget unsent); "
+                                                f"retry"}, 503)
+        if asked.flush_metrics:
+            self.scores_after.update({key: m.update.version for key, m in self.shelf.models.items()})
+        flushed = [f"{counts[0]} TTFT and {counts[1]} TPOT training samples (and the holdout rows among them)"] \
+            if asked.flush_training_data else []
+        flushed += ["the holdout scores of the versions published so far"] if asked.flush_metrics else []
+        return json_response({
+            "success": True, "flushed_at": iso_time(now), "reason": asked.reason,
+            "ttft_training_samples_flushed": counts[0], "tpot_training_samples_flushed": counts[1],
+            "ttft_test_samples_flushed": 0, "tpot_test_samples_flushed": 0, "metrics_cleared": asked.flush_metrics,
+            "message": f"Successfully flushed: {', '.join(flushed)}" if flushed else "No data flushed"})
+
+    def _flush_windows(self, forgets: list[Forget]) -> tuple[int, tuple[int, int]]:
+        """On the intake thread, after the calls taken before: send ``forgets``; then the samples counted since
+        the last flush, by target, and the counts reset. ``(requests unsent, (TTFT, TPOT samples))``."""
+        unsent = self._forget(forgets) if self._forget is not None else len(forgets)
+        if unsent:
+            return unsent, (0, 0)
+        with self.lock:
+            counts = (self.received["ttft"], self.received["tpot"])
+            self.received.clear()
+            self.buckets.clear()
+        return 0, counts
 
     # --- status ------------------------------------------------------------------------------------
     async def healthz(self, _request: web.Request) -> web.Response:
@@ -130,115 +234,51 @@ class TrainingApi:
         return json_response({"status": "ready"})
 
     async def data_status(self, _request: web.Request) -> web.Response:
-        ttft, tpot = self.received["ttft"], self.received["tpot"]
-        distribution = {f"queue_{q}_cache_{c}_prefix_{p}": n for (model, q, c, p), n in sorted(self.buckets.items())
-                        if model == "ttft"}
-        trained = {key: count for key, count in sorted(self.shelf.published.items()) if self._ours(key)}
+        with self.lock:
+            ttft, tpot = self.received["ttft"], self.received["tpot"]
+            distribution = {f"queue_{q}_cache_{c}_prefix_{p}": n for (model, q, c, p), n in sorted(self.buckets.items())
+                            if model == "ttft"}
+            outcomes, refused = dict(self.outcomes), dict(sorted(self.refused.items()))
+        trained = {key: count for key, count in sorted(self.shelf.published.items()) if self.models.ours(key)}
+        scored = Counter(key.split("/")[1] for key, m in self.shelf.models.items()
+                         if self.models.ours(key) and m.update.holdout_metrics)
         return json_response({
             "training_data": {"ttft_samples": ttft, "tpot_samples": tpot, "total_samples": ttft + tpot},
-            "telemetry": {"records_sent": self.outcomes["telemetry"], "dead_lettered": self.outcomes["dead_letter"],
-                          "bodies_rejected": self.rejected_bodies, **self.deliveries()},
+            "test_data": {"ttft_samples": 0, "tpot_samples": 0, "total_samples": 0},  # holdout: inside the windows
+            "ensemble": {"ensemble_mode": False, "ensemble_active": False},
+            "metrics": {"ttft_scores_count": scored["ttft"], "tpot_scores_count": scored["tpot"]},
+            "telemetry": {"records_sent": outcomes.get("telemetry", 0), "dead_lettered": outcomes.get("dead_letter", 0),
+                          "refused": refused, "bodies_rejected": self.rejected_bodies,
+                          "calls_refused_busy": self.intake.refused_calls,
+                          "calls_unauthenticated": self.unauthenticated, **self.deliveries()},
+            "intake": {"pending_samples": self.intake.pending, "max_pending_samples": self.intake.max_pending},
             "bucket_distribution": distribution,
             "models_trained": {"versions": sum(trained.values()), "by_model": trained,
                                "rejected": dict(sorted(self.shelf.rejected.items()))},
-            "model_ready": all(self._model(name) is not None for name in MODEL_NAMES),
-            "last_retrain": self._last_retrain()})
-
-    async def models_list(self, _request: web.Request) -> web.Response:
-        models = {}
-        for name in MODEL_NAMES:
-            shelved = self._model(name)
-            models[name] = {"exists": shelved is not None, "size_bytes": len(shelved.update.model) if shelved else 0,
-                            "last_modified": iso_time(shelved.update.created_at) if shelved else None,
-                            "version": shelved.update.version if shelved else None}
-        return json_response({"models": models, "model_type": MODEL_TYPE, "objective_type": self.objective,
-                              "quantile": self._quantile(), "server_time": iso_time(self._clock()),
-                              "pool_keys": sorted({m.update.pool_key for m in self.shelf.models.values()})})
-
-    async def model_info(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        shelved, error = self._named(name)
-        if shelved is None:
-            return error
-        update = shelved.update
-        return json_response({"model_name": name, "path": update.key, "size_bytes": len(update.model),
-                              "last_modified": iso_time(update.created_at), "exists": True, "model_type": MODEL_TYPE,
-                              "quantile": update.quantile, "version": update.version, "objective": update.objective,
-                              "holdout_metrics": update.holdout_metrics, "window_stats": update.window_stats})
-
-    async def xgb_json(self, request: web.Request) -> web.Response:
-        shelved, error = self._named(request.match_info["name"])
-        if shelved is None:
-            return error
-        trees = shelved.booster.get_dump(dump_format="json")
-        return web.Response(body=b"[" + ",".join(trees).encode() + b"]", content_type="application/json")
-
-    async def download(self, request: web.Request) -> web.Response:
-        return json_response({"detail": f"model downloads are pickles, which headroom never writes, serves or loads; "
-                                f"prediction servers read model-updates or model files (headroom models export), "
-                                f"and /model/{request.match_info['name']}/xgb/json dumps the trees"}, 404)
+            "model_ready": self.models.ready(), "last_retrain": self._last_retrain()})
 
     async def metrics(self, _request: web.Request) -> web.Response:
         registry = CollectorRegistry()
-        registry.register(_Collector(self))
-        return web.Response(body=generate_latest(registry), content_type="text/plain",
-                            headers={"X-Content-Type-Options": "nosniff"}, charset="utf-8")
+        registry.register(Collector(self))
+        body = generate_latest(registry) + ("\n".join(reference_lines(self)) + "\n").encode()
+        return web.Response(body=body, content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"},
+                            charset="utf-8")
 
     async def root(self, _request: web.Request) -> web.Response:
+        q = self.models.quantile()
         return json_response({"message": "headroom latency predictor (llm-d training API) is running",
-                              "model_type": MODEL_TYPE, "objective_type": self.objective, "quantile": self._quantile(),
-                              "pool_key": self.pool_key})
-
-    # --- models ------------------------------------------------------------------------------------
-    def _model(self, name: str) -> Any:
-        return self.shelf.get(self.pool_key, name, self.objective)
-
-    def _named(self, name: str) -> tuple[Any, web.Response]:
-        if name not in MODEL_NAMES:
-            return None, json_response({"detail": f"Unknown model: {name}"}, 404)
-        shelved = self._model(name)
-        return shelved, json_response({"detail": f"Model {name} not found"}, 404)
-
-    def _ours(self, key: str) -> bool:
-        pool = key.rsplit("/", 2)[0]
-        return pool == self.pool_key or pool.startswith(f"{self.pool_key}-")
-
-    def _quantile(self) -> float:
-        shelved = self.shelf.get(self.pool_key, "ttft", "quantile")
-        return shelved.update.quantile if shelved and shelved.update.quantile else 0.9
+                              "model_type": MODEL_TYPE, "objective_type": self.objective, "quantile": q,
+                              "description": f"Predicting {q:.0%} quantile for TTFT and TPOT latencies"
+                              if self.objective == "quantile" else "Predicting mean TTFT and TPOT latencies",
+                              "pool_key": self.pool_key, "models": list(MODEL_NAMES)})
 
     def _last_retrain(self) -> str | None:
-        times = [m.update.created_at for key, m in self.shelf.models.items() if self._ours(key)]
+        times = [m.update.created_at for key, m in self.shelf.models.items() if self.models.ours(key)]
         return iso_time(max(times)) if times else None
 
 
-class _Collector:
-    def __init__(self, api: TrainingApi) -> None:
-        self.api = api
-
-    def collect(self):
-        api = self.api
-        samples = CounterMetricFamily("headroom_llmd_samples", "Training samples by where they went.",
-                                      labels=["outcome"])
-        for outcome in ("telemetry", "dead_letter"):
-            samples.add_metric([outcome], api.outcomes[outcome])
-        bodies = CounterMetricFamily("headroom_llmd_rejected_bodies", "Bulk bodies refused with a 422.")
-        bodies.add_metric([], api.rejected_bodies)
-        deliveries = CounterMetricFamily("headroom_llmd_deliveries", "What became of the records and dead letters "
-                                         "sent to Kafka.", labels=["outcome"])
-        for outcome, count in sorted(api.deliveries().items()):
-            deliveries.add_metric([outcome], count)
-        buckets = CounterMetricFamily("headroom_llmd_bucket_samples", "Samples received per target and stratum "
-                                      "(the reference's queue × KV-cache × prefix buckets).",
-                                      labels=["model", "queue_bucket", "cache_bucket", "prefix_bucket"])
-        for (model, q, c, p), n in sorted(api.buckets.items()):
-            buckets.add_metric([model, str(q), str(c), str(p)], n)
-        version = GaugeMetricFamily("headroom_llmd_model_version", "Newest listed version per model key.",
-                                    labels=["model_key"])
-        holdout = GaugeMetricFamily("headroom_llmd_model_holdout", "Holdout metrics of the newest version.",
-                                    labels=["model_key", "metric"])
-        for key, shelved in sorted(api.shelf.models.items()):
-            version.add_metric([key], shelved.update.version)
-            for metric, value in sorted(shelved.update.holdout_metrics.items()):
-                holdout.add_metric([key, metric], value)
-        yield from (samples, bodies, deliveries, buckets, version, holdout)
+def _kind(reason: str) -> str:
+    """A short label for a refusal's reason, for counts."""
+    if reason.startswith("timestamp"):
+        return "too-old" if " old:" in reason else "too-far-ahead"
+    return "invalid"

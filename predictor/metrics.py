@@ -1,8 +1,10 @@
 """Prometheus metrics of one prediction server, in its own registry so instances never share state.
 
-Request metrics are recorded as calls are served, the outcomes of the start-up replay of the model topic
-(:mod:`predictor.replay`) once it ends; model versions, ages and update outcomes are read from the runtime
-at scrape time.
+Request metrics are recorded as calls are served, on the gRPC API and on llm-d's HTTP API alike (rows,
+predictions, batch sizes, time to serve; calls by gRPC status code and by HTTP route and status; the HTTP
+answers given with the prior, :mod:`llmd.prediction_api`); the outcomes of the start-up replay of the model
+topic (:mod:`predictor.replay`) once it ends; model versions, ages and update outcomes are read from the
+runtime at scrape time.
 """
 
 from __future__ import annotations
@@ -22,16 +24,21 @@ LATENCY_BUCKETS = (5e-5, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2,
 class PredictorMetrics:
     def __init__(self, runtime: ModelRuntime) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("headroom_predictor_requests", "Prediction calls by gRPC status code.",
+        self.requests = Counter("headroom_predictor_requests", "gRPC prediction calls by status code.",
                                 ["code"], registry=self.registry)
-        self.candidates = Counter("headroom_predictor_candidates", "Candidate rows predicted.",
+        self.http_requests = Counter("headroom_predictor_http_requests", "Calls of llm-d's prediction API (POST "
+                                     "routes) by route and HTTP status.", ["route", "status"], registry=self.registry)
+        self.candidates = Counter("headroom_predictor_candidates", "Candidate rows predicted (gRPC and HTTP).",
                                   registry=self.registry)
-        self.predictions = Counter("headroom_predictor_predictions", "Predictions served (rows × models).",
-                                   registry=self.registry)
-        self.batch_rows = Histogram("headroom_predictor_batch_rows", "Candidate rows per call.",
+        self.predictions = Counter("headroom_predictor_predictions", "Predictions served by a model (rows × "
+                                   "models; gRPC and HTTP).", registry=self.registry)
+        self.prior_predictions = Counter("headroom_predictor_http_prior_predictions", "Predictions llm-d's API "
+                                         "answered with the prior: no model of the target trained yet.", ["target"],
+                                         registry=self.registry)
+        self.batch_rows = Histogram("headroom_predictor_batch_rows", "Candidate rows per call (gRPC and HTTP).",
                                     buckets=BATCH_BUCKETS, registry=self.registry)
-        self.latency = Histogram("headroom_predictor_request_seconds", "Time to serve one prediction call.",
-                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.latency = Histogram("headroom_predictor_request_seconds", "Time to serve one prediction call (gRPC "
+                                 "and HTTP).", buckets=LATENCY_BUCKETS, registry=self.registry)
         self.update_delay = Histogram("headroom_predictor_update_delay_seconds",
                                       "From a model update's publication to its verdict here.",
                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300),
@@ -44,7 +51,12 @@ class PredictorMetrics:
         self._ok = self.requests.labels("OK")
 
     def served(self, rows: int, models: int, seconds: float) -> None:
+        """A gRPC call answered."""
         self._ok.inc()
+        self.answered(rows, models, seconds)
+
+    def answered(self, rows: int, models: int, seconds: float) -> None:
+        """``rows`` answered in one call of either API, ``models`` targets of each by a model."""
         self.candidates.inc(rows)
         self.predictions.inc(rows * models)
         self.batch_rows.observe(rows)
@@ -52,6 +64,12 @@ class PredictorMetrics:
 
     def failed(self, code: str) -> None:
         self.requests.labels(code).inc()
+
+    def http_call(self, route: str, status: int) -> None:
+        self.http_requests.labels(route, str(status)).inc()
+
+    def prior(self, target: str, rows: int) -> None:
+        self.prior_predictions.labels(target).inc(rows)
 
     def update_applied(self, result: ApplyResult, delay_seconds: float) -> None:
         self.update_delay.observe(delay_seconds)

@@ -65,7 +65,8 @@ class PredictorServer:
         self.files = ModelFileSource(self.runtime, Path(settings.models), poll_s=settings.models_poll_s) \
             if settings.models else None
         self.llmd = PredictionApi(self.runtime, pool_key=settings.http_pool_key, objective=settings.http_objective,
-                                  reload=self._reload_files)
+                                  prior_ms=settings.http_prior_ms, caught_up=self._caught_up,
+                                  reload=self._reload_files, metrics=self.metrics)
         self.health = health.HealthServicer()
         self.port: int | None = None
         self.metrics_port: int | None = None
@@ -83,9 +84,13 @@ class PredictorServer:
 
     @property
     def ready(self) -> bool:
+        return self.runtime.ready and self._caught_up()
+
+    def _caught_up(self) -> bool:
+        """Every model source has been read once: the tailer to the topic's end, the files."""
         tailing = self.tailer is None or (self.tailer.ready and self.tailer.error is None)
         reading = self.files is None or (self.files.ready and self.files.error is None)
-        return self.runtime.ready and tailing and reading
+        return tailing and reading
 
     def start(self) -> PredictorServer:
         kernels.warm_up()

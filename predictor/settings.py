@@ -44,6 +44,9 @@ class PredictorSettings:
                                  "selects <pool>-prefill or <pool>-decode).")
     http_objective: str = setting("quantile", "HEADROOM_PREDICTOR_HTTP_OBJECTIVE",
                                   "Models llm-d's API answers with: quantile (the reference's default) or mean.")
+    http_prior_ms: float = setting(1.0, "HEADROOM_PREDICTOR_HTTP_PRIOR_MS",
+                                   "What llm-d's API answers, labelled *_source prior and counted, for a target no "
+                                   "model has been trained for yet (< 0: 503 until one is live).")
     reflection: bool = setting(False, "HEADROOM_PREDICTOR_REFLECTION",
                                "Serve gRPC reflection (lets anyone list the services; off unless asked for).")
     tls: ServerTls = nested(ServerTls, "TLS, and mTLS with a client CA, of the gRPC server and llm-d's HTTP API.")

@@ -119,6 +119,8 @@ class IngestLoop:
                 if result.record is not None:
                     metrics.IMPLAUSIBLE.labels("future" if result.record.completion_ts > wall else "past").inc()
                 self._letters.setdefault(partition, []).append((delivery, result.rejection))
+            elif result.record is None:  # a request to forget (llm-d's /flush)
+                metrics.FORGOTTEN.inc(result.forgotten)
             else:
                 ingested += 1
                 unadmitted += not result.admitted

@@ -6,7 +6,8 @@ message's bytes, partition and offset, sends dead letters, and now and then writ
 already holds (at or below the partition's high-water mark) are skipped, so a replay after a restart
 never adds a record twice. When a drift detector fires, the window can forget rows older than
 ``drift_memory_s``: they describe the regime that just ended, and keeping them would slow the next
-model's adaptation.
+model's adaptation. A request to forget (:mod:`contract.window_forget`, llm-d's ``/flush``) drops the
+rows of its pool key completed before its time, in every target's window.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from headroom.contract.features import RAW_COLUMNS
 from headroom.contract.strata import stratum_of
 from headroom.contract.targets import TARGETS, predicted_value, target_value
 from headroom.contract.telemetry import InvalidRecord, TelemetryRecord, decode
+from headroom.contract.window_forget import decode as decode_forget
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.window_rules import Row, implausible
 from headroom.streams.windows import WindowKey, Windows, encode_row, row_key
@@ -37,6 +39,7 @@ class IngestResult:
     duplicate: bool = False
     admitted: list[WindowKey] = field(default_factory=list)
     drifted: list[WindowKey] = field(default_factory=list)  # windows whose detector fired on this record
+    forgotten: int = 0  # rows dropped by a request to forget
 
 
 class Ingestor:
@@ -66,7 +69,12 @@ class Ingestor:
             record = decode(raw)
         except InvalidRecord as err:
             self.windows.mark(partition, offset)
-            return IngestResult(rejection=err.reason)
+            forget = decode_forget(raw)
+            if forget is None:
+                return IngestResult(rejection=err.reason)
+            return IngestResult(forgotten=sum(len(self.windows.forget_before((forget.pool_key, target),
+                                                                             forget.before_ts))
+                                              for target in TARGETS))
         if now is not None and (reason := implausible(record.completion_ts, now, self.windows.limits)):
             self.windows.mark(partition, offset)
             return IngestResult(record=record, rejection=reason)

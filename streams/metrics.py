@@ -15,6 +15,7 @@ IMPLAUSIBLE = Counter("headroom_telemetry_implausible", "Records dead-lettered f
                       "against the worker's clock, by direction.", ["direction"])
 UNADMITTED = Counter("headroom_telemetry_unadmitted", "Valid records no window admitted: older than its clock's "
                      "maximum age.")
+FORGOTTEN = Counter("headroom_window_rows_forgotten", "Window rows dropped by requests to forget (llm-d's /flush).")
 DUPLICATES = Counter("headroom_telemetry_duplicates", "Records skipped because the window already had them.")
 WINDOW_ROWS = Gauge("headroom_window_rows", "Rows in a window.", ["pool_key", "target"])
 WINDOW_STRATA = Gauge("headroom_window_strata", "Occupied strata of a window.", ["pool_key", "target"])

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from headroom.contract.settings import setting
+from headroom.contract.settings import nested, setting
 from headroom.streams.window_rules import WindowLimits
 from headroom.trainer.params import TrainParams
 from headroom.trainer.policy import RetrainRule
@@ -16,16 +16,24 @@ if TYPE_CHECKING:  # the trainer's rounds load XGBoost: only the worker that tra
 
 
 @dataclass(frozen=True)
+class RecordTimes:
+    """How old, or how far ahead of the worker's clock, a record may complete; llm-d's training API refuses
+    what the worker would (:mod:`llmd.intake`)."""
+
+    max_age_s: float = setting(600.0, "HEADROOM_WINDOW_MAX_AGE", "Seconds (event time) a row stays; "
+                               "records older than this by the worker's clock are dead-lettered.")
+    max_future_s: float = setting(300.0, "HEADROOM_TELEMETRY_MAX_FUTURE_S",
+                                  "Records completed further ahead of the worker's clock are dead-lettered.")
+
+
+@dataclass(frozen=True)
 class PipelineSettings:
     """What the worker keeps, when it retrains, and how it judges new models."""
 
     app_id: str = setting("headroom-pipeline", "HEADROOM_PIPELINE_APP_ID",
                           "Faust app id: consumer group and prefix of the window changelog topic.")
     window_max_rows: int = setting(500, "HEADROOM_WINDOW_MAX_ROWS", "Rows kept per stratum and target.")
-    window_max_age_s: float = setting(600.0, "HEADROOM_WINDOW_MAX_AGE", "Seconds (event time) a row stays; "
-                                      "records older than this by the worker's clock are dead-lettered.")
-    max_future_s: float = setting(300.0, "HEADROOM_TELEMETRY_MAX_FUTURE_S",
-                                  "Records completed further ahead of the worker's clock are dead-lettered.")
+    times: RecordTimes = nested(RecordTimes, "How old, or how far ahead, a record may complete.")
     retrain_interval_s: float = setting(10.0, "HEADROOM_RETRAIN_INTERVAL", "Seconds between periodic retrains.")
     min_samples: int = setting(100, "HEADROOM_RETRAIN_MIN_SAMPLES", "Window rows needed before training.")
     drift_cooldown_s: float = setting(2.0, "HEADROOM_DRIFT_COOLDOWN",
@@ -79,8 +87,8 @@ class PipelineSettings:
 
     @property
     def limits(self) -> WindowLimits:
-        return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.window_max_age_s,
-                            max_future_s=self.max_future_s)
+        return WindowLimits(max_rows=self.window_max_rows, max_age_s=self.times.max_age_s,
+                            max_future_s=self.times.max_future_s)
 
     @property
     def rule(self) -> RetrainRule:

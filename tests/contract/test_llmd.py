@@ -49,8 +49,7 @@ def test_a_sample_completes_at_its_timestamp_or_when_it_arrived(timestamp, compl
 @pytest.mark.parametrize(("changes", "reason"), [
     ({}, "the sample observes neither TTFT nor TPOT"),
     ({"actual_ttft_ms": 5.0, "encoder_input_size": 1, "encoder_matched_size": 2}, "encoder_matched_size 2 exceeds"),
-    ({"actual_ttft_ms": 5.0, "pod_type": "encode"}, "pod_type must be one of"),
-], ids=["nothing-observed", "encoder-match", "pod-type"])
+], ids=["nothing-observed", "encoder-match"])
 def test_samples_the_contract_refuses_say_why(changes, reason):
     with pytest.raises(InvalidRecord, match=reason):
         sample_record({**SAMPLE, **changes}, pool_key="p", request_id="r", received_at=1e9)
@@ -59,3 +58,13 @@ def test_samples_the_contract_refuses_say_why(changes, reason):
 def test_a_role_is_a_pool_of_its_own():
     assert [pool_key_of("llama", role) for role in ("", "prefill", "decode")] == ["llama", "llama-prefill",
                                                                                    "llama-decode"]
+    with pytest.raises(ValueError, match="a role is one of"):
+        pool_key_of("llama", "monolithic")
+
+
+@pytest.mark.parametrize(("pod_type", "pool"), [("decode", "p-decode"), ("monolithic", "p"), ("both", "p"),
+                                                 (None, "p"), ("", "p")])
+def test_a_samples_pod_type_names_its_role_and_any_other_value_a_monolithic_server(pod_type, pool):
+    record = sample_record({**SAMPLE, "actual_ttft_ms": 5.0, "pod_type": pod_type}, pool_key="p", request_id="r",
+                           received_at=1e9)
+    assert record.pool_key == pool

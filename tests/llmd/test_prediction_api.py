@@ -11,9 +11,12 @@ import pytest
 from headroom.contract.features import feature_matrix
 from headroom.contract.model_update import decode_update
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
+from headroom.contract.settings import from_env
 from headroom.contract.tls import ServerTls
+from headroom.contract.topics import KafkaSettings
 from headroom.model_files import write_model_file
 from headroom.predictor.runtime import ModelRuntime
+from tests.conftest import free_port
 from tests.keys import TRUST
 from tests.llmd.http import call
 from tests.predictor.models import message, train
@@ -85,7 +88,8 @@ def test_strict_bulk_answers_10000_rows_in_their_order(start_server, boosters):
                                rtol=1e-5)
     first = predictions[0]
     assert set(first) == {"ttft_ms", "tpot_ms", "predicted_at", "model_type", "objective_type", "quantile",
-                          "last_model_load"}
+                          "last_model_load", "ttft_source", "tpot_source"}
+    assert (first["ttft_source"], first["tpot_source"]) == ("model", "model")
     assert (first["model_type"], first["objective_type"], first["quantile"]) == ("xgboost", "quantile", 0.9)
     assert body["processing_time_ms"] > 0
 
@@ -110,14 +114,13 @@ ROW = rows(1, seed=5)[0]
     ({"requests": [ROW, {k: v for k, v in ROW.items() if k != "num_request_running"}]},
      [{"type": "missing", "loc": ["body", "requests", 1, "num_request_running"], "msg": "Field required",
        "input": {k: v for k, v in ROW.items() if k != "num_request_running"}}]),
-    ({"requests": [dict(ROW, num_request_waiting=-2, input_token_length=3.5, pod_type="encode")]},
+    ({"requests": [dict(ROW, num_request_waiting=-2, input_token_length=3.5, pod_type=2)]},
      [{"type": "int_from_float", "loc": ["body", "requests", 0, "input_token_length"],
        "msg": "Input should be a valid integer, got a number with a fractional part", "input": 3.5},
       {"type": "greater_than_equal", "loc": ["body", "requests", 0, "num_request_waiting"],
        "msg": "Input should be greater than or equal to 0", "input": -2, "ctx": {"ge": 0}},
-      {"type": "literal_error", "loc": ["body", "requests", 0, "pod_type"],
-       "msg": "Input should be '', 'prefill' or 'decode'", "input": "encode",
-       "ctx": {"expected": "'', 'prefill' or 'decode'"}}]),
+      {"type": "string_type", "loc": ["body", "requests", 0, "pod_type"],
+       "msg": "Input should be a valid string", "input": 2}]),
     ({"requests": [dict(ROW, prefix_cache_score="0.5")]},
      [{"type": "float_type", "loc": ["body", "requests", 0, "prefix_cache_score"],
        "msg": "Input should be a valid number", "input": "0.5"}]),
@@ -137,9 +140,10 @@ ROW = rows(1, seed=5)[0]
        "msg": "Input should be less than or equal to 1", "input": 10**400, "ctx": {"le": 1.0}}]),
 ], ids=["above-range", "missing", "several", "string-number", "empty", "no-requests", "encoder-match",
         "count-above-a-billion", "fraction-of-400-digits"])
-def test_strict_bulk_refuses_any_invalid_row_with_fastapis_422_body(start_server, boosters, body, detail):
+@pytest.mark.parametrize("route", ["/predict/bulk/strict", "/predict/bulk"])
+def test_bulk_refuses_any_invalid_row_with_fastapis_422_body(start_server, boosters, body, detail, route):
     server = start_server(runtime=runtime_with(boosters), http_port=0)
-    assert call(base(server), "/predict/bulk/strict", body) == (422, {"detail": detail})
+    assert call(base(server), route, body) == (422, {"detail": detail})
 
 
 def test_a_body_too_large_or_not_json_is_a_422(start_server, boosters):
@@ -151,35 +155,55 @@ def test_a_body_too_large_or_not_json_is_a_422(start_server, boosters):
     assert status == 422 and body["detail"][0]["type"] == "json_invalid"
 
 
-def test_bulk_answers_the_valid_rows_and_names_the_invalid_ones(start_server, boosters):
-    server = start_server(runtime=runtime_with(boosters), http_port=0)
-    sent = rows(6, seed=6)
-    sent[1] = dict(sent[1], kv_cache_percentage=-0.1)
-    sent[3] = "not a row"
-    sent[4] = dict(sent[4], encoder_input_size=1, encoder_matched_size=3)
-    status, body = call(base(server), "/predict/bulk", {"requests": sent})
-    assert status == 200
-    assert [p is None for p in body["predictions"]] == [False, True, False, True, True, False]
-    assert body["errors"] == [
-        {"index": 1, "error": "kv_cache_percentage: Input should be greater than or equal to 0", "request": sent[1]},
-        {"index": 3, "error": "row: Input should be a valid dictionary or instance of PredictionRequest",
-         "request": "not a row"},
-        {"index": 4, "error": "encoder_matched_size 3 exceeds encoder_input_size 1", "request": sent[4]}]
-    assert (body["total_requests"], body["successful_predictions"], body["failed_predictions"]) == (6, 3, 3)
-    good = [sent[i] for i in (0, 2, 5)]
-    np.testing.assert_allclose([body["predictions"][i]["ttft_ms"] for i in (0, 2, 5)],
-                               expected(boosters["ttft", "quantile"], good), rtol=1e-5)
-
-
-def test_bulk_names_rows_whose_role_no_model_can_answer(start_server, boosters):
+def test_a_target_without_a_model_is_answered_with_the_prior_labelled_and_counted(start_server, boosters):
     runtime = runtime_with(boosters, pool="default-prefill", models=[("ttft", "quantile")])
     server = start_server(runtime=runtime, http_port=0)
     sent = rows(2, seed=7, pod_type="prefill")
+    for route in ("/predict/bulk/strict", "/predict/bulk"):
+        status, body = call(base(server), route, {"requests": sent})
+        assert status == 200 and body["successful_predictions"] == 2
+        assert [(p["ttft_source"], p["tpot_source"], p["tpot_ms"]) for p in body["predictions"]] == \
+            [("model", "prior", 1.0)] * 2
+        np.testing.assert_allclose([p["ttft_ms"] for p in body["predictions"]],
+                                   expected(boosters["ttft", "quantile"], sent), rtol=1e-5)
+    status, body = call(base(server), "/predict", dict(ROW, pod_type="decode"))
+    assert status == 200 and (body["tpot_ms"], body["tpot_source"], body["ttft_source"]) == (1.0, "prior", "model")
+    status, state = call(base(server), "/status")
+    assert (state["is_ready"], state["models_exist"], state["answered_with_prior"], state["prior_ms"]) == \
+        (True, {"ttft_model": True, "tpot_model": False}, ["tpot"], 1.0)
+    assert state["ensemble_active"] is False and "training_server_url" in state
+    text = call(base(server), "/metrics")[1]
+    assert 'headroom_predictor_http_prior_predictions_total{target="tpot"} 5.0' in text
+    assert 'headroom_predictor_http_prior_predictions_total{target="ttft"}' not in text
+    assert 'headroom_predictor_http_requests_total{route="/predict/bulk/strict",status="200"} 1.0' in text
+    assert 'headroom_predictor_http_requests_total{route="/predict",status="200"} 1.0' in text
+    assert "headroom_predictor_candidates_total 5.0" in text and "headroom_predictor_predictions_total 5.0" in text
+
+
+def test_without_the_prior_a_row_no_model_answers_is_refused(start_server, boosters):
+    runtime = runtime_with(boosters, pool="default-prefill", models=[("ttft", "quantile")])
+    server = start_server(runtime=runtime, http_port=0, http_prior_ms=-1.0)
+    sent = rows(2, seed=7, pod_type="prefill")
     status, body = call(base(server), "/predict/bulk", {"requests": sent})
-    assert status == 200 and body["predictions"] == [None, None]
+    assert status == 200 and body["predictions"] == [None, None] and body["failed_predictions"] == 2
     missing = "no live quantile TPOT model for pool key 'default-prefill' (pod_type 'prefill') yet"
-    assert body["errors"][0]["error"] == missing
+    assert body["errors"] == [{"index": i, "error": missing, "request": dict(sent[i], encoder_input_size=0,
+                                                                              encoder_matched_size=0)}
+                              for i in range(2)]
     assert call(base(server), "/predict/bulk/strict", {"requests": sent}) == (503, {"detail": missing})
+    assert call(base(server), "/readyz")[0] == 503
+    text = call(base(server), "/metrics")[1]
+    assert 'headroom_predictor_http_requests_total{route="/predict/bulk/strict",status="503"} 1.0' in text
+
+
+@pytest.mark.parametrize("pod_type", ["", None, "monolithic", "both", "invalid_type"])
+def test_any_other_pod_type_is_a_monolithic_server(start_server, boosters, pod_type):
+    server = start_server(runtime=runtime_with(boosters), http_port=0)
+    sent = [dict(row, pod_type=pod_type) for row in rows(3, seed=12)]
+    status, body = call(base(server), "/predict/bulk/strict", {"requests": sent})
+    assert status == 200
+    np.testing.assert_allclose([p["ttft_ms"] for p in body["predictions"]],
+                               expected(boosters["ttft", "quantile"], sent), rtol=1e-5)
 
 
 def test_a_role_is_answered_by_its_own_models_then_the_other_roles(start_server, boosters):
@@ -208,28 +232,40 @@ def test_single_predict(start_server, boosters):
     assert status == 422 and body["detail"][0]["loc"] == ["body", "num_tokens_generated"]
 
 
-def test_readyz_waits_for_both_models_of_the_objective(start_server, boosters):
+def test_readyz_answers_once_the_sources_are_read_and_waits_for_models_only_without_the_prior(start_server,
+                                                                                                  boosters):
     runtime = ModelRuntime(trust=TRUST)
     server = start_server(runtime=runtime, http_port=0)
-    assert call(base(server), "/readyz") == (503, {"detail": "Models are not ready"})
-    assert call(base(server), "/predict/bulk/strict", {"requests": [ROW]})[0] == 503
-    status, body = call(base(server), "/status")
-    assert status == 200 and body["is_ready"] is False and body["models_exist"] == {"ttft_model": False,
-                                                                                     "tpot_model": False}
-    runtime.apply(message(boosters["ttft", "quantile"], 1, pool_key="default", target="ttft", objective="quantile"))
-    runtime.apply(message(boosters["tpot", "mean"], 1, pool_key="default", target="tpot", objective="mean"))
-    assert call(base(server), "/readyz")[0] == 503  # a TPOT model, but not of this deployment's objective
-    runtime.apply(message(boosters["tpot", "quantile"], 1, pool_key="default", target="tpot", objective="quantile"))
     assert call(base(server), "/readyz") == (200, {"status": "ready", "model_type": "xgboost",
-                                                   "objective_type": "quantile", "quantile": 0.9})
-    status, body = call(base(server), "/status")
-    assert body["is_ready"] is True and body["last_model_load"] is not None
-    assert call(base(server), "/healthz") == (200, {"status": "ok", "service": "headroom-latency-predictor"})
-    assert call(base(server), "/")[1]["is_ready"] is True
+                                                   "objective_type": "quantile", "quantile": 0.9,
+                                                   "answered_with_prior": ["ttft", "tpot"]})
+    status, body = call(base(server), "/predict/bulk/strict", {"requests": [ROW]})
+    assert status == 200 and body["predictions"][0]["last_model_load"] is None
+    assert (body["predictions"][0]["ttft_source"], body["predictions"][0]["tpot_source"]) == ("prior", "prior")
+    strict = start_server(runtime=ModelRuntime(trust=TRUST), http_port=0, http_prior_ms=-1.0)
+    strict.runtime.apply(message(boosters["ttft", "quantile"], 1, pool_key="default", target="ttft",
+                                 objective="quantile"))
+    strict.runtime.apply(message(boosters["tpot", "mean"], 1, pool_key="default", target="tpot", objective="mean"))
+    status, body = call(base(strict), "/readyz")  # a TPOT model, but not of this deployment's objective
+    assert status == 503 and "no live quantile TPOT model yet" in body["detail"]
+    status, body = call(base(strict), "/status")
+    assert status == 200 and body["is_ready"] is False and body["models_exist"] == {"ttft_model": True,
+                                                                                     "tpot_model": False}
+    strict.runtime.apply(message(boosters["tpot", "quantile"], 1, pool_key="default", target="tpot",
+                                 objective="quantile"))
+    assert call(base(strict), "/readyz")[1]["answered_with_prior"] == []
+    status, body = call(base(strict), "/status")
+    assert body["is_ready"] is True and body["last_model_load"] is not None and body["prior_ms"] is None
+    assert call(base(strict), "/healthz") == (200, {"status": "ok", "service": "headroom-latency-predictor"})
+    assert call(base(strict), "/")[1]["is_ready"] is True
+    nowhere = from_env(KafkaSettings, {}, bootstrap_servers=f"127.0.0.1:{free_port()}")
+    unread = start_server(kafka=nowhere, http_port=0)
+    status, body = call(base(unread), "/readyz")  # a topic it cannot read: not ready, prior or not
+    assert status == 503 and "have not been read" in body["detail"]
 
 
 def test_reload_looks_at_the_model_files_now(start_server, boosters, tmp_path):
-    server = start_server(http_port=0, models=str(tmp_path), models_poll_s=3600.0)
+    server = start_server(http_port=0, models=str(tmp_path), models_poll_s=3600.0, http_prior_ms=-1.0)
     assert call(base(server), "/readyz")[0] == 503
     for target in ("ttft", "tpot"):
         raw = message(boosters[target, "quantile"], 4, pool_key="default", target=target, objective="quantile")

@@ -105,7 +105,10 @@ def test_samples_train_models_that_llm_d_prediction_api_serves(pipeline_kafka, t
             status, body = call(intake, "/add_training_data_bulk", {"entries": entries[start:start + 400]})
             assert status == 202 and body["dead_lettered"] == 0
         assert call(intake, "/add_training_data_bulk", {"entries": bad})[1] == \
-            {"message": "Accepted 2 training samples.", "telemetry": 0, "dead_lettered": 2}
+            {"message": "Accepted 2 training samples.", "telemetry": 0, "dead_lettered": 2, "refused": [
+                {"index": 0, "reason": "the sample observes neither TTFT nor TPOT (actual_ttft_ms and actual_tpot_ms "
+                                       "are 0)"},
+                {"index": 1, "reason": "encoder_matched_size 4 exceeds encoder_input_size 1"}]}
         wait_for_models(pipeline_kafka, worker)
         worker.stop()  # no newer versions from here on: both servers below serve the same ones
         latest, rejected = read_latest(pipeline_kafka, TRUST)

@@ -71,7 +71,7 @@ def test_the_training_api_as_its_own_principal_over_sasl_ssl(secure_kafka, trust
         assert call(base, "/data/status", context=context)[1]["telemetry"]["failed"] == 0
     finally:
         server.stop()
-    assert server.dead_letters.failed == 0
+    assert server.notices.failed == 0
     admin = secure_kafka.client("admin")
     [record] = [decode(value) for value in values_keyed(admin, admin.telemetry_topic, pool.encode())]
     assert (record.pool_key, record.ttft_ms, record.prompt_tokens) == (pool, 150.0, 900)

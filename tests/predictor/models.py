@@ -37,7 +37,8 @@ def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, 
 
 def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "pool-a", target: str = "ttft",
             objective: str = "mean", quantile: float | None = None, model_format: str = "ubj",
-            feature_schema: str = FEATURE_SCHEMA, key: SigningKey | None = TEST_KEY) -> bytes:
+            feature_schema: str = FEATURE_SCHEMA, key: SigningKey | None = TEST_KEY,
+            holdout_metrics: dict[str, float] | None = None) -> bytes:
     """A model-update message signed with ``key`` (None: unsigned)."""
     model = booster if isinstance(booster, bytes) else bytes(booster.save_raw(model_format))
     if objective == "quantile" and quantile is None:
@@ -45,5 +46,5 @@ def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "
     encoded = encode_update(make_update(
         model=model, version=version, pool_key=pool_key, target=target, objective=objective, quantile=quantile,
         feature_schema=feature_schema, model_format=model_format, created_at=time.time(),
-        window_stats={"rows": 600}, holdout_metrics={"mae": 1.0}))
+        window_stats={"rows": 600}, holdout_metrics=holdout_metrics or {"mae": 1.0}))
     return key.sign(encoded) if key is not None else encoded

@@ -169,3 +169,23 @@ def test_a_record_implausible_against_the_wall_clock_is_rejected_and_leaves_the_
     assert ing.windows.clock == now and ing.windows.seen(0, 1)
     later = ing.ingest(encode(valid_record(arrival_ts=now, dispatch_ts=now, completion_ts=now + 1.0)), 0, 2, now)
     assert later.rejection is None and later.admitted  # the next honest record still enters its windows
+
+
+def test_a_request_to_forget_drops_the_pools_rows_before_its_time_and_persists():
+    from headroom.contract import window_forget
+    ing, table = ingestor(), Table()
+    base = valid_record().completion_ts
+    for offset, record in enumerate([valid_record(completion_ts=base + i, request_id=f"r{i}") for i in range(4)] +
+                                    [valid_record(completion_ts=base + 0.5, pool_key="other", request_id="o")]):
+        ing.ingest(encode(record), 0, offset)
+    table.flush(ing.windows, (0,))
+    forget = window_forget.Forget("h100/llama3-8b", base + 2, "new deployment")
+    result = ing.ingest(window_forget.encode(forget), 0, 5)
+    assert (result.rejection, result.record, result.forgotten) == (None, None, 4)  # 2 rows of each of two targets
+    assert ing.windows.samples(("h100/llama3-8b", "ttft")).times.tolist() == [base + 2, base + 3]
+    assert len(ing.windows.samples(("other", "ttft")).times) == 1
+    table.flush(ing.windows, (0,))
+    restored = Windows(WindowLimits())
+    restored.restore(table.items())
+    assert restored.samples(("h100/llama3-8b", "tpot")).times.tolist() == [base + 2, base + 3]
+    assert ing.ingest(window_forget.encode(forget), 0, 5).duplicate  # replayed: skipped like a record
