@@ -49,6 +49,7 @@ class Report:
     heuristic_share: float
     heuristic_share_after_warmup: float
     peak_corrections_after_change: dict[str, dict[str, float]]  # server -> target -> most its predictions were scaled by
+    decision_ms: dict[str, float]  # arm -> mean time its router took to schedule a request
     interrupted: bool = False
     load_seconds: float = 0.0
     processes_left: list[str] = field(default_factory=list)
@@ -146,10 +147,17 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
               f"{WARMUP_SHARE:.0%} of the run)",
               f"- headroom's heuristic decisions by reason: {report.heuristic_reasons}",
               f"- headroom's decisions by profile: {report.decisions}",
+              f"- {decision_time(report)}",
+              f"- latency corrections at their peak after the change: {report.peak_corrections_after_change}",
               f"- processes left running: {report.processes_left or 'none'}",
               f"- wall time: {report.seconds:.0f} s", ""]
     (directory / "demo.md").write_text("\n".join(lines))
     return directory / "demo.md"
+
+
+def decision_time(report: Report) -> str:
+    mine, base = report.decision_ms["headroom"], report.decision_ms["baseline"]
+    return f"time to schedule a request, mean: headroom {mine:.2f} ms, heuristic {base:.2f} ms"
 
 
 def buys(report: Report) -> str:

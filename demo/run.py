@@ -14,6 +14,7 @@ pair: the worker signs with it, headroom's router trusts it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -109,12 +110,13 @@ class Demo:
 
     def finish(self, interrupted: bool = False) -> tuple[Report, Evidence]:
         """Read what the components counted, stop them all, and build the report (partial when interrupted)."""
-        router = worker = None
+        router = worker = baseline = None
         telemetry = 0
         records = None
         try:
             if self.arms.start_offsets is not None:
                 router = _scrape_or_none(f"http://127.0.0.1:{self.ports.router_http}/metrics")
+                baseline = _scrape_or_none(f"http://127.0.0.1:{self.ports.baseline_http}/metrics")
                 worker = _scrape_or_none(f"http://127.0.0.1:{self.ports.worker_metrics}/metrics")
                 completed = sum(o.status == 200 for o in self.outcomes if o.arm == "headroom")
                 telemetry = _wait_for_telemetry(self.kafka, self.arms.start_offsets, completed,
@@ -123,14 +125,14 @@ class Demo:
         finally:
             started = list(self.arms.supervisor.components)
             self.stop()
-        return self._report(router or {}, worker or {}, telemetry, interrupted, started), \
+        return self._report(router or {}, baseline or {}, worker or {}, telemetry, interrupted, started), \
             Evidence(self.outcomes, [(t.elapsed, t.worker) for t in self.timeline], records, self.load_began_unix,
                      [(t.elapsed, t.router) for t in self.timeline])
 
     def stop(self) -> None:
         self.arms.stop()
 
-    def _report(self, router: Samples, worker: Samples, telemetry: int, interrupted: bool,
+    def _report(self, router: Samples, baseline: Samples, worker: Samples, telemetry: int, interrupted: bool,
                 started: list) -> Report:
         s = self.settings
         ran = self.timeline[-1].elapsed if self.timeline else 0.0
@@ -162,9 +164,15 @@ class Demo:
             heuristic_share=heuristic_share(None, router),
             heuristic_share_after_warmup=heuristic_share(warmed, router) if warmed is not None else float("nan"),
             peak_corrections_after_change=_peak_corrections(self.timeline, self.change_at),
+            decision_ms={"headroom": _mean_decision_ms(router), "baseline": _mean_decision_ms(baseline)},
             interrupted=interrupted, load_seconds=ran,
             processes_left=[c.name for c in started if c.process.poll() is None],
             seconds=time.monotonic() - self.began)
+
+
+def _mean_decision_ms(router: Samples) -> float:
+    decisions = total(router, "headroom_router_decision_seconds_count")
+    return 1000.0 * total(router, "headroom_router_decision_seconds_sum") / decisions if decisions else math.nan
 
 
 def _peak_corrections(timeline: list[Tick], after_s: float) -> dict[str, dict[str, float]]:

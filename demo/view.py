@@ -7,7 +7,7 @@ import math
 from rich.console import Group
 from rich.table import Table
 
-from headroom.demo.report import PHASES, WARMUP_SHARE, Report, buys, by_window, heuristic_share
+from headroom.demo.report import PHASES, WARMUP_SHARE, Report, buys, by_window, decision_time, heuristic_share
 from headroom.demo.run import ARMS, Tick
 from headroom.demo.scrape import by_label, total
 from headroom.demo.stats import Summary, summarize
@@ -60,6 +60,7 @@ def summary_tables(report: Report) -> Group:
                   + f" ({report.drift_events_before_change:.0f} before the regime change)")
     facts.add_row("heuristic share of headroom's decisions", f"{_pct(report.heuristic_share)} of all, "
                   f"{_pct(report.heuristic_share_after_warmup)} after the warm-up (the first {WARMUP_SHARE:.0%})")
+    facts.add_row("router's decision time", decision_time(report))
     facts.add_row("heuristic decisions by reason",
                   ", ".join(f"{k}: {v:.0f}" for k, v in report.heuristic_reasons.items()) or "none")
     load = report.host["load_average_at_start"][0], report.host["load_average_at_end"][0]

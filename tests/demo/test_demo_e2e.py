@@ -42,6 +42,7 @@ def test_short_demo_learns_routes_and_prices_the_slowed_servers_slower(tmp_path)
     assert report["promotions"] >= 1
     assert report["model_versions"], "the router used no model version"
     assert report["heuristic_share_after_warmup"] < 0.2
+    assert report["decision_ms"]["headroom"] > 0 and report["decision_ms"]["baseline"] > 0
     peaks = report["peak_corrections_after_change"]  # the H100s run 2× slower, the A100 as before
     assert min(peaks[f"h100-{i}"]["tpot"] for i in range(3)) > max(1.3, peaks["a100-0"]["tpot"]), peaks
     assert headroom["completed"] > 300 and headroom["failed"] == 0
