@@ -12,7 +12,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from headroom.router.proto import router_pb2, router_pb2_grpc
-from tests.router.routercases import TablePredictor, in_flight, wait_for
+from tests.router.routercases import OPEN_TELEMETRY, TablePredictor, in_flight, wait_for
 from tests.router.test_ext_proc import BUFFERED, exchange, header_map
 from tests.router.test_pick_api import candidates
 from tests.router.test_proxy_e2e import run, started
@@ -141,15 +141,17 @@ def test_an_underscored_priority_is_refused_and_a_reused_request_id_keeps_each_d
 def test_a_report_of_an_implausible_latency_is_refused_and_records_nothing():
     async def scenario():
         async with upstreams(Upstream("a")) as servers:
-            router = await started(servers, predictor=TablePredictor())
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{router.pick_port}") as channel:
-                stub = router_pb2_grpc.RouterStub(channel)
-                await stub.Pick(router_pb2.PickRequest(request_id="far", prompt_tokens=5, candidates=candidates(0)))
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await stub.Report(router_pb2.ReportRequest(request_id="far", e2e_ms=1e300, output_tokens=3))
-                await stub.Pick(router_pb2.PickRequest(request_id="near", prompt_tokens=5, candidates=candidates(0)))
-                fine = await stub.Report(router_pb2.ReportRequest(request_id="near", e2e_ms=900, output_tokens=3))
-            await router.stop()
+            router = await started(servers, predictor=TablePredictor(), environ=OPEN_TELEMETRY)
+            try:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{router.pick_port}") as channel:
+                    stub = router_pb2_grpc.RouterStub(channel)
+                    await stub.Pick(router_pb2.PickRequest(request_id="far", prompt_tokens=5, candidates=candidates(0)))
+                    with pytest.raises(grpc.aio.AioRpcError) as caught:
+                        await stub.Report(router_pb2.ReportRequest(request_id="far", e2e_ms=1e300, output_tokens=3))
+                    await stub.Pick(router_pb2.PickRequest(request_id="near", prompt_tokens=5, candidates=candidates(0)))
+                    fine = await stub.Report(router_pb2.ReportRequest(request_id="near", e2e_ms=900, output_tokens=3))
+            finally:
+                await router.stop()
             return caught.value, fine, router
     refused, fine, router = run(scenario)
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "'e2e_ms' is a latency" in refused.details()
