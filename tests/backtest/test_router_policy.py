@@ -55,3 +55,30 @@ def test_sheddable_requests_are_shed_and_running_tpot_slos_reach_the_pipeline():
     assert [(d.request.request_id, "priority -1" in d.reason) for d in result.dropped] == [("shed-me", True)]
     assert {o.request.request_id for o in result.outcomes} == {"b0", "b1", "b2", "keep-me"}
     assert seen[-1] == ("keep-me", (40.0, 40.0, 40.0))  # the SLOs the router holds its running streams to
+
+
+@pytest.mark.parametrize("cap", [3.0, None])  # None: the default, 5
+def test_a_burst_of_late_requests_is_spread_under_the_cap(cap):
+    # 400 requests in 1.6 s on 4 servers whose TTFT is 100 ms + 50 ms per waiting request: most are late
+    slo_ttft = 300.0
+    predictor = TablePredictor(base=100.0, per_waiting=50.0)
+    pick = engine_pick(predictor, slo=(slo_ttft, 50.0), plugin_params={
+        "predicted-latency-producer": {"latencyCorrection": False},
+        "late-concentration-filter": {"lateCap": cap} if cap else {}})
+    cap = cap or 5.0
+    late = []  # (least predicted TTFT over the pool, the chosen server's, the chosen server)
+
+    def watching(request, view):
+        calls = len(predictor.calls)
+        result = pick(request, view)
+        ttft = 100.0 + 50.0 * predictor.calls[-1][1][:, 1] if len(predictor.calls) > calls else None
+        if ttft is not None and ttft.min() > slo_ttft:
+            chosen = [s.server_id for s in view.snapshots].index(result.server_id)
+            late.append((ttft.min(), ttft[chosen], result.server_id))
+        return result
+
+    run([SimRequest(f"r{i}", 0.004 * i, 1500, 40) for i in range(400)], uniform_pool(4), watching, seed=0)
+    assert len(late) > 200
+    assert {server for _, _, server in late} == {f"server-{i}" for i in range(4)}
+    # within the cap where any server is; past it, only where the request is least late
+    assert all(chosen <= max(cap * slo_ttft, least) for least, chosen, _ in late)

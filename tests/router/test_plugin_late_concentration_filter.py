@@ -49,14 +49,21 @@ CASES = [  # the request's TTFT SLO is 1,000 ms
                                   cand("d", 1100, inflight_prefill_tokens=2_000)], ["a", "c"],
                  id="ties-for-the-most-queued-within-the-cap-are-kept"),
     pytest.param({"lateCap": 2}, [cand("a", 2100, inflight_prefill_tokens=2_000),
-                                  cand("b", 3000, inflight_prefill_tokens=9_000)], ["a", "b"],
-                 id="none-within-the-cap-keeps-all"),
+                                  cand("b", 3000, inflight_prefill_tokens=9_000),
+                                  cand("c", 2100, inflight_prefill_tokens=4_000)], ["a", "c"],
+                 id="none-within-the-cap-goes-where-least-late"),
 ]
 
 
 @pytest.mark.parametrize("params, candidates, kept", CASES)
 def test_a_request_late_everywhere_joins_the_most_late_work(params, candidates, kept):
     assert names(build("concentrate", params).filter(SLO, candidates, ctx())) == kept
+
+
+def test_by_default_the_cap_is_five_times_the_slo():
+    late = [cand("a", 4000, inflight_prefill_tokens=2_000), cand("b", 6000, inflight_prefill_tokens=9_000)]
+    assert names(build("concentrate").filter(SLO, late, ctx())) == ["a"]
+    assert names(build("concentrate", {"lateCap": float("inf")}).filter(SLO, late, ctx())) == ["b"]
 
 
 def test_without_a_ttft_slo_keeps_all():
@@ -81,6 +88,6 @@ def test_rejects_a_cap_no_late_server_could_be_within():
 
 
 def test_a_request_late_where_nothing_is_queued_is_late_by_its_own_size():
-    late = [cand("a", 6000, inflight_prefill_tokens=0), cand("b", 9000, inflight_prefill_tokens=9_000)]
+    late = [cand("a", 3000, inflight_prefill_tokens=0), cand("b", 4000, inflight_prefill_tokens=9_000)]
     assert names(build("concentrate").filter(SLO, late, ctx())) == ["a", "b"]
     assert names(build("concentrate", {"onlyInABurst": False}).filter(SLO, late, ctx())) == ["b"]
