@@ -4,7 +4,7 @@
         [--out DIR]
 
 Each run starts what ``headroom demo`` starts (:class:`demo.arms.TwoArms`: a broker, the learning worker, the
-predictor, the simulated servers and two routers over two identical pools) with a scenario's pool — every server
+simulated servers and two routers over two identical pools, headroom's predicting in process) with a scenario's pool — every server
 that will join it already running, routed to by neither router yet — at the scenario's time scale, sends the
 scenario's arrivals (:meth:`sim.scenarios.Scenario.requests`: every request streams and carries the SLO headers)
 through both arms at once, and makes the change at its time: ``/admin/slowdown`` or ``/admin/kv`` on the servers
