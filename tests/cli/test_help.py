@@ -83,4 +83,4 @@ def test_every_command_that_runs_says_what_it_reads():
 def test_demo_help_gives_the_defaults_it_runs_with(capsys):
     text = help_of(capsys, "demo")
     defaults = DemoSettings()
-    assert f"(default {defaults.rate:g})" in text and f"(default {defaults.duration_s:g})" in text
+    assert f"(default {defaults.load:g})" in text and f"(default {defaults.duration_s:g})" in text
