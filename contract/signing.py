@@ -86,18 +86,6 @@ class SigningKey:
         signature = self._private_key.sign(SIGNED_MAGIC + self._id_bytes + message)
         return _HEADER.pack(SIGNED_MAGIC, self._id_bytes, signature) + message
 
-    def write(self, directory: Path, name: str) -> tuple[Path, Path]:
-        """``<name>.key`` (private, mode 0600) and ``<name>.pub`` in ``directory``; never overwrites either."""
-        from headroom.certificates import write_private
-
-        private, public = directory / f"{name}.key", directory / f"{name}.pub"
-        for path in (private, public):
-            if path.exists():
-                raise FileExistsError(f"{path} exists; a key pair is never overwritten")
-        write_private(private, self.private_pem())
-        public.write_bytes(self.public_pem())
-        return private, public
-
     def private_pem(self) -> bytes:
         return self._private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption())

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from headroom.certificates import write_signing_key
 from headroom.contract.settings import from_env
 from headroom.contract.signing import SigningKey
 from headroom.contract.topics import KafkaSettings
@@ -283,7 +284,7 @@ def post_json(url: str, body: dict) -> None:
 
 def _signing_keys(directory: Path) -> dict[str, str]:
     """A fresh key pair, as the worker's key to sign with and the readers' key to trust."""
-    private, public = SigningKey.generate().write(directory, "worker")
+    private, public = write_signing_key(SigningKey.generate(), directory, "worker")
     return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
 
 

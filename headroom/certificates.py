@@ -1,7 +1,8 @@
 """X.509 certificates made locally with ``cryptography``: a private certificate authority that issues server
 and client certificates (the local secure broker, its users, tests of TLS and mTLS), and the self-signed
 certificate a TLS listener serves when it is given none (the ext_proc convention). Keys are ECDSA P-256;
-private keys are written PKCS#8 PEM, readable by their owner only.
+private keys are written PKCS#8 PEM, readable by their owner only, as is a model-signing key's pair
+(:func:`write_signing_key`).
 
 >>> ca = CertificateAuthority.create("headroom test CA")
 >>> pair = ca.issue("router", hosts=("127.0.0.1", "localhost"))
@@ -23,6 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from headroom.contract.signing import SigningKey
 
 DEFAULT_DAYS = 365
 
@@ -111,6 +114,18 @@ def subject_name(certificate_pem: bytes) -> str:
     """The common name of a PEM certificate's subject."""
     names = x509.load_pem_x509_certificate(certificate_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     return str(names[0].value) if names else ""
+
+
+def write_signing_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
+    """``<name>.key`` (private, mode 0600) and ``<name>.pub`` of a model-signing key in ``directory``; never
+    overwrites either."""
+    private, public = directory / f"{name}.key", directory / f"{name}.pub"
+    for path in (private, public):
+        if path.exists():
+            raise FileExistsError(f"{path} exists; a key pair is never overwritten")
+    write_private(private, key.private_pem())
+    public.write_bytes(key.public_pem())
+    return private, public
 
 
 def write_private(path: Path, data: bytes) -> None:

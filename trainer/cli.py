@@ -8,6 +8,7 @@ import argparse
 import time
 from pathlib import Path
 
+from headroom.certificates import write_signing_key
 from headroom.cli.environment import reads
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.settings import SettingsError, from_env
@@ -135,7 +136,7 @@ def run_tail(args: argparse.Namespace) -> int:
 def run_keygen(args: argparse.Namespace) -> int:
     key = SigningKey.generate()
     try:
-        private, public = key.write(args.out, args.name)
+        private, public = write_signing_key(key, args.out, args.name)
     except FileExistsError as err:
         raise CommandError(f"{err} (choose another --name or --out)") from err
     print(f"key {key.key_id}\n  private: {private} (the worker's HEADROOM_MODEL_SIGNING_KEY_FILE; keep it secret)\n"

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from headroom.certificates import write_signing_key
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import RejectedUpdate, decode_update, encode_update, make_update
 from headroom.contract.settings import SettingsError, from_env
@@ -72,13 +73,13 @@ def test_settings_read_keys_from_files_or_a_directory(tmp_path):
 
 
 def test_a_signer_trusts_its_own_key_and_loads_it_from_its_file(tmp_path):
-    private, _ = TEST_KEY.write(tmp_path, "worker")
+    private, _ = write_signing_key(TEST_KEY, tmp_path, "worker")
     settings = from_env(SigningSettings, {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private)})
     own = settings.signing_key()
     assert own is not None and own.key_id == TEST_KEY.key_id and private.stat().st_mode & 0o077 == 0
     assert set(settings.trust(own=own).keys) == {TEST_KEY.key_id}
     with pytest.raises(FileExistsError):
-        TEST_KEY.write(tmp_path, "worker")
+        write_signing_key(TEST_KEY, tmp_path, "worker")
 
 
 @pytest.mark.parametrize("environ, message", [
