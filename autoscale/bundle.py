@@ -19,7 +19,7 @@ from headroom.autoscale.documents import Autoscaler
 from headroom.autoscale.keda import scaled_object
 from headroom.autoscale.manifest import emit_manifest
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload, companions, pod_monitoring, series_query
-from headroom.autoscale.signals import Signal
+from headroom.contract.scaling_signals import Signal
 
 
 def autoscaler_file(pipeline: Pipeline) -> str:

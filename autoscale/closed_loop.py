@@ -36,8 +36,8 @@ from headroom.autoscale.metrics_source import ScrapedMetrics, StaticMetrics
 from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import Pod, PodPhase, PodSample
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import ReportedMetrics, Signal, SignalContext, pool_signals_by_server
 from headroom.autoscale.spec import HpaSpec, SourceType
+from headroom.contract.scaling_signals import ReportedMetrics, Signal, SignalContext, pool_signals_by_server
 from headroom.sim.policies import policy
 from headroom.sim.pool import PoolControl, SimServerSpec, run
 from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, ServerProfile, profile

@@ -61,7 +61,7 @@ def learn_ttft_model(requests: Sequence[SimRequest], server: ServerProfile, seed
 
 
 class LearnedTtft:
-    """A :class:`~autoscale.signals.TtftPredictor` over the router's view, as ``view()`` returns it."""
+    """A :class:`~contract.scaling_signals.TtftPredictor` over the router's view, as ``view()`` returns it."""
 
     def __init__(self, booster: xgb.Booster, view: Callable[[], PoolView],
                  reference_prompt_tokens: int = REFERENCE_PROMPT_TOKENS) -> None:

@@ -14,7 +14,7 @@
 
 :func:`binding` goes the other way: any of these names (and the bare series) → the :class:`Binding`
 the simulator replays. headroom's own signals are exported by the router with the model-server
-pod's ``namespace`` and ``pod`` labels (:mod:`autoscale.exporter`), so they flow the same way; the
+pod's ``namespace`` and ``pod`` labels (:mod:`router.autoscale_signals`), so they flow the same way; the
 router's pods are scraped with their own ``pod`` label left off, so the exported one stands.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from headroom.autoscale.errors import SpecError
 from headroom.autoscale.promql import Query, parse_query
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import MetricSpec, MetricTarget, SourceType, TargetType
+from headroom.contract.scaling_signals import Signal
 
 GMP_PREFIX, GMP_SUFFIX = "prometheus.googleapis.com|", "|gauge"
 GKE_ACCELERATOR_MEMORY = ("kubernetes.io|container|accelerator|memory_used",

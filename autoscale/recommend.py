@@ -45,7 +45,6 @@ from headroom.autoscale.documents import Autoscaler
 from headroom.autoscale.learned import learn_ttft_model
 from headroom.autoscale.pipelines import Pipeline, Workload, hpa_metric, series_query
 from headroom.autoscale.promql import parse_query
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
@@ -58,6 +57,7 @@ from headroom.autoscale.spec import (
 )
 from headroom.autoscale.traps import Trap, find_traps
 from headroom.autoscale.versions import tolerance_honored
+from headroom.contract.scaling_signals import Signal
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headroom.autoscale.errors import SpecError
-from headroom.autoscale.signals import Signal
+from headroom.contract.scaling_signals import Signal
 
 KINDS = ("vllm", "jetstream")
 VLLM_RENAME = (0, 10)  # the release that added vllm:kv_cache_usage_perc beside vllm:gpu_cache_usage_perc

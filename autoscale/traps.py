@@ -42,8 +42,8 @@ from headroom.autoscale.pipelines import (
 )
 from headroom.autoscale.promql import aggregates_with_max
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import HpaSpec, MetricSpec, SourceType, TargetType
+from headroom.contract.scaling_signals import Signal
 
 COUNT_SIGNALS = (Signal.QUEUE_SIZE, Signal.PREFILL_BACKLOG, Signal.BATCH_SIZE)
 QUEUE_SIGNALS = (Signal.QUEUE_SIZE, Signal.PREFILL_BACKLOG)

@@ -26,8 +26,8 @@ from headroom.autoscale.documents import load_autoscaler
 from headroom.autoscale.pipelines import Pipeline
 from headroom.autoscale.recommend import KUBERNETES_DEFAULT, Goal, Slo, make_autoscaler, recommend
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.traces import load_trace
+from headroom.contract.scaling_signals import Signal
 from headroom.contract.settings import from_env
 from headroom.sim.traces import TraceSettings
 

@@ -11,5 +11,6 @@
 - :mod:`contract.targets` — the latency targets: which record field observes each, which records train it.
 - :mod:`contract.model_update` — the model-update message published to ``model-updates``;
   :mod:`contract.signing` — its Ed25519 signatures and the keys readers trust.
+- :mod:`contract.scaling_signals` — the signals a pool scales on, as the Prometheus series that carry them.
 - :mod:`contract.tls` — TLS of headroom's listeners and of the clients that call them.
 """

@@ -14,7 +14,6 @@ from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import group_pods
 from headroom.autoscale.promql import parse_query
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import Signal, pool_signals_by_server
 from headroom.autoscale.spec import (
     Behavior,
     HpaSpec,
@@ -26,6 +25,7 @@ from headroom.autoscale.spec import (
     SourceType,
     TargetType,
 )
+from headroom.contract.scaling_signals import Signal, pool_signals_by_server
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
 

@@ -10,8 +10,8 @@ from headroom.autoscale.errors import ManifestError, SpecError
 from headroom.autoscale.keda import hpa_from_scaled_object, scaled_object
 from headroom.autoscale.pipelines import Binding, Pipeline, Workload, adapter_queries, binding, companions, hpa_metric
 from headroom.autoscale.promql import aggregates_with_max, parse_query
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.spec import MetricSpec, MetricTarget, SourceType, TargetType
+from headroom.contract.scaling_signals import Signal
 
 WORKLOAD = Workload("vllm", "llm")
 

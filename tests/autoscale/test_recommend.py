@@ -28,8 +28,8 @@ from headroom.autoscale.recommend import (
     scaling_exercised,
 )
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import Signal
 from headroom.autoscale.traps import find_traps
+from headroom.contract.scaling_signals import Signal
 from headroom.sim.request import SimRequest
 
 SETTINGS = LoopSettings(load_delay_s=20.0)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from headroom.autoscale.exporter import SignalExporter
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.signals import (
+from headroom.contract.scaling_signals import (
     Signal,
     SignalContext,
     per_pod_milli,
     pool_signals,
     server_signals,
 )
+from headroom.router.autoscale_signals import SignalExporter
 from headroom.sim.records import MetricsSnapshot
 
 GIB = 2**30
