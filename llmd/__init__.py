@@ -1,9 +1,10 @@
 """A drop-in for llm-d's latency predictor sidecars, backed by headroom.
 
-- :mod:`llmd.schema` — the JSON bodies of its prediction and training APIs, checked as its servers check
-  them, with FastAPI's 422 body.
-- :mod:`llmd.prediction_api` — its prediction server's HTTP API over a predictor's model runtime (served by
-  ``headroom predictor serve --http-port``).
+Its prediction server's HTTP API is the predictor's own (:mod:`predictor.llmd_api`, served by
+``headroom predictor serve --http-port``), as are the JSON bodies of both APIs (:mod:`predictor.llmd_schema`).
+Here:
+
+- :mod:`llmd.sidecar` — the prediction sidecar as the reference's image runs it.
 - :mod:`llmd.training_api` — its training server's HTTP API: samples in, telemetry records out to Kafka
   (``headroom llmd training-server``); :mod:`llmd.intake` bounds what it takes and refuses what the worker
   would not keep; :mod:`llmd.model_routes` lists, dumps and exports the versions on ``model-updates``;

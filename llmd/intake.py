@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from headroom.llmd.schema import iso_time
+from headroom.predictor.llmd_schema import iso_time
 from headroom.streams.settings import RecordTimes
 
 T = TypeVar("T")

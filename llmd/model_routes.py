@@ -8,7 +8,7 @@ signed model-update messages, never pickles. What the reference's clients read o
   (``ttft_model_ready``, ``tpot_model_ready``: a trained model is listed) and ``evaluation_info``.
 - ``GET /model/ttft/xgb/json``, ``/model/tpot/xgb/json`` → the trees as XGBoost dumps them; before a model of
   the target is trained, ``[]`` with ``X-Headroom-Model: prior``: the prior the prediction servers answer
-  with (:mod:`llmd.prediction_api`) is a constant, a model without trees.
+  with (:mod:`predictor.llmd_api`) is a constant, a model without trees.
 - ``GET /models/list`` → ``ttft``, ``tpot`` (the newest versions: size, time, version) and the reference's
   ``ttft_gated``, ``tpot_gated``, which never exist here (no queue-gated ensemble); ``GET /model/{name}/info``.
 - ``GET /model/export`` → a ``tar.gz`` of the newest version of every model of the pool and its roles, each
@@ -31,8 +31,8 @@ import msgspec
 from aiohttp import web
 
 from headroom.llmd.model_shelf import ModelShelf, ShelvedModel
-from headroom.llmd.schema import iso_time, json_response
 from headroom.model_files import file_name
+from headroom.predictor.llmd_schema import iso_time, json_response
 
 MODEL_TYPE = "xgboost"
 MODEL_NAMES = ("ttft", "tpot")

@@ -8,7 +8,7 @@ from pathlib import Path
 from headroom.contract.settings import SettingsError, nested, setting
 from headroom.contract.signing import SigningSettings
 from headroom.contract.tls import ServerTls
-from headroom.llmd.schema import MAX_ROWS
+from headroom.predictor.llmd_schema import MAX_ROWS
 from headroom.streams.settings import RecordTimes
 
 

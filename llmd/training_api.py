@@ -47,7 +47,8 @@ from headroom.contract.window_forget import Forget
 from headroom.llmd.intake import RETRY_AFTER_S, Intake, refusal
 from headroom.llmd.model_routes import MODEL_NAMES, MODEL_TYPE, ModelRoutes
 from headroom.llmd.model_shelf import ModelShelf
-from headroom.llmd.schema import (
+from headroom.llmd.training_metrics import Collector, reference_lines
+from headroom.predictor.llmd_schema import (
     TrainingRow,
     Unprocessable,
     decode_rows,
@@ -56,7 +57,6 @@ from headroom.llmd.schema import (
     row_dict,
     timestamp_of,
 )
-from headroom.llmd.training_metrics import Collector, reference_lines
 from headroom.router.auth import HEADER, BearerTokens
 from headroom.streams.settings import RecordTimes
 

@@ -2,7 +2,7 @@
 
 Request metrics are recorded as calls are served, on the gRPC API and on llm-d's HTTP API alike (rows,
 predictions, batch sizes, time to serve; calls by gRPC status code and by HTTP route and status; the HTTP
-answers given with the prior, :mod:`llmd.prediction_api`); the outcomes of the start-up replay of the model
+answers given with the prior, :mod:`predictor.llmd_api`); the outcomes of the start-up replay of the model
 topic (:mod:`predictor.replay`) once it ends; model versions, ages and update outcomes are read from the
 runtime at scrape time.
 """

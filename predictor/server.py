@@ -1,6 +1,6 @@
 """One prediction server instance: the runtime, where its models come from (the model-update tailer, model
 files, or both), the gRPC server (PredictionService, health checking, and reflection only when asked for),
-llm-d's prediction API over HTTP (:mod:`llmd.prediction_api`, when ``http_port`` is set) and the Prometheus
+llm-d's prediction API over HTTP (:mod:`predictor.llmd_api`, when ``http_port`` is set) and the Prometheus
 endpoint. Explicit :meth:`start`, :meth:`wait` and a graceful :meth:`stop`; :func:`serve` runs one until
 SIGTERM or SIGINT.
 
@@ -33,9 +33,9 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from headroom.contract.topics import KafkaSettings
 from headroom.http_thread import HttpThread
-from headroom.llmd.prediction_api import PredictionApi
 from headroom.predictor import kernels
 from headroom.predictor.file_source import ModelFileSource
+from headroom.predictor.llmd_api import PredictionApi
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime

@@ -50,7 +50,7 @@ from prometheus_client import generate_latest
 from headroom.contract.features import feature_matrix
 from headroom.contract.llmd import ROLES, pool_key_of, raw_values, role_of
 from headroom.contract.server_state import encoder_excess
-from headroom.llmd.schema import (
+from headroom.predictor.llmd_schema import (
     PREDICTION_FIELDS,
     PredictionRow,
     Unprocessable,
