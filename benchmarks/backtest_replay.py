@@ -36,7 +36,10 @@ configure()
 
 from rich.console import Console  # noqa: E402
 
-from headroom import kafka_clients  # noqa: E402
+from headroom import (  # noqa: E402
+    kafka_clients,
+    kafka_topics,
+)
 from headroom.backtest.prequential import prepare  # noqa: E402
 from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # noqa: E402
 from headroom.backtest.run import run_backtest  # noqa: E402
@@ -45,7 +48,7 @@ from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.signing import TrustedKeys  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
-from headroom.localkafka import admin, broker  # noqa: E402
+from headroom.localkafka import broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from headroom.sim.policies import policy  # noqa: E402
 from headroom.sim.pool import run, uniform_pool  # noqa: E402
@@ -67,7 +70,7 @@ def simulated(records: int, rate: float, servers: int):
 
 
 def fill(kafka: KafkaSettings, records) -> None:
-    admin.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
+    kafka_topics.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
     producer = kafka_clients.producer(kafka, {"linger.ms": 20, "enable.idempotence": True,
                                                        "queue.buffering.max.messages": 1_000_000})
     for i, record in enumerate(records):  # one pool: dealt out over the partitions, to time parallel reads

@@ -42,7 +42,10 @@ from headroom.process import configure
 
 configure()
 
-from headroom import kafka_clients  # noqa: E402
+from headroom import (  # noqa: E402
+    kafka_clients,
+    kafka_topics,
+)
 from headroom.benchmarks.chaos_ledger import Event, Run, committed_lag, reconcile_telemetry, report  # noqa: E402
 from headroom.benchmarks.chaos_probes import answers, delivered, processed, quietly, serving, signing_keys  # noqa: E402
 from headroom.benchmarks.fault_gate import FaultGate  # noqa: E402
@@ -51,7 +54,7 @@ from headroom.contract.telemetry import encode  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
 from headroom.demo.processes import Component, Supervisor  # noqa: E402
 from headroom.demo.scrape import scrape, total  # noqa: E402
-from headroom.localkafka import admin, broker  # noqa: E402
+from headroom.localkafka import broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.contract.records import recent_record  # noqa: E402
@@ -115,7 +118,7 @@ class Chaos:
 
     async def setup(self) -> None:
         await asyncio.to_thread(broker.up, self.broker)
-        await asyncio.to_thread(admin.ensure_topics, self.kafka)
+        await asyncio.to_thread(kafka_topics.ensure_topics, self.kafka)
         self.producer = kafka_clients.producer(self.kafka, {"message.max.bytes": 2_000_000})
         base = free_port()
         count = self.args.servers + 2

@@ -34,7 +34,7 @@ from headroom import kafka_clients  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import KafkaSettings  # noqa: E402
-from headroom.localkafka.admin import ensure_topics  # noqa: E402
+from headroom.kafka_topics import ensure_topics  # noqa: E402
 from tests.streams.ledger import owned_now, pools_covering, share_all  # noqa: E402
 from tests.streams.worker_process import WorkerProcess  # noqa: E402
 from tests.trainer.synthetic import oracle, synthetic_records  # noqa: E402

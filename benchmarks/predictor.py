@@ -152,7 +152,7 @@ def bench_update(kafka, versions: int = 10) -> dict:
     from headroom.contract.model_update import decode_update
     from headroom.contract.settings import from_env
     from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
-    from headroom.localkafka.admin import ensure_topics
+    from headroom.kafka_topics import ensure_topics
     from headroom.predictor.runtime import ModelRuntime
     from headroom.predictor.server import PredictorServer
     from headroom.predictor.settings import PredictorSettings

@@ -24,7 +24,7 @@ from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, candidates, pe
 from headroom.contract.model_update import decode_update
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.demo.processes import Supervisor
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.service import FLOAT32_LE
 from headroom.trainer.publish import ModelPublisher

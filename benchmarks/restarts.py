@@ -40,13 +40,16 @@ configure()
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from headroom import kafka_clients  # noqa: E402
+from headroom import (  # noqa: E402
+    kafka_clients,
+    kafka_topics,
+)
 from headroom.contract.model_update import model_key  # noqa: E402
 from headroom.contract.settings import from_env  # noqa: E402
 from headroom.contract.telemetry import encode, partition_key  # noqa: E402
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings  # noqa: E402
 from headroom.demo.scrape import scrape, total  # noqa: E402
-from headroom.localkafka import admin, broker  # noqa: E402
+from headroom.localkafka import broker  # noqa: E402
 from headroom.localkafka.settings import BrokerSettings  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.keys import write_private_key, write_public_key  # noqa: E402
@@ -171,7 +174,7 @@ def main() -> None:
         stop = threading.Event()
         try:
             kafka = from_env(KafkaSettings, {}, bootstrap_servers=settings.bootstrap)
-            admin.ensure_topics(kafka)
+            kafka_topics.ensure_topics(kafka)
             publish_models(kafka, args.versions)
             streamer = threading.Thread(target=telemetry_stream, args=(kafka, args.rate, stop), daemon=True)
             streamer.start()

@@ -22,7 +22,7 @@ from headroom import kafka_clients
 from headroom.contract.settings import from_env
 from headroom.contract.telemetry import encode, partition_key
 from headroom.contract.topics import KafkaSettings, TopicSpec
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from tests.trainer.synthetic import oracle, synthetic_records
 
 

@@ -34,8 +34,8 @@ from headroom.contract.signing import SigningKey
 from headroom.contract.topics import KafkaSettings
 from headroom.demo import load
 from headroom.demo.processes import Supervisor
+from headroom.kafka_topics import end_offsets
 from headroom.localkafka import broker
-from headroom.localkafka.admin import end_offsets
 from headroom.localkafka.cli import start as start_broker
 from headroom.localkafka.settings import BrokerSettings
 from headroom.router.headers import OPT_OUT

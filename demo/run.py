@@ -33,7 +33,7 @@ from headroom.demo.report import WARMUP_SHARE, Evidence, Report, compare_windows
 from headroom.demo.scrape import Samples, by_label, scrape, total
 from headroom.demo.settings import DemoSettings
 from headroom.demo.stats import summarize
-from headroom.localkafka.admin import end_offsets
+from headroom.kafka_topics import end_offsets
 from headroom.sim.scenarios import Scenario, Slowdown
 
 log = logging.getLogger(__name__)

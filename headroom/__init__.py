@@ -11,6 +11,8 @@ in site-packages. Beside them, what every package shares:
   :mod:`headroom.google_kafka` — the OAUTHBEARER token provider for Google's managed Kafka.
 - :mod:`headroom.tls` — TLS of the gRPC and HTTP listeners and clients; :mod:`headroom.certificates` — a
   private CA and self-signed certificates.
+- :mod:`headroom.kafka_topics` — creating and checking the declared topics on any cluster
+  (:mod:`headroom.topic_drift`: how a topic differs from its declaration).
 - :mod:`headroom.model_topic` — the one reader of ``model-updates``.
 - :mod:`headroom.process` — process-wide settings, applied once where a process starts.
 """

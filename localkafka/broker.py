@@ -21,8 +21,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from headroom import kafka_topics
 from headroom.certificates import write_private
-from headroom.localkafka import admin, jars, security
+from headroom.localkafka import jars, security
 from headroom.localkafka.errors import BrokerFailed, PortTaken, PrerequisiteMissing
 from headroom.localkafka.settings import BrokerSettings
 
@@ -43,7 +44,7 @@ class Status:
 
 def status(settings: BrokerSettings) -> Status:
     pid = _live_pid(settings)
-    answering = pid is not None and admin.answers(security.client(settings))
+    answering = pid is not None and kafka_topics.answers(security.client(settings))
     return Status(pid is not None, pid, settings.bootstrap, answering, _log_file(settings))
 
 
@@ -120,7 +121,7 @@ def _wait_until_answering(settings: BrokerSettings, pid: int) -> None:
     while time.monotonic() < deadline:
         if not _alive(pid):
             raise BrokerFailed(f"the Kafka broker exited during start-up\n{log_tail(settings)}")
-        if admin.answers(security.client(settings), timeout=1.0):
+        if kafka_topics.answers(security.client(settings), timeout=1.0):
             return
         time.sleep(0.25)
     raise BrokerFailed(f"the Kafka broker did not answer on {settings.bootstrap} within "

@@ -12,11 +12,12 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
+from headroom import kafka_topics
 from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
-from headroom.localkafka import acls, admin, broker, security
+from headroom.localkafka import acls, broker, security
 from headroom.localkafka.errors import BrokerError
 from headroom.localkafka.selftest import round_trip, synthetic_records
 from headroom.localkafka.settings import BrokerSettings
@@ -78,7 +79,7 @@ def start(settings: BrokerSettings, worker_app_id: str | None = None) -> tuple[b
     :mod:`localkafka.acls`)."""
     status = broker.up(settings)
     kafka = security.client(settings, "admin", base=from_env(KafkaSettings))
-    created = admin.ensure_topics(kafka)
+    created = kafka_topics.ensure_topics(kafka)
     if settings.secure:
         acls.apply(kafka, kafka, _worker_app_id(worker_app_id))
     return status, created
@@ -121,10 +122,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _topics(args: argparse.Namespace) -> int:
     kafka = from_env(KafkaSettings)
-    if not admin.answers(kafka):
+    if not kafka_topics.answers(kafka):
         raise CommandError(f"no broker answers on {kafka.bootstrap_servers} (HEADROOM_KAFKA_BOOTSTRAP)")
-    created = admin.ensure_topics(kafka, alter=args.alter)
-    drifts = admin.topic_drift(kafka)
+    created = kafka_topics.ensure_topics(kafka, alter=args.alter)
+    drifts = kafka_topics.topic_drift(kafka)
     print(f"created: {', '.join(created) or 'none'}")
     for drift in drifts:
         print(drift.describe())

@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 from headroom import kafka_clients
 from headroom.contract.telemetry import TelemetryRecord, decode, encode, partition_key
 from headroom.contract.topics import KafkaSettings
-from headroom.localkafka.admin import end_offsets
+from headroom.kafka_topics import end_offsets
 
 
 @dataclass(frozen=True)

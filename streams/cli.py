@@ -62,7 +62,7 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
     from prometheus_client import start_http_server
 
     from headroom.kafka_clients import why
-    from headroom.localkafka.admin import ensure_topics, partition_count
+    from headroom.kafka_topics import ensure_topics, partition_count
     from headroom.model_topic import read_latest
     from headroom.streams.app import create_topology
     from headroom.streams.state_topic import state_spec

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from headroom import kafka_topics
 from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings, TopicSpec
-from headroom.localkafka import admin, broker, security
+from headroom.localkafka import broker, security
 from headroom.localkafka.cli import start
 from headroom.localkafka.settings import BrokerSettings
 
@@ -41,7 +42,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
     existing = os.environ.get("HEADROOM_TEST_KAFKA_BOOTSTRAP")
     if existing:
         settings = from_env(KafkaSettings, {}, bootstrap_servers=existing)
-        admin.ensure_topics(settings)
+        kafka_topics.ensure_topics(settings)
         yield settings
         return
     broker_settings = from_env(BrokerSettings, port=free_port(), controller_port=free_port(),
@@ -49,7 +50,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
     broker.up(broker_settings)
     try:
         settings = from_env(KafkaSettings, {}, bootstrap_servers=broker_settings.bootstrap)
-        admin.ensure_topics(settings)
+        kafka_topics.ensure_topics(settings)
         yield settings
     finally:
         broker.down(broker_settings)
@@ -90,7 +91,7 @@ def fresh_topic(kafka: KafkaSettings):
     """A factory of new, uniquely named topics on the test broker: ``fresh_topic(prefix, partitions, config)``."""
     def make(prefix: str = "test", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        admin.ensure_topics(kafka, [TopicSpec(name, partitions, config or {})])
+        kafka_topics.ensure_topics(kafka, [TopicSpec(name, partitions, config or {})])
         return name
     return make
 
@@ -101,7 +102,7 @@ def pipeline_kafka(kafka: KafkaSettings) -> KafkaSettings:
     tag = uuid.uuid4().hex[:8]
     settings = dataclasses.replace(kafka, telemetry_topic=f"telemetry-{tag}", dlq_topic=f"telemetry-dlq-{tag}",
                                    model_topic=f"model-updates-{tag}", telemetry_partitions=4)
-    admin.ensure_topics(settings)
+    kafka_topics.ensure_topics(settings)
     return settings
 
 

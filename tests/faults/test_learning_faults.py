@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
+from headroom import kafka_topics
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.settings import from_env
 from headroom.contract.telemetry import encode, partition_key
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, TopicSpec
-from headroom.localkafka import admin
 from headroom.model_topic import read_latest
 from headroom.predictor.client import PredictorClient
 from headroom.predictor.server import PredictorServer
@@ -72,8 +72,8 @@ def test_a_dead_letter_the_topic_refuses_is_retried_smaller_counted_and_never_fa
     tag = uuid.uuid4().hex[:8]
     settings = dataclasses.replace(kafka, telemetry_topic=f"telemetry-{tag}", dlq_topic=f"telemetry-dlq-{tag}",
                                    model_topic=f"model-updates-{tag}", telemetry_partitions=2)
-    admin.ensure_topics(settings, [TopicSpec(settings.dlq_topic, 1, {"max.message.bytes": "2048"})])
-    admin.ensure_topics(settings)
+    kafka_topics.ensure_topics(settings, [TopicSpec(settings.dlq_topic, 1, {"max.message.bytes": "2048"})])
+    kafka_topics.ensure_topics(settings)
     # under the record limit, over what the dead-letter topic takes even compressed (random bytes do not shrink)
     garbage = b"\xff" + random.Random(7).randbytes(8000)
     send(settings, [{"value": garbage, "key": b"pool-a"}] + valid_payloads(400, seed=3))

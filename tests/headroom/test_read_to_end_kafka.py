@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 
 from headroom.contract.topics import TopicSpec
 from headroom.kafka_clients import admin, consumer, producer, read_to_end, until_ends
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from headroom.streams.state_topic import read_state
 
 pytestmark = pytest.mark.kafka

@@ -9,10 +9,11 @@ import aiohttp
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from headroom import kafka_topics
 from headroom.contract.settings import from_env
 from headroom.contract.telemetry import decode
 from headroom.contract.topics import KafkaSettings, TopicSpec
-from headroom.localkafka import admin, broker
+from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config, wait_for
@@ -94,7 +95,7 @@ def test_broker_outage_keeps_routing_and_delivers_the_buffer_later(tmp_path):
     broker.up(own)
     try:
         settings = from_env(KafkaSettings, {}, bootstrap_servers=own.bootstrap)
-        admin.ensure_topics(settings, [TopicSpec(settings.telemetry_topic, 1, {})])
+        kafka_topics.ensure_topics(settings, [TopicSpec(settings.telemetry_topic, 1, {})])
 
         async def scenario():
             async with upstreams(Upstream("a")) as servers:

@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headroom.contract.telemetry import encode
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from headroom.streams.app import create_topology
 from headroom.streams.reader import Delivery
 from headroom.streams.settings import PipelineSettings

@@ -21,7 +21,7 @@ from confluent_kafka import TopicPartition
 from headroom import kafka_clients
 from headroom.contract.signing import SigningKey, TrustedKeys
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from headroom.model_topic import read_all, read_latest
 from tests.keys import NEXT_KEY, TEST_KEY, write_public_key
 from tests.predictor.models import message, train

@@ -15,7 +15,7 @@ import pytest
 
 from headroom.contract.partitions import home_partition
 from headroom.contract.topics import TopicSpec
-from headroom.localkafka.admin import ensure_topics
+from headroom.kafka_topics import ensure_topics
 from headroom.streams.state_topic import state_topic
 from tests.streams import ledger
 from tests.streams.worker_process import WorkerProcess

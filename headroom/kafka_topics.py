@@ -14,7 +14,7 @@ from confluent_kafka.error import KafkaError
 
 from headroom.contract.topics import KafkaSettings, TopicSpec, declared_topics
 from headroom.kafka_clients import admin, consumer, watermarks
-from headroom.localkafka.drift import TopicDrift, compare
+from headroom.topic_drift import TopicDrift, compare
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec] | None = N
                   timeout: float = 30.0, *, alter: bool = False) -> list[str]:
     """Create the declared topics that do not exist yet; returns the names it created.
 
-    An existing topic that differs from its declaration (see :mod:`localkafka.drift`) is logged as a
+    An existing topic that differs from its declaration (see :mod:`headroom.topic_drift`) is logged as a
     warning, or, with ``alter``, given the declared configuration (partitions are never changed here).
     """
     specs = list(declared_topics(settings) if specs is None else specs)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, TopicSpec
-from headroom.localkafka.admin import ensure_topics, partition_count, topic_configs, topic_drift
+from headroom.kafka_topics import ensure_topics, partition_count, topic_configs, topic_drift
 
 pytestmark = pytest.mark.kafka
 
@@ -33,7 +33,7 @@ def test_a_topic_that_drifted_from_its_declaration_is_reported_then_altered(kafk
     name = fresh_topic("drifted", partitions=1, config={"cleanup.policy": "delete", "retention.ms": "60000"})
     declared = TopicSpec(name, 2, {"cleanup.policy": "compact", "retention.ms": "-1"})
 
-    with caplog.at_level(logging.WARNING, logger="headroom.localkafka.admin"):
+    with caplog.at_level(logging.WARNING, logger="headroom.kafka_topics"):
         assert ensure_topics(kafka, [declared]) == []
     [drift] = topic_drift(kafka, [declared])
     assert drift.config == {"cleanup.policy": ("delete", "compact"), "retention.ms": ("60000", "-1")}

@@ -1,7 +1,7 @@
 import pytest
 
 from headroom.contract.topics import TopicSpec
-from headroom.localkafka.drift import TopicDrift, compare
+from headroom.topic_drift import TopicDrift, compare
 
 SPEC = TopicSpec("model-updates", 2, {"cleanup.policy": "compact", "segment.ms": "3600000"})
 
