@@ -24,12 +24,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not kafka and not e2e and not kube"
 
-# ruff over the tree; mypy (strict on contract/, feedback/ and router/) over the modules under their installed names,
-# through a tree of links that mypy can follow (headroom.cli.typecheck_tree).
+# ruff over the tree; mypy (strict on contract/, feedback/ and router/) and import-linter (the floors of
+# docs/architecture.md) over the modules under their installed names, through a tree of links that both can
+# follow (headroom.cli.typecheck_tree; import-linter reads the package from the folder it runs in).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m headroom.cli.typecheck_tree $(TYPECHECK_TREE)
 	$(VENV)/bin/mypy
+	cd $(TYPECHECK_TREE) && $(CURDIR)/$(VENV)/bin/lint-imports --no-cache --no-logo $(CURDIR)/pyproject.toml
 
 # The Helm chart, linted and rendered with its default values into $(CHART_OUT)/.
 chart:

@@ -1,8 +1,10 @@
-"""The source tree as the ``headroom`` package, for mypy: ``python -m headroom.cli.typecheck_tree DIR``.
+"""The source tree as the ``headroom`` package, for mypy and import-linter:
+``python -m headroom.cli.typecheck_tree DIR``.
 
-Every folder installs as ``headroom.<folder>`` (``package-dir`` in ``pyproject.toml``), which mypy cannot
-follow from the source tree; this lays out ``DIR/headroom`` with a link to each folder (and to each module of
-``headroom/`` itself), so mypy, given ``mypy_path = DIR``, checks the modules under their installed names.
+Every folder installs as ``headroom.<folder>`` (``package-dir`` in ``pyproject.toml``), which neither tool can
+follow from the source tree; this lays out ``DIR/headroom`` as installed — a real folder for each package and a
+link to each of its modules — so mypy (``mypy_path = DIR``) and import-linter (``PYTHONPATH=DIR``) read the
+modules under their installed names. Folders are real because import-linter does not walk linked ones.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MODULES = ("*.py", "*.pyi")
 
 
 def lay_out(tree: Path) -> None:
     folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     shutil.rmtree(tree, ignore_errors=True)
-    package = tree / "headroom"
-    package.mkdir(parents=True)
-    for module in (ROOT / folders["headroom"]).glob("*.py"):
-        (package / module.name).symlink_to(module)
     for name, folder in folders.items():
-        if name.count(".") == 1:  # headroom.<folder>; deeper entries lie inside a linked folder already
-            (tree / name.replace(".", "/")).symlink_to(ROOT / folder)
+        source = ROOT / folder
+        for pattern in MODULES:
+            for module in source.rglob(pattern):
+                if not (module.parent / "__init__.py").is_file():  # not in a package: not installed
+                    continue
+                link = tree / name.replace(".", "/") / module.relative_to(source)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(module)
 
 
 if __name__ == "__main__":
