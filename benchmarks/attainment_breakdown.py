@@ -1,6 +1,6 @@
 """Who meets the SLO, and where: one seed of the routing-quality benchmark broken down per server and over time.
 
-    .venv/bin/python benchmarks/attainment_breakdown.py --trace code --loads 1.5,2 [--train-loads 0.5,1,1.5,2]
+    .venv/bin/python -m headroom.benchmarks.attainment_breakdown --trace code --loads 1.5,2 [--train-loads 0.5,1,1.5,2]
         [--baselines least-kv] [--variant NAME=JSON ...]
 
 Takes :mod:`benchmarks.router_quality`'s options (here by default the code load past capacity, least-KV

@@ -1,6 +1,6 @@
 """Autoscaling: the recommended autoscaler against the guide's starting points, replayed on a shared trace.
 
-    .venv/bin/python benchmarks/autoscale_guide.py --trace azure --speedup 11 --model-server vllm
+    .venv/bin/python -m headroom.benchmarks.autoscale_guide --trace azure --speedup 11 --model-server vllm
 
 Runs ``headroom autoscale recommend`` on the trace (time-scaled by ``--speedup``; a simulated pool of
 H100 servers with the chosen model server's metrics, GKE managed Prometheus naming), writes the

@@ -1,6 +1,6 @@
 """Backtest replay speed: records/s from a telemetry topic to a finished prequential report.
 
-    .venv/bin/python benchmarks/backtest_replay.py [--records 100000] [--bootstrap HOST:PORT] [--policies ...]
+    .venv/bin/python -m headroom.benchmarks.backtest_replay [--records 100000] [--bootstrap HOST:PORT] [--policies ...]
         [--read-repeats 3] [--workers N] [--processes 1,2] [--repeats 1]
 
 Fills a fresh telemetry topic with a simulator run (a pool of servers routed by least-queue, each record
@@ -28,33 +28,24 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rich.console import Console
 
-from headroom.process import configure
-
-configure()
-
-from rich.console import Console  # noqa: E402
-
-from headroom import (  # noqa: E402
-    kafka_clients,
-    kafka_topics,
-)
-from headroom.backtest.prequential import prepare  # noqa: E402
-from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry  # noqa: E402
-from headroom.backtest.run import run_backtest  # noqa: E402
-from headroom.backtest.settings import BacktestSettings  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.signing import TrustedKeys  # noqa: E402
-from headroom.contract.telemetry import encode, partition_key  # noqa: E402
-from headroom.contract.topics import KafkaSettings, TopicSpec  # noqa: E402
-from headroom.localkafka import broker  # noqa: E402
-from headroom.localkafka.settings import BrokerSettings  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, uniform_pool  # noqa: E402
-from headroom.sim.synthetic import generate, poisson_arrivals  # noqa: E402
-from headroom.sim.view import Pick  # noqa: E402
-from headroom.streams.settings import PipelineSettings  # noqa: E402
+from headroom import kafka_clients, kafka_topics
+from headroom.backtest.prequential import prepare
+from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry
+from headroom.backtest.run import run_backtest
+from headroom.backtest.settings import BacktestSettings
+from headroom.contract.settings import from_env
+from headroom.contract.signing import TrustedKeys
+from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.topics import KafkaSettings, TopicSpec
+from headroom.localkafka import broker
+from headroom.localkafka.settings import BrokerSettings
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.synthetic import generate, poisson_arrivals
+from headroom.sim.view import Pick
+from headroom.streams.settings import PipelineSettings
 
 
 def simulated(records: int, rate: float, servers: int):

@@ -16,7 +16,7 @@ A component that dies on its own is restarted too, and counted. Once traffic end
 router's telemetry buffer empty, the worker's reader caught up), the worker stops cleanly, and
 :mod:`benchmarks.chaos_ledger` reconciles: every request answered or refused with a reason, every
 telemetry record in a window, in the dead-letter topic or counted by the router as not delivered.
-Usage: ``python benchmarks/chaos.py --seconds 180 --seed 1 --out chaos.json``.
+Usage: ``python -m headroom.benchmarks.chaos --seconds 180 --seed 1 --out chaos.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import json
 import os
 import random
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,28 +35,19 @@ import aiohttp
 import yaml
 from confluent_kafka import Producer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-from headroom import (  # noqa: E402
-    kafka_clients,
-    kafka_topics,
-)
-from headroom.benchmarks.chaos_ledger import Event, Run, committed_lag, reconcile_telemetry, report  # noqa: E402
-from headroom.benchmarks.chaos_probes import answers, delivered, processed, quietly, serving, signing_keys  # noqa: E402
-from headroom.benchmarks.fault_gate import FaultGate  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.telemetry import encode  # noqa: E402
-from headroom.contract.topics import KafkaSettings  # noqa: E402
-from headroom.demo.processes import Component, Supervisor  # noqa: E402
-from headroom.demo.scrape import scrape, total  # noqa: E402
-from headroom.localkafka import broker  # noqa: E402
-from headroom.localkafka.settings import BrokerSettings  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.contract.records import recent_record  # noqa: E402
+from headroom import kafka_clients, kafka_topics
+from headroom.benchmarks.chaos_ledger import Event, Run, committed_lag, reconcile_telemetry, report
+from headroom.benchmarks.chaos_probes import answers, delivered, processed, quietly, serving, signing_keys
+from headroom.benchmarks.fault_gate import FaultGate
+from headroom.contract.settings import from_env
+from headroom.contract.telemetry import encode
+from headroom.contract.topics import KafkaSettings
+from headroom.demo.processes import Component, Supervisor
+from headroom.demo.scrape import scrape, total
+from headroom.localkafka import broker
+from headroom.localkafka.settings import BrokerSettings
+from tests.conftest import free_port
+from tests.contract.records import recent_record
 
 FAULTS = ("malformed-telemetry", "oversized-telemetry", "future-telemetry", "kill-worker", "kill-predictor",
           "restart-broker", "failing-server", "hanging-server")

@@ -1,6 +1,6 @@
 """Wall time of one call of the compiled tree walk: two 200-tree depth-6 forests over 100 and over 8 rows.
 
-    python benchmarks/kernel_call.py [--calls 200]
+    python -m headroom.benchmarks.kernel_call [--calls 200]
 
 The forests are random (the walk's cost does not depend on what the trees learned, only on their shape).
 """
@@ -10,15 +10,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from headroom import process
+import numpy as np
 
-process.configure()
-
-import numpy as np  # noqa: E402
-
-from headroom.contract.features import FEATURE_NAMES  # noqa: E402
-from headroom.predictor.forest import Forest  # noqa: E402
-from headroom.predictor.kernels import ForestStack, evaluate  # noqa: E402
+from headroom.contract.features import FEATURE_NAMES
+from headroom.predictor.forest import Forest
+from headroom.predictor.kernels import ForestStack, evaluate
 
 
 def random_forest(rng: np.random.Generator, trees: int = 200, depth: int = 6) -> Forest:

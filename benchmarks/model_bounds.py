@@ -6,7 +6,7 @@ trusted key. Measured, interleaved, ``--rounds`` times each: verifying and insta
 inside that; refusing the 3,000-tree model (``trees``, counted before XGBoost writes its JSON) against
 installing it under bounds that allow it; and a 64-candidate prediction with either model live.
 
-    python benchmarks/model_bounds.py --rounds 15
+    python -m headroom.benchmarks.model_bounds --rounds 15
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The telemetry then flows, in completion order, through the worker's own ingest p
 capped and aged windows) and training rounds (holdout, fit, promotion gate) every ``--interval`` seconds
 of event time, exactly as in ``headroom worker``. Every record is first predicted by the models live at
 its completion (prequential evaluation: what a router would have got), so each prediction is on data the
-model has never seen. Usage: ``python benchmarks/pipeline_accuracy.py --trace azure --load 0.7``;
+model has never seen. Usage: ``python -m headroom.benchmarks.pipeline_accuracy --trace azure --load 0.7``;
 ``--target-transform identity`` trains on milliseconds instead of log milliseconds (the reference's way);
 ``--calibration-fraction 0`` leaves quantile models uncalibrated; ``--no-refit`` publishes promoted candidates
 as fitted, without their holdout rows. The worker's ``HEADROOM_*`` settings (e.g. ``HEADROOM_WINDOW_MAX_ROWS``)
@@ -16,37 +16,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-from headroom.contract.features import records_matrix  # noqa: E402
-from headroom.contract.model_update import OUTPUT_TRANSFORMS  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.targets import PREDICTED, TARGETS, target_value  # noqa: E402
-from headroom.contract.telemetry import TelemetryRecord, encode  # noqa: E402
-from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, uniform_pool  # noqa: E402
-from headroom.sim.traces import load_azure, load_mooncake  # noqa: E402
-from headroom.streams.ingest import Ingestor  # noqa: E402
-from headroom.streams.settings import PipelineSettings  # noqa: E402
-from headroom.streams.windows import Windows  # noqa: E402
-from headroom.trainer.drift import ErrorDriftDetector  # noqa: E402
-from headroom.trainer.evaluation import score  # noqa: E402
-from headroom.trainer.fit import predict  # noqa: E402
-from headroom.trainer.live import LiveModels, live_model  # noqa: E402
-from headroom.trainer.policy import RetrainPolicy  # noqa: E402
-from headroom.trainer.rounds import RoundSpec, train_round  # noqa: E402
+from headroom.contract.features import records_matrix
+from headroom.contract.model_update import OUTPUT_TRANSFORMS
+from headroom.contract.settings import from_env
+from headroom.contract.targets import PREDICTED, TARGETS, target_value
+from headroom.contract.telemetry import TelemetryRecord, encode
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, uniform_pool
+from headroom.sim.traces import load_azure, load_mooncake
+from headroom.streams.ingest import Ingestor
+from headroom.streams.settings import PipelineSettings
+from headroom.streams.windows import Windows
+from headroom.trainer.drift import ErrorDriftDetector
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import predict
+from headroom.trainer.live import LiveModels, live_model
+from headroom.trainer.policy import RetrainPolicy
+from headroom.trainer.rounds import RoundSpec, train_round
 
 LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
 

@@ -6,14 +6,13 @@ first models; then the router predicts with them, so live residuals exist); tele
 is published paced at its real rate, carrying the predictions of the models that were live at the
 change. The clock starts with the first post-change record. A model counts as fresh when its window
 includes post-change telemetry and it beats the pre-change model on the post-change records. Usage:
-``python benchmarks/pipeline_freshness.py --bootstrap 127.0.0.1:9092``.
+``python -m headroom.benchmarks.pipeline_freshness --bootstrap 127.0.0.1:9092``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 import threading
 import time
@@ -22,27 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-
-from headroom import kafka_clients  # noqa: E402
-from headroom.benchmarks.pipeline_ingest import fresh_kafka  # noqa: E402
-from headroom.contract.features import records_matrix  # noqa: E402
-from headroom.contract.model_update import load_booster  # noqa: E402
-from headroom.contract.telemetry import encode, partition_key  # noqa: E402
-from headroom.model_topic import read_latest, tail  # noqa: E402
-from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
-from headroom.sim.traces import load_azure  # noqa: E402
-from headroom.trainer.evaluation import score  # noqa: E402
-from headroom.trainer.fit import predict  # noqa: E402
-from tests.keys import TRUST  # noqa: E402
-from tests.streams.worker_process import WorkerProcess  # noqa: E402
+from headroom import kafka_clients
+from headroom.benchmarks.pipeline_ingest import fresh_kafka
+from headroom.contract.features import records_matrix
+from headroom.contract.model_update import load_booster
+from headroom.contract.telemetry import encode, partition_key
+from headroom.model_topic import read_latest, tail
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, slow_down, uniform_pool
+from headroom.sim.traces import load_azure
+from headroom.trainer.evaluation import score
+from headroom.trainer.fit import predict
+from tests.keys import TRUST
+from tests.streams.worker_process import WorkerProcess
 
 
 def with_predictions(records, boosters):

@@ -9,7 +9,7 @@ With ``--workers K``, the records are produced first, pools spread so that every
 many pools (:func:`tests.streams.ledger.pools_covering`); then K workers of one group start at once. Time,
 records and CPU count from the moment they share every partition (their ``owning telemetry partitions``
 log lines) until the last record is ingested (what the first to join read before is left out).
-Usage: ``python benchmarks/pipeline_ingest.py --bootstrap 127.0.0.1:9092 --records 50000 [--workers 2]``.
+Usage: ``python -m headroom.benchmarks.pipeline_ingest --bootstrap 127.0.0.1:9092 --records 50000 [--workers 2]``.
 """
 
 from __future__ import annotations
@@ -17,27 +17,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-
-from headroom import kafka_clients  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.telemetry import encode, partition_key  # noqa: E402
-from headroom.contract.topics import KafkaSettings  # noqa: E402
-from headroom.kafka_topics import ensure_topics  # noqa: E402
-from tests.streams.ledger import owned_now, pools_covering, share_all  # noqa: E402
-from tests.streams.worker_process import WorkerProcess  # noqa: E402
-from tests.trainer.synthetic import oracle, synthetic_records  # noqa: E402
+from headroom import kafka_clients
+from headroom.contract.settings import from_env
+from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.topics import KafkaSettings
+from headroom.kafka_topics import ensure_topics
+from tests.streams.ledger import owned_now, pools_covering, share_all
+from tests.streams.worker_process import WorkerProcess
+from tests.trainer.synthetic import oracle, synthetic_records
 
 
 def fresh_kafka(bootstrap: str, partitions: int) -> KafkaSettings:

@@ -1,6 +1,6 @@
 """Regime changes live, on real processes: headroom's arm against the heuristic arm, per 5-s window.
 
-    .venv/bin/python benchmarks/regime_live.py [--scenario all|NAME,...] [--seeds 3] [--quick] [--duration S]
+    .venv/bin/python -m headroom.benchmarks.regime_live [--scenario all|NAME,...] [--seeds 3] [--quick] [--duration S]
         [--out DIR]
 
 Each run starts what ``headroom demo`` starts (:class:`demo.arms.TwoArms`: a broker, the learning worker, the
@@ -29,24 +29,18 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-from headroom.benchmarks.regime_quality import SEED_SKIP  # noqa: E402
-from headroom.benchmarks.regime_report import markdown, summarize  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.demo import load  # noqa: E402
-from headroom.demo.arms import ARMS, Layout, TwoArms, change_events  # noqa: E402
-from headroom.demo.settings import DemoSettings  # noqa: E402
-from headroom.sim.scenarios import (  # noqa: E402
+from headroom.benchmarks.regime_quality import SEED_SKIP
+from headroom.benchmarks.regime_report import markdown, summarize
+from headroom.contract.settings import from_env
+from headroom.demo import load
+from headroom.demo.arms import ARMS, Layout, TwoArms, change_events
+from headroom.demo.settings import DemoSettings
+from headroom.sim.scenarios import (
     SCENARIOS,
     Scenario,
     scenario,
 )
-from headroom.sim.windows import Row  # noqa: E402
+from headroom.sim.windows import Row
 
 
 def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:

@@ -1,6 +1,6 @@
 """Routing through regime changes on the offline simulator: headroom against every baseline, per 5-s window.
 
-    .venv/bin/python benchmarks/regime_quality.py [--scenario all|NAME,...] [--seeds 3] [--baselines ...]
+    .venv/bin/python -m headroom.benchmarks.regime_quality [--scenario all|NAME,...] [--seeds 3] [--baselines ...]
         [--variant NAME=JSON] [--no-oracle] [--json PATH] [--markdown PATH]
 
 Each scenario of :mod:`sim.scenarios` (its pool, load, change and SLO) is played by :mod:`sim.scenario_play`.
@@ -23,18 +23,12 @@ import time
 from functools import cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-from headroom.benchmarks.regime_report import markdown, summarize  # noqa: E402
-from headroom.benchmarks.router_quality import Setup, policies, train_models  # noqa: E402
-from headroom.benchmarks.routing_policies import BASELINES  # noqa: E402
-from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
-from headroom.sim.scenario_play import play, pool, served  # noqa: E402
-from headroom.sim.scenarios import SCENARIOS, Scenario, scenario  # noqa: E402
+from headroom.benchmarks.regime_report import markdown, summarize
+from headroom.benchmarks.router_quality import Setup, policies, train_models
+from headroom.benchmarks.routing_policies import BASELINES
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.sim.scenario_play import play, pool, served
+from headroom.sim.scenarios import SCENARIOS, Scenario, scenario
 
 TRAIN_LOADS = (0.5, 0.7, 1.0)
 TRAIN_SKIP = 10_000  # training arrivals come from this far into the trace

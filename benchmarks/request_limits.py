@@ -5,7 +5,7 @@ Times the work a request does before its server is picked — body checks and pa
 the Pick API's candidate mapping — for the largest inputs the default limits let through and for inputs
 they refuse, next to a typical 2 KB request (the ratio column); then how long an event loop stalls while
 a body is parsed on it, against the way the router parses it (:func:`router.prompt.parse_body_off_loop`:
-a large body on a worker thread). Usage: ``python benchmarks/request_limits.py``.
+a large body on a worker thread). Usage: ``python -m headroom.benchmarks.request_limits``.
 """
 
 from __future__ import annotations
@@ -16,22 +16,14 @@ import contextlib
 import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from headroom.process import configure
-
-configure()
-
-from headroom.router.errors import RequestError  # noqa: E402
-from headroom.router.limits import RequestLimits  # noqa: E402
-from headroom.router.pick_api import snapshot_of  # noqa: E402
-from headroom.router.prompt import parse_body, parse_body_off_loop  # noqa: E402
-from headroom.router.proto import router_pb2  # noqa: E402
+from headroom.router.errors import RequestError
+from headroom.router.limits import RequestLimits
+from headroom.router.pick_api import snapshot_of
+from headroom.router.prompt import parse_body, parse_body_off_loop
+from headroom.router.proto import router_pb2
 
 
 def parse(limits: RequestLimits, raw: bytes, chat: bool) -> Callable[[], object]:

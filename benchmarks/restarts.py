@@ -14,7 +14,7 @@ between compactions. Telemetry flows all the time (``--rate`` records per second
 
 ``--old-python`` runs the same commands with another installation of headroom (e.g. an older commit in
 its own virtualenv), interleaved with this one, for a before/after ratio in one run. Usage:
-``python benchmarks/restarts.py --rounds 3 [--old-python /path/to/old/.venv/bin/python]``.
+``python -m headroom.benchmarks.restarts --rounds 3 [--old-python /path/to/old/.venv/bin/python]``.
 """
 
 from __future__ import annotations
@@ -31,30 +31,21 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headroom.process import configure
-
-configure()
-
-import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-
-from headroom import (  # noqa: E402
-    kafka_clients,
-    kafka_topics,
-)
-from headroom.contract.model_update import model_key  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.telemetry import encode, partition_key  # noqa: E402
-from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings  # noqa: E402
-from headroom.demo.scrape import scrape, total  # noqa: E402
-from headroom.localkafka import broker  # noqa: E402
-from headroom.localkafka.settings import BrokerSettings  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.keys import write_private_key, write_public_key  # noqa: E402
-from tests.predictor.models import message, train  # noqa: E402
-from tests.trainer.synthetic import synthetic_records  # noqa: E402
+from headroom import kafka_clients, kafka_topics
+from headroom.contract.model_update import model_key
+from headroom.contract.settings import from_env
+from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
+from headroom.demo.scrape import scrape, total
+from headroom.localkafka import broker
+from headroom.localkafka.settings import BrokerSettings
+from tests.conftest import free_port
+from tests.keys import write_private_key, write_public_key
+from tests.predictor.models import message, train
+from tests.trainer.synthetic import synthetic_records
 
 MODELS = [(target, objective) for target in ("ttft", "tpot", "e2e") for objective in ("mean", "quantile")]
 

@@ -1,6 +1,6 @@
 """Routing quality on the offline simulator: headroom's router against every baseline and the oracle.
 
-    .venv/bin/python benchmarks/router_quality.py --trace PATH|azure|mooncake|code[:k=v,...] [--format F]
+    .venv/bin/python -m headroom.benchmarks.router_quality --trace PATH|azure|mooncake|code[:k=v,...] [--format F]
         [--requests 3000] [--loads 0.5,1,1.5,2] [--train-loads ...] [--seeds 3]
 
 A pool of 16 simulated H100 servers (Llama-3-8B profile) replays a trace — a file in the Azure (CSV) or
@@ -37,32 +37,26 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import xgboost
+import yaml
 
-from headroom.process import configure
-
-configure()
-
-import numpy as np  # noqa: E402
-import xgboost  # noqa: E402
-import yaml  # noqa: E402
-
-from headroom.benchmarks.routing_policies import BASELINES, headroom, oracle  # noqa: E402
-from headroom.contract.features import FEATURE_SCHEMA, records_matrix  # noqa: E402
-from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, make_update  # noqa: E402
-from headroom.contract.signing import TrustedKeys  # noqa: E402
-from headroom.contract.targets import target_value  # noqa: E402
-from headroom.predictor.runtime import ModelRuntime  # noqa: E402
-from headroom.router.pipeline import DEFAULT_PIPELINE  # noqa: E402
-from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
-from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import SimServerSpec, run, uniform_pool  # noqa: E402
-from headroom.sim.request import SimRequest  # noqa: E402
-from headroom.sim.results import quantile  # noqa: E402
-from headroom.sim.traces import load_trace  # noqa: E402
-from headroom.trainer.fit import model_bytes, training_target  # noqa: E402
-from headroom.trainer.params import TrainParams  # noqa: E402
+from headroom.benchmarks.routing_policies import BASELINES, headroom, oracle
+from headroom.contract.features import FEATURE_SCHEMA, records_matrix
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, make_update
+from headroom.contract.signing import TrustedKeys
+from headroom.contract.targets import target_value
+from headroom.predictor.runtime import ModelRuntime
+from headroom.router.pipeline import DEFAULT_PIPELINE
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.policies import policy
+from headroom.sim.pool import SimServerSpec, run, uniform_pool
+from headroom.sim.request import SimRequest
+from headroom.sim.results import quantile
+from headroom.sim.traces import load_trace
+from headroom.trainer.fit import model_bytes, training_target
+from headroom.trainer.params import TrainParams
 
 SERVERS = 16
 

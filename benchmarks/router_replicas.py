@@ -1,6 +1,6 @@
 """Routing quality with several router replicas in front of one pool, on the offline simulator.
 
-    .venv/bin/python benchmarks/router_replicas.py [--trace PATH|azure|mooncake|code] [--format F] [--requests 3000]
+    .venv/bin/python -m headroom.benchmarks.router_replicas [--trace PATH|azure|mooncake|code] [--format F] [--requests 3000]
         [--loads 2,4] [--routers 1,2,4]
 
 The setup of :mod:`benchmarks.router_quality` (16 simulated H100 servers, the trace time-scaled to multiples of
@@ -19,22 +19,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-from headroom.process import configure
-
-configure()
-
-import numpy as np  # noqa: E402
-
-from headroom.benchmarks.router_quality import SERVERS, Workload, measure, train_runtime  # noqa: E402
-from headroom.benchmarks.routing_policies import headroom  # noqa: E402
-from headroom.router.predictors import EmbeddedPredictor  # noqa: E402
-from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, uniform_pool  # noqa: E402
+from headroom.benchmarks.router_quality import SERVERS, Workload, measure, train_runtime
+from headroom.benchmarks.routing_policies import headroom
+from headroom.router.predictors import EmbeddedPredictor
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, uniform_pool
 
 
 def picks(name: str, runtime, slo, routers: int, seed: int) -> list:

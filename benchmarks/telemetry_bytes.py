@@ -1,6 +1,6 @@
 """Telemetry on disk: bytes per record on a broker's log for each producer compression codec.
 
-    .venv/bin/python benchmarks/telemetry_bytes.py --bootstrap 127.0.0.1:9092 --log-dir .headroom/kafka
+    .venv/bin/python -m headroom.benchmarks.telemetry_bytes --bootstrap 127.0.0.1:9092 --log-dir .headroom/kafka
 
 Synthetic records (one pool, 80% streaming, with predictions) are produced, keyed as a router keys them,
 to a fresh one-partition topic per codec (20 ms linger, as a busy router's producer batches); the size of
@@ -15,8 +15,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from headroom import kafka_clients
 from headroom.contract.settings import from_env

@@ -1,6 +1,6 @@
 """Stratified telemetry sampling at the router: accuracy and drift detection with and without it.
 
-    .venv/bin/python benchmarks/telemetry_sampling.py [--trace azure] [--load 0.7] [--quotas 0,2,0.5] [--sampler-seed 0]
+    .venv/bin/python -m headroom.benchmarks.telemetry_sampling [--trace azure] [--load 0.7] [--quotas 0,2,0.5] [--sampler-seed 0]
 
 The setup of :mod:`benchmarks.pipeline_accuracy` (the trace on 4 simulated H100 servers, composite routing,
 the worker's ingest path and a training round every 10 s of event time), with a regime change: at
@@ -18,25 +18,18 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-from headroom.process import configure
-
-configure()
-
-import numpy as np  # noqa: E402
-
-from headroom.benchmarks.pipeline_accuracy import LOADERS, prequential  # noqa: E402
-from headroom.contract.settings import from_env  # noqa: E402
-from headroom.contract.strata import stratum_of  # noqa: E402
-from headroom.router.telemetry_sampler import TelemetrySampler  # noqa: E402
-from headroom.sim.capacity import capacity_rps  # noqa: E402
-from headroom.sim.policies import policy  # noqa: E402
-from headroom.sim.pool import run, slow_down, uniform_pool  # noqa: E402
-from headroom.streams.settings import PipelineSettings  # noqa: E402
-from headroom.trainer.evaluation import score  # noqa: E402
+from headroom.benchmarks.pipeline_accuracy import LOADERS, prequential
+from headroom.contract.settings import from_env
+from headroom.contract.strata import stratum_of
+from headroom.router.telemetry_sampler import TelemetrySampler
+from headroom.sim.capacity import capacity_rps
+from headroom.sim.policies import policy
+from headroom.sim.pool import run, slow_down, uniform_pool
+from headroom.streams.settings import PipelineSettings
+from headroom.trainer.evaluation import score
 
 EPOCH = 1_700_000_000.0  # event time of the simulation's start
 

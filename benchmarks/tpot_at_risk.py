@@ -1,7 +1,7 @@
 """Per-decision cost of the router's ``tpot_at_risk`` (:meth:`router.state.inflight.Inflight.tpot_at_risk`) with
 many streams in flight, against the straightforward walk over every stream (:func:`walk`).
 
-    python benchmarks/tpot_at_risk.py [--servers 100] [--streams 1000] [--decisions 2000]
+    python -m headroom.benchmarks.tpot_at_risk [--servers 100] [--streams 1000] [--decisions 2000]
 
 The streams hold TPOT SLOs of 25–100 ms and are relayed tokens at random moments, each at a mean pace a
 little faster or slower than its SLO, so at any decision some are at risk; a decision comes every

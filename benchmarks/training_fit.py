@@ -1,7 +1,7 @@
 """Where a training round's time goes: CPU seconds of one fit, by window size, through ``xgboost.train`` and
 through :func:`trainer.fit.fit`, interleaved.
 
-    .venv/bin/python benchmarks/training_fit.py [--rows 300,1500,3000] [--repeats 5]
+    .venv/bin/python -m headroom.benchmarks.training_fit [--rows 300,1500,3000] [--repeats 5]
 
 Each fit is the worker's (the reference hyperparameters: 200 trees of depth 6, a log target) on the first
 ``rows`` TTFT samples of synthetic telemetry (``tests/trainer/synthetic.py``). A round fits a model 3 times (the mean candidate, the
@@ -16,20 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import xgboost
 
-from headroom.process import configure
-
-configure()
-
-import numpy as np  # noqa: E402
-import xgboost  # noqa: E402
-
-from headroom.contract.features import FEATURE_NAMES, training_features  # noqa: E402
-from headroom.contract.model_update import TRANSFORM_ATTRIBUTE  # noqa: E402
-from headroom.trainer.fit import fit, model_bytes, training_target  # noqa: E402
-from headroom.trainer.params import TrainParams  # noqa: E402
-from tests.trainer.synthetic import samples_of, synthetic_records  # noqa: E402
+from headroom.contract.features import FEATURE_NAMES, training_features
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE
+from headroom.trainer.fit import fit, model_bytes, training_target
+from headroom.trainer.params import TrainParams
+from tests.trainer.synthetic import samples_of, synthetic_records
 
 
 def with_train(samples, params: TrainParams) -> xgboost.Booster:

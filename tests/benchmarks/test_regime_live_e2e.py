@@ -16,15 +16,16 @@ from tests.conftest import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "regime_live.py"
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def test_a_short_replace_scenario_runs_both_arms_and_reports_them(tmp_path):
     kafka_port, controller_port = free_port(), free_port()
     env = {**os.environ, "HEADROOM_KAFKA_PORT": str(kafka_port), "HEADROOM_KAFKA_CONTROLLER_PORT": str(controller_port)}
-    done = subprocess.run([sys.executable, str(SCRIPT), "--scenario", "replace", "--seeds", "1", "--duration", "20",
-                           "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state")],
-                          env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run([sys.executable, "-m", "headroom.benchmarks.regime_live", "--scenario", "replace",
+                           "--seeds", "1", "--duration", "20", "--out", str(tmp_path / "out"),
+                           "--state-dir", str(tmp_path / "state")],
+                          cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     report = json.loads((tmp_path / "out" / "regime-live.json").read_text())
     (summary,) = report["scenarios"]
