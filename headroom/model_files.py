@@ -22,7 +22,7 @@ from urllib.parse import quote
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
-from headroom.model_topic import CAUGHT_UP, follow, received
+from headroom.model_topic import follow, received
 
 SUFFIX = ".hrmu"
 
@@ -62,13 +62,14 @@ def export_latest(kafka: KafkaSettings, trust: TrustedKeys, folder: Path,
     newest: dict[str, tuple[ModelUpdate, bytes]] = {}
     deadline = time.monotonic() + timeout_s
     for item in follow(kafka, topic_wait_s=min(timeout_s, 10.0)):
-        if item is CAUGHT_UP:
+        if isinstance(item, str):  # CAUGHT_UP, the one text follow() yields
             break
         if item is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {kafka.model_topic!r} took over {timeout_s} s")
             continue
-        update = received(item, trust).update
-        if update is not None and (update.key not in newest or newest[update.key][0].version < update.version):
-            newest[update.key] = (update, bytes(item.value()))
+        update, value = received(item, trust).update, item.value()
+        if update is not None and value is not None and (update.key not in newest
+                                                         or newest[update.key][0].version < update.version):
+            newest[update.key] = (update, bytes(value))
     return [(write_model_file(folder, update, message), update) for update, message in newest.values()]

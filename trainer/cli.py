@@ -17,7 +17,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("models", help="show the latency model versions published on model-updates")
     commands = group.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     listing = commands.add_parser("list", help="the latest trusted version of every model",

@@ -15,9 +15,20 @@ True
 
 from __future__ import annotations
 
+from typing import Protocol
+
 DETECTORS = ("adwin", "page-hinkley")
 RELATIVE_ERROR_FLOOR_MS = 1.0
 RECENT_WEIGHT = 0.05
+
+
+class Detector(Protocol):
+    """What this module uses of a River drift detector."""
+
+    def update(self, x: float) -> object: ...
+
+    @property
+    def drift_detected(self) -> bool: ...
 
 
 def relative_error(actual: float, predicted: float) -> float:
@@ -32,6 +43,7 @@ class ErrorDriftDetector:
                  ph_delta: float = 0.005, ph_min_instances: int = 30):
         from river import drift  # here, not at import: River loads SciPy, a second that every command would pay
 
+        self._detector: Detector
         if kind == "adwin":
             self._detector = drift.ADWIN(delta=adwin_delta)
         elif kind == "page-hinkley":

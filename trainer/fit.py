@@ -44,7 +44,8 @@ def fit(samples: Samples, params: TrainParams, target: str | None = None) -> xgb
 def training_target(values_ms: np.ndarray, transform: str) -> np.ndarray:
     """Observed latencies (ms) as the model learns them under ``transform``."""
     if transform == "log":
-        return np.log(np.maximum(values_ms, LOG_FLOOR_MS))
+        logged: np.ndarray = np.log(np.maximum(values_ms, LOG_FLOOR_MS))
+        return logged
     return values_ms
 
 

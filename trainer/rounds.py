@@ -17,8 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import xgboost as xgb
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import ModelUpdate, make_update, model_key
@@ -106,7 +108,8 @@ def _unseen_by(update: ModelUpdate, times: np.ndarray) -> np.ndarray:
     return fresh if fresh.sum() >= MIN_GATE_ROWS else np.ones(len(times), dtype=bool)
 
 
-def _fit(rows: Samples, target: str, p: TrainParams, spec: RoundSpec, stats: dict) -> tuple[object, dict]:
+def _fit(rows: Samples, target: str, p: TrainParams, spec: RoundSpec,
+         stats: dict[str, Any]) -> tuple[xgb.Booster, dict[str, Any]]:
     """A booster of ``target`` for ``p`` on ``rows`` (quantile models calibrated), and the window stats to
     publish."""
     if p.objective == "quantile" and spec.calibration_fraction > 0:
