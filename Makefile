@@ -2,7 +2,8 @@
 # it on first use.
 PYTHON ?= python3
 VENV := .venv
-STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+# installed again when the project's description or the compiled part's sources change (pip builds native/)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml native/Cargo.toml native/Cargo.lock native/src/*.rs | cksum | cut -d' ' -f1)
 TYPECHECK_TREE := build/typecheck
 HELM ?= $(shell infra/build-tool helm)
 CHART_OUT ?= build/chart

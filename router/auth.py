@@ -59,6 +59,11 @@ class BearerTokens:
             raise ConfigError(f"{setting}={path}: the file holds no token")
         return cls(tokens)
 
+    @property
+    def digests(self) -> tuple[bytes, ...]:
+        """The tokens' SHA-256 digests (what the compiled ext_proc front compares against)."""
+        return tuple(self._digests)
+
     def allows(self, authorization: str | None) -> bool:
         """True when ``authorization`` is ``Bearer <one of the tokens>``."""
         scheme, _, token = (authorization or "").strip().partition(" ")

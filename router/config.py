@@ -115,4 +115,6 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
     if settings.gateway_identities.strip() and settings.tls.client_ca_file is None:
         raise ConfigError("settings: 'gatewayIdentities' (HEADROOM_ROUTER_GATEWAY_IDENTITIES) names the gateway's "
                           "client certificate, which only HEADROOM_TLS_CLIENT_CA_FILE makes ext_proc require")
+    if settings.ext_proc_front not in ("native", "grpcio"):
+        raise ConfigError(f"settings: 'extProcFront' must be 'native' or 'grpcio', got {settings.ext_proc_front!r}")
     return settings

@@ -39,10 +39,15 @@ the caller, not the router, says when each response byte passed.
 The answers that change nothing are built once and shared; an answer routing to a server is built once per
 address (:mod:`router.ext_proc_answers`). Each request body chunk is copied once out of its message (a
 one-chunk body not again).
+
+This grpcio servicer is the reference front; the compiled one (:mod:`router.ext_proc_front`, the default) speaks
+the same protocol on a thread of its own and hands each request's :class:`Exchange` — the router's side of it,
+which both share — to the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 
@@ -64,18 +69,20 @@ from headroom.router.ext_proc_answers import (
     streamed,
 )
 from headroom.router.headers import parse_headers
+from headroom.router.limits import RequestLimits
 from headroom.router.metering import Completion, StreamMeter, meter_json
-from headroom.router.prompt import PromptInfo, parse_body_off_loop
+from headroom.router.prompt import OFF_LOOP_BYTES, PromptInfo, parse_body
 from headroom.router.service import Dispatch, RouterService
 
-__all__ = ["DESTINATION_HEADER", "MAX_ROUTED_REPLIES", "ExtProcServicer"]
+__all__ = ["DESTINATION_HEADER", "HEADER_ONLY", "MAX_ROUTED_REPLIES", "Exchange", "ExtProcServicer", "prompt_of",
+           "prompt_off_loop"]
 
 log = logging.getLogger(__name__)
 
 MAX_METERED_JSON = 4 * 1024 * 1024  # non-streaming response bytes kept to read their usage
 MAX_ROUTED_REPLIES = 4096  # answers kept per (message kind, server address), built once each
 _REQUEST_IDS = ("x-request-id",)
-_HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
+HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
 _REQUEST_BODY_MODES = (MODES.NONE, MODES.BUFFERED, FULL_DUPLEX)  # those served; any other is refused
 EMPTY_REQUEST = ("a ProcessingRequest must carry one of request_headers, request_body, request_trailers, "
                  "response_headers, response_body or response_trailers")
@@ -100,7 +107,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
             self.service.metrics.child(self.service.metrics.unauthenticated, "ext_proc").inc()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the caller is not the gateway: no gateway token "
                                 "or certificate identity")
-        exchange = _Exchange(self, bool(trusted))
+        exchange = Exchange(self, bool(trusted))
         try:
             async for message in requests:
                 if message.HasField("protocol_config") and (refused := exchange.configure(message.protocol_config)):
@@ -138,8 +145,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         return reply
 
 
-class _Exchange:
-    """The state of one HTTP request passing through Envoy."""
+class Exchange:
+    """The state of one HTTP request passing through Envoy: the grpcio servicer's messages read into it, and the
+    router's side of it — scheduling, metering, completion — which the compiled front drives too."""
 
     def __init__(self, servicer: ExtProcServicer, trusted: bool):
         self.servicer = servicer
@@ -167,12 +175,12 @@ class _Exchange:
         self.duplex_response = config.response_body_mode == FULL_DUPLEX
         return None
 
-    def _chat(self) -> bool:
+    def chat(self) -> bool:
         return self.headers.get(":path", "").split("?")[0].endswith("/chat/completions")
 
     async def request_body(self, message: ep.ProcessingRequest) -> Answers:
         """Keep a chunk of the request body; at its end (or at the request trailers), parse the whole body (off
-        the event loop when it is large: :func:`~router.prompt.parse_body_off_loop`) and schedule the request."""
+        the event loop when it is large: :func:`prompt_off_loop`) and schedule the request."""
         trailers = message.HasField("request_trailers")
         data = b"" if trailers else message.request_body.body  # the one copy out of the message
         try:
@@ -185,14 +193,10 @@ class _Exchange:
             return ()  # answered with the whole body
         chunks, self.chunks = (self.chunks if trailers else [*self.chunks, data]), []
         body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-        try:
-            prompt = (await parse_body_off_loop(body, self._chat(), self.service.limits))[1]
-        except RequestError as err:
-            return (refusal(err),)
-        self.measured = True
+        prompt = await prompt_off_loop(body, self.chat(), self.service.limits)
         if not self.duplex_request:  # the buffered body: Envoy holds the headers until this answer
-            return (self._schedule("request_body", prompt),)
-        headers = self._schedule("request_headers", prompt)
+            return (self.schedule_body("request_body", prompt),)
+        headers = self.schedule_body("request_headers", prompt)
         if headers.HasField("immediate_response"):
             return (headers,)
         return _hand_back(headers, chunks, trailers)  # the joined body dropped
@@ -203,7 +207,7 @@ class _Exchange:
             self.headers = {h.key.lower(): h.value or h.raw_value.decode("utf-8", "replace")
                             for h in message.request_headers.headers.headers}
             if message.request_headers.end_of_stream or self.headers_only:
-                return (self._schedule("request_headers", _HEADER_ONLY),)
+                return (self.schedule("request_headers", HEADER_ONLY),)
             return () if self.duplex_request else CONTINUE["request_headers"]
         if kind == "response_headers":
             self.json_answer = any(h.key.lower() == "content-type" and (h.value or h.raw_value.decode("latin-1"))
@@ -212,19 +216,27 @@ class _Exchange:
                 stream = self.dispatch.request.stream
                 self.meter = StreamMeter(self.dispatch.dispatch_mono) if stream else None
             if message.response_headers.end_of_stream:
-                self._finish()
+                self.finish()
             return CONTINUE["response_headers"]
         if kind == "response_body":
             body = message.response_body
-            self._meter(body)
+            self.meter_body(body.body, body.end_of_stream)
             return (streamed("response_body", body.body, body.end_of_stream),) if self.duplex_response \
                 else CONTINUE["response_body"]
         if kind == "response_trailers":
-            self._finish()
+            self.finish()
         answers: Answers = CONTINUE.get(kind or "", NOTHING)  # trailers, or a kind this module does not know
         return answers
 
-    def _schedule(self, kind: str, prompt: PromptInfo) -> ep.ProcessingResponse:
+    def schedule_body(self, kind: str, prompt: PromptInfo | RequestError) -> ep.ProcessingResponse:
+        """The answer to the request's whole body: parsed (:func:`prompt_of`), the request scheduled; malformed,
+        refused."""
+        if isinstance(prompt, RequestError):
+            return refusal(prompt)
+        self.measured = True
+        return self.schedule(kind, prompt)
+
+    def schedule(self, kind: str, prompt: PromptInfo) -> ep.ProcessingResponse:
         try:
             headers = parse_headers(self.headers)
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
@@ -237,20 +249,22 @@ class _Exchange:
             return immediate(503, "no_servers", str(err))
         return self.servicer.routed(kind, self.dispatch.server.address)
 
-    def _meter(self, body: ep.HttpBody) -> None:
+    def meter_body(self, data: bytes, end_of_stream: bool) -> None:
+        """A chunk of the response body passed: fed to the stream's meter, or kept to read its JSON usage."""
         if self.dispatch is None or self.done:
             return
         now = self.service.monotonic()
         if self.meter is not None:
             texts = self.meter.text_chunks
-            if self.meter.feed(body.body, now):  # once per text event, however the bytes were cut
+            if self.meter.feed(data, now):  # once per text event, however the bytes were cut
                 self.service.streamed(self.dispatch, now, self.meter.text_chunks - texts)
         elif len(self.json_body) < MAX_METERED_JSON:
-            self.json_body += body.body
-        if body.end_of_stream:
-            self._finish()
+            self.json_body += data
+        if end_of_stream:
+            self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """The response ended: complete the request (abandoned if its JSON answer was cut short)."""
         if self.dispatch is None or self.done:
             return
         self.done = True
@@ -268,6 +282,23 @@ class _Exchange:
         if self.dispatch is not None and not self.done:
             self.done = True
             self.service.abandon(self.dispatch, "ext-proc-stream-ended")
+
+
+def prompt_of(body: bytes, chat: bool, limits: RequestLimits) -> PromptInfo | RequestError:
+    """The prompt facts of a request's whole body (:func:`~router.prompt.parse_body`, on the thread that calls
+    it), or why the request is refused."""
+    try:
+        return parse_body(body, chat, limits)[1]
+    except RequestError as err:
+        return err
+
+
+async def prompt_off_loop(body: bytes, chat: bool, limits: RequestLimits) -> PromptInfo | RequestError:
+    """:func:`prompt_of`, on a worker thread when the body is over :data:`~router.prompt.OFF_LOOP_BYTES`: the event
+    loop serves other requests meanwhile."""
+    if len(body) <= OFF_LOOP_BYTES:
+        return prompt_of(body, chat, limits)
+    return await asyncio.to_thread(prompt_of, body, chat, limits)
 
 
 def _hand_back(headers: ep.ProcessingResponse, chunks: list[bytes], trailers: bool) -> Iterator[ep.ProcessingResponse]:

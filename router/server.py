@@ -41,6 +41,7 @@ from headroom.router.config import RouterConfig
 from headroom.router.engine import Engine
 from headroom.router.errors import ConfigError
 from headroom.router.ext_proc import ExtProcServicer
+from headroom.router.ext_proc_front import NativeExtProc
 from headroom.router.http_messages import Routes
 from headroom.router.http_server import HttpServer
 from headroom.router.leader import LeaderElector, lease_api
@@ -125,6 +126,7 @@ class RouterServer:
         self.ext_proc_certificate: bytes | None = None  # PEM of the certificate ext_proc serves, when it speaks TLS
         self._http: list[HttpServer] = []
         self._grpc: list[grpc.aio.Server] = []
+        self._native: NativeExtProc | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
@@ -176,9 +178,9 @@ class RouterServer:
         self._tasks = [asyncio.create_task(self.scraper.run(self._stop), name="scraper"),
                        asyncio.create_task(self._background(), name="router-background"),
                        asyncio.create_task(self._autoscale_signals(), name="autoscale-signals")]
-        log.info("router listening: http %d%s, pick %d, ext_proc %d (%s); metrics %s; client tokens %s",
+        log.info("router listening: http %d%s, pick %d, ext_proc %d (%s, %s); metrics %s; client tokens %s",
                  self.http_port, " (TLS)" if pair else "", self.pick_port, self.ext_proc_port,
-                 "TLS" if self.ext_proc_certificate else "plaintext",
+                 "TLS" if self.ext_proc_certificate else "plaintext", s.ext_proc_front,
                  self.metrics_port or "on the HTTP port", "required" if self.tokens else "off")
         for warning in self.trust.warnings(s.pick_port >= 0, s.ext_proc_port >= 0):
             log.warning("%s", warning)
@@ -212,13 +214,33 @@ class RouterServer:
         if s.ext_proc_port >= 0:
             ext_proc_pair = (pair or self_signed_pair(s.host)) if s.ext_proc_secure else None
             self.ext_proc_certificate = ext_proc_pair.certificate_pem if ext_proc_pair else None
-            server = grpc.aio.server(options=grpc_options)
-            ep_grpc.add_ExternalProcessorServicer_to_server(
-                ExtProcServicer(self.service, s.ext_proc_body_mode, self.trust), server)
-            self.ext_proc_port = self._bind(server, s.ext_proc_port, "HEADROOM_ROUTER_EXT_PROC_PORT", ext_proc_pair)
-            await server.start()
-            self._grpc.append(server)
+            if s.ext_proc_front == "native":
+                self.ext_proc_port = self._serve_native(ext_proc_pair)
+            else:
+                server = grpc.aio.server(options=grpc_options)
+                ep_grpc.add_ExternalProcessorServicer_to_server(
+                    ExtProcServicer(self.service, s.ext_proc_body_mode, self.trust), server)
+                self.ext_proc_port = self._bind(server, s.ext_proc_port, "HEADROOM_ROUTER_EXT_PROC_PORT",
+                                                ext_proc_pair)
+                await server.start()
+                self._grpc.append(server)
         return pair
+
+    def _serve_native(self, pair: KeyPair | None) -> int:
+        """Serve ext_proc with the compiled front (:mod:`router.ext_proc_front`), under the grpcio listener's limits
+        and ``self.trust``."""
+        s = self.config.settings
+        setting = "HEADROOM_ROUTER_EXT_PROC_PORT"
+        self._check_free(s.ext_proc_port, setting)
+        self._native = NativeExtProc(self.service, s.ext_proc_body_mode, self.trust)
+        try:
+            return self._native.start(
+                s.host, s.ext_proc_port, pair=pair, max_connections=s.max_connections,
+                client_ca=s.tls.client_ca_file.read_bytes() if pair and s.tls.client_ca_file else None,
+                max_message_bytes=s.max_body_bytes + 1024 * 1024, idle_s=s.keep_alive_s)
+        except OSError as err:
+            raise ConfigError(f"cannot listen on {s.host}:{s.ext_proc_port} ({setting}): {err.strerror or err}") \
+                from err
 
     async def _serve_http(self, routes: Routes, port: int, setting: str, *, tls: bool, listener: str) -> int:
         """Serve ``routes`` on ``port`` (TLS with the listener certificate when ``tls`` and there is one)."""
@@ -234,14 +256,8 @@ class RouterServer:
         return bound
 
     def _bind(self, server: grpc.aio.Server, port: int, setting: str, pair: KeyPair | None) -> int:
-        host = self.config.settings.host
-        address = f"{host}:{port}"
-        if port:  # a taken port said plainly, before grpc tries it (and writes its own lines to stderr)
-            try:
-                family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                socket.create_server((host.strip("[]"), port), family=family).close()
-            except OSError as err:
-                raise ConfigError(f"cannot listen on {address} ({setting}): {err.strerror or err}") from err
+        address = f"{self.config.settings.host}:{port}"
+        self._check_free(port, setting)
         try:
             if pair is None:
                 bound: int = server.add_insecure_port(address)
@@ -251,6 +267,17 @@ class RouterServer:
             raise ConfigError(f"cannot listen on {address} ({setting}): the port is taken, or the address is not "
                               "this machine's") from err
         return bound
+
+    def _check_free(self, port: int, setting: str) -> None:
+        """A taken port said plainly (a :class:`ConfigError` naming ``setting``), before a gRPC server tries it (and
+        writes its own lines to stderr)."""
+        host = self.config.settings.host
+        if port:
+            try:
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                socket.create_server((host.strip("[]"), port), family=family).close()
+            except OSError as err:
+                raise ConfigError(f"cannot listen on {host}:{port} ({setting}): {err.strerror or err}") from err
 
     async def _autoscale_signals(self) -> None:
         every = self.config.settings.autoscale_refresh_s
@@ -282,7 +309,8 @@ class RouterServer:
     async def stop(self, grace_s: float = 5.0, flush_s: float = 5.0) -> None:
         if self.elector is not None:  # give the lease up first: a standby takes the traffic while this drains
             await asyncio.to_thread(self.elector.stop)
-        await asyncio.gather(*(server.stop(grace_s) for server in self._grpc))
+        await asyncio.gather(*(server.stop(grace_s) for server in self._grpc),
+                             *([self._native.stop(grace_s)] if self._native else []))
         await asyncio.gather(*(server.close(grace_s) for server in self._http))
         self.proxy.close()
         self._stop.set()

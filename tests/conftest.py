@@ -1,6 +1,6 @@
 """Session fixtures shared by every test package.
 
-``kafka`` starts a real Kafka broker (KRaft, loopback, free ports, a temporary state folder) once per test
+``ext_proc_front`` runs a test with either ext_proc front. ``kafka`` starts a real Kafka broker (KRaft, loopback, free ports, a temporary state folder) once per test
 session, creates the declared topics, yields their :class:`~contract.topics.KafkaSettings`, and stops the
 broker afterwards — also when tests fail. Set ``HEADROOM_TEST_KAFKA_BOOTSTRAP`` to use a broker that is
 already running instead. ``secure_kafka`` is the same broker in secure mode (TLS, users, ACLs), started once
@@ -35,6 +35,15 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@pytest.fixture(params=["native", "grpcio"])
+def ext_proc_front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs twice: with the compiled ext_proc front and with the grpcio servicer, the reference (the
+    routers of ``tests.router.routercases.router_config`` serve it; a test starting its own passes it on)."""
+    from tests.router import routercases
+    monkeypatch.setitem(routercases.ROUTER_SETTINGS, "extProcFront", request.param)
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -63,13 +63,15 @@ class TablePredictor:
                                ok=ok, versions={"ttft": self.version, "tpot": self.version})
 
 
+ROUTER_SETTINGS = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": False, "predictor": "none",
+                   "scrapeIntervalS": 0.02, "seed": 1}  # the ext_proc_front fixture sets extProcFront
+
+
 def router_config(addresses, *, scheduling=None, environ=None, **settings):
     """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing; ``environ``
     holds the settings that come from the environment only (TLS, model signing)."""
     from headroom.router.config import load_config
-    base = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": False, "predictor": "none",
-            "scrapeIntervalS": 0.02, "seed": 1}
-    base.update(settings)
+    base = {**ROUTER_SETTINGS, **settings}
     data = {"settings": base, "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     if scheduling is not None:
         data["scheduling"] = scheduling

@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import grpc
+import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
@@ -17,6 +18,8 @@ from headroom.router.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, Ext
 from headroom.router.server import RouterServer
 from tests.router.routercases import GATEWAY_TOKEN, TablePredictor, gateway_environ, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
+
+pytestmark = pytest.mark.usefixtures("ext_proc_front")  # each test with both fronts
 
 MODES = processing_mode_pb2.ProcessingMode
 BUFFERED = ep.ProtocolConfiguration(request_body_mode=MODES.BUFFERED, response_body_mode=MODES.STREAMED)

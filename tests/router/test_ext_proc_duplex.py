@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import grpc
+import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
@@ -16,6 +17,8 @@ from headroom.router.ext_proc import DESTINATION_HEADER
 from headroom.router.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config
 from tests.router.test_ext_proc import ext_proc_channel, header_map, request_messages, sse, with_router
+
+pytestmark = pytest.mark.usefixtures("ext_proc_front")  # each test with both fronts
 
 MODES = processing_mode_pb2.ProcessingMode
 DUPLEX = ep.ProtocolConfiguration(request_body_mode=MODES.FULL_DUPLEX_STREAMED,

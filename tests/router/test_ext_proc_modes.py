@@ -18,6 +18,8 @@ from tests.router.routercases import router_config
 from tests.router.test_ext_proc import MODES, ext_proc_channel, request_messages, with_router
 from tests.router.test_ext_proc_duplex import duplex_request, duplex_response, send_all, streamed_of
 
+pytestmark = pytest.mark.usefixtures("ext_proc_front")  # each test with both fronts
+
 
 def destination(reply):
     return reply.dynamic_metadata.fields["envoy.lb"].struct_value.fields[DESTINATION_HEADER].string_value

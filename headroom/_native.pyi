@@ -1,0 +1,25 @@
+"""headroom's compiled parts (``native/``, Rust), built by ``pip install``: the ext_proc front that
+:mod:`headroom.router.ext_proc_front` drives."""
+
+DECIDE: int  # (DECIDE, token, headers, body | None, to_body, trusted): awaits answer() or fail()
+TOO_LARGE: int  # (TOO_LARGE, token, size): the request body grew over max_body_bytes; awaits answer() or fail()
+FEED: int  # (FEED, token, data): a chunk of a streaming response
+FINISH: int  # (FINISH, token, sse, json_answer, json_body): the response ended
+ABANDON: int  # (ABANDON, token): the stream ended before the response did
+UNAUTHENTICATED: int  # (UNAUTHENTICATED,): a caller was refused for not proving it is the gateway
+REFUSED: int  # (REFUSED, reason): a stream was refused
+STOPPED: int  # (STOPPED,): the server has stopped
+
+class ExtProcFront:
+    port: int
+    def __init__(self, host: str, port: int, *, max_body_bytes: int, duplex: bool, max_connections: int,
+                 max_message_bytes: int, idle_s: float, certificate_pem: bytes | None = None,
+                 key_pem: bytes | None = None, client_ca_pem: bytes | None = None, gateway: bool = False,
+                 gateway_digests: list[bytes] = ..., gateway_identities: list[str] = ...,
+                 unauthenticated: bool = False) -> None: ...
+    def fileno(self) -> int: ...
+    def take(self) -> list[tuple[object, ...]]: ...
+    def answer(self, token: int, answer: bytes, routed: bool, stream: bool) -> bool: ...
+    def fail(self, token: int, message: str) -> bool: ...
+    def stop(self, grace_s: float) -> None: ...
+    def join(self) -> None: ...
