@@ -56,8 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ext_proc.add_argument("--versus-epp", nargs="*", metavar="ARM",
                           help="instead: headroom against GIE's endpoint picker (infra/build-tool epp) on the same "
                                "servers, one process each, and client, in interleaved --rounds of --seconds; arms: "
-                               "headroom-predicted, epp-default, headroom-heuristic, epp-matched (all when none is "
-                               "named)")
+                               "headroom-predicted, epp-default, headroom-heuristic, epp-matched (these four when none "
+                               "is named), headroom-predicted-grpcio, headroom-heuristic-grpcio (the grpcio servicer)")
+    ext_proc.add_argument("--front", choices=("native", "grpcio"), default="native",
+                          help="what serves the router's ext_proc: the compiled front or the grpcio servicer")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -168,12 +170,13 @@ def _ext_proc(args: argparse.Namespace) -> int:
         print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor)))
         return 0
     if args.versus_epp is not None:
-        from headroom.benchmarks.ext_proc_versus import ARMS, bench_versus_epp, print_report, ratios
-        unknown = sorted(set(args.versus_epp) - set(ARMS))
+        from headroom.benchmarks.ext_proc_versus import ARMS, GRPCIO_ARMS, bench_versus_epp, print_report, ratios
+        known = (*ARMS, *GRPCIO_ARMS)
+        unknown = sorted(set(args.versus_epp) - set(known))
         if unknown:
-            raise CommandError(f"unknown --versus-epp arms {unknown}; known: {', '.join(ARMS)}")
+            raise CommandError(f"unknown --versus-epp arms {unknown}; known: {', '.join(known)}")
         runs = bench_versus_epp(args.servers, args.streams, args.seconds, args.rounds,
-                                [arm for arm in ARMS if arm in args.versus_epp] if args.versus_epp else ARMS,
+                                [arm for arm in known if arm in args.versus_epp] if args.versus_epp else ARMS,
                                 args.client)
         for run in runs:
             print(json.dumps({**asdict(run), "decisions_per_cpu_s": round(run.decisions_per_cpu_s, 1)}))
@@ -191,7 +194,7 @@ def _ext_proc(args: argparse.Namespace) -> int:
     if not args.scrape_interval > 0:
         raise CommandError("--scrape-interval must be positive")
     print(json.dumps(bench_ext_proc(args.servers, args.streams, args.seconds, args.predictor, args.profile,
-                                    args.scrape_interval)))
+                                    args.scrape_interval, args.front)))
     return 0
 
 

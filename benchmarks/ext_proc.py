@@ -35,13 +35,14 @@ EXT_PROC_LOAD_SOURCE = Path(__file__).resolve().parent / "ext_proc_load"
 
 
 def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, predictor: str = "embedded",
-                   profile: Path | None = None, scrape_interval_s: float = 0.05) -> dict[str, float | int | str]:
+                   profile: Path | None = None, scrape_interval_s: float = 0.05,
+                   front: str = "native") -> dict[str, float | int | str]:
     pool, addresses = start_pool(servers)
     started_load = load_average()
     try:
         with tempfile.TemporaryDirectory(prefix="headroom-bench-ext-proc-") as scratch:
             router, port = start_router(addresses, Path(scratch), predictor=predictor, ext_proc=True, profile=profile,
-                                        scrape_interval_s=scrape_interval_s)
+                                        scrape_interval_s=scrape_interval_s, ext_proc_front=front)
             try:
                 asyncio.run(drive(port, streams, 1.0))  # warm-up: connections, caches, compiled kernels
                 before, began = router.cpu, time.monotonic()
@@ -53,7 +54,8 @@ def bench_ext_proc(servers: int = 16, streams: int = 16, seconds: float = 10.0, 
     finally:
         pool.stop()
     decisions = exchanges - rejected
-    return {"servers": servers, "streams": streams, "predictor": predictor, "scrape_interval_s": scrape_interval_s,
+    return {"servers": servers, "streams": streams, "predictor": predictor, "front": front,
+            "scrape_interval_s": scrape_interval_s,
             "decisions": decisions,
             "rejected": rejected, "decisions_per_cpu_s": decisions / cpu if cpu else float("inf"),
             "decisions_per_s": decisions / wall, "router_cpu_ms_per_decision": 1000 * cpu / max(1, decisions),

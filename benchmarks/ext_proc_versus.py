@@ -5,7 +5,8 @@ The same simulated servers (:func:`benchmarks.epp.sim_fleet`, one process and lo
 every arm: headroom's router with embedded prediction (``headroom-predicted``) and with the heuristic profile
 alone (``headroom-heuristic``, ``--predictor none``), each in its own process as ``headroom bench ext-proc``
 runs it, and the EPP (:mod:`benchmarks.epp`) with its default configuration (``epp-default``) and with the
-configuration matched to headroom's heuristic (``epp-matched``). All run for the whole bench, each scraping the
+configuration matched to headroom's heuristic (``epp-matched``); on request, each headroom arm again with the grpcio
+servicer instead of the compiled front (``headroom-predicted-grpcio``, ``headroom-heuristic-grpcio``). All run for the whole bench, each scraping the
 pool; one client plays Envoy in ``FULL_DUPLEX_STREAMED`` mode for every arm alike — the compiled one
 (:func:`benchmarks.ext_proc.drive_go`) by default, this process's (:func:`benchmarks.ext_proc.drive`) with
 ``client="python"`` — one arm at a time, in an order that alternates from round to round. Per run:
@@ -29,8 +30,10 @@ from headroom.benchmarks.epp import epp_pool, sim_fleet, start_epp
 from headroom.benchmarks.ext_proc import Driven, drive, drive_go, wait_routed
 from headroom.benchmarks.live import Process, load_average, start_router
 
-ARMS = ("headroom-predicted", "epp-default", "headroom-heuristic", "epp-matched")
-PAIRS = (("headroom-predicted", "epp-default"), ("headroom-heuristic", "epp-matched"))
+ARMS = ("headroom-predicted", "epp-default", "headroom-heuristic", "epp-matched")  # the default run
+GRPCIO_ARMS = ("headroom-predicted-grpcio", "headroom-heuristic-grpcio")  # the reference front, when named
+PAIRS = (("headroom-predicted", "epp-default"), ("headroom-heuristic", "epp-matched"),
+         ("headroom-predicted-grpcio", "epp-default"), ("headroom-heuristic-grpcio", "epp-matched"))
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,9 @@ def bench_versus_epp(servers: int = 16, streams: int = 16, seconds: float = 30.0
                 if kube is not None and arm.startswith("epp-"):
                     processes[arm] = start_epp(kube, arm.removeprefix("epp-"), folder)
                 else:
-                    predictor = "embedded" if arm == "headroom-predicted" else "none"
-                    processes[arm] = start_router(addresses, folder, predictor=predictor, ext_proc=True)
+                    predictor = "embedded" if arm.startswith("headroom-predicted") else "none"
+                    processes[arm] = start_router(addresses, folder, predictor=predictor, ext_proc=True,
+                                                  ext_proc_front="grpcio" if arm.endswith("-grpcio") else "native")
                 wait_routed(processes[arm][1])
             for round_ in range(rounds):
                 for arm in arms if round_ % 2 == 0 else arms[::-1]:

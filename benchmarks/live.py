@@ -166,13 +166,13 @@ def start_pool(servers: int, server_type: str = "h100", seed: int = 1,
 
 def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, ext_proc: bool = False,
                  profile: Path | None = None, cpus: set[int] | None = None,
-                 scrape_interval_s: float = 0.05) -> tuple[Process, int]:
+                 scrape_interval_s: float = 0.05, ext_proc_front: str = "native") -> tuple[Process, int]:
     """A router over ``addresses`` (:mod:`benchmarks.live_router`) on ``cpus``, if given, scraping every server every
-    ``scrape_interval_s``; returns it and its HTTP or ext_proc port."""
+    ``scrape_interval_s``, serving ext_proc with ``ext_proc_front``; returns it and its HTTP or ext_proc port."""
     http_port, ext_proc_port = free_port(), free_port() if ext_proc else -1
     config = {"settings": {"httpPort": http_port, "pickPort": -1, "extProcPort": ext_proc_port, "telemetry": False,
                            "predictor": "none", "seed": 1, "scrapeIntervalS": scrape_interval_s,
-                           "extProcSecure": False},  # plaintext on loopback; TLS's cost: docs/benchmarks.md, Security
+                           "extProcSecure": False, "extProcFront": ext_proc_front},  # plaintext on loopback; TLS's cost: docs/benchmarks.md, Security
               "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     path = directory / "router.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -253,8 +253,8 @@ class Exchange:
         """A chunk of the response body passed: fed to the stream's meter, or kept to read its JSON usage."""
         if self.dispatch is None or self.done:
             return
-        now = self.service.monotonic()
         if self.meter is not None:
+            now = self.service.monotonic()
             texts = self.meter.text_chunks
             if self.meter.feed(data, now):  # once per text event, however the bytes were cut
                 self.service.streamed(self.dispatch, now, self.meter.text_chunks - texts)

@@ -55,7 +55,7 @@ pub async fn serve(server: Arc<Server>, listener: TcpListener, mut stop: watch::
             accepted = listener.accept() => {
                 let Ok((socket, _)) = accepted else { continue };
                 if server.connections.load(Ordering::Relaxed) >= server.max_connections {
-                    drop(socket); // over the limit: closed as it opens
+                    tokio::spawn(refuse(socket)); // over the limit: closed as it opens
                     continue;
                 }
                 server.connections.fetch_add(1, Ordering::Relaxed);
@@ -85,6 +85,18 @@ pub async fn serve(server: Arc<Server>, listener: TcpListener, mut stop: watch::
             break;
         }
     }
+}
+
+/// Close a connection before any frame: our side first, then what the client sent is read and dropped (for a
+/// second at most), so that it sees the end of the stream rather than a reset.
+async fn refuse(mut socket: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = socket.shutdown().await;
+    let mut sink = [0u8; 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 async fn connection(server: &Arc<Server>, socket: TcpStream, stop: watch::Receiver<Option<Duration>>) {
