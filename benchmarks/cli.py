@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "headroom-predicted, epp-default, headroom-heuristic, epp-matched (these four when none "
                                "is named), headroom-predicted-grpcio, headroom-heuristic-grpcio (the grpcio servicer)")
     ext_proc.add_argument("--front", choices=("native", "grpcio"), default="native",
-                          help="what serves the router's ext_proc: the compiled front or the grpcio servicer")
+                          help="what serves the router's ext_proc (--in-process: the event loop's side of it): the "
+                               "compiled front or the grpcio servicer")
     ext_proc.set_defaults(run=_ext_proc)
 
     predictor = commands.add_parser("predictor", help="In-process and gRPC prediction latency and throughput.",
@@ -167,7 +168,7 @@ def _ext_proc(args: argparse.Namespace) -> int:
         from headroom.benchmarks.ext_proc_in_process import bench_in_process
         if args.in_process < 1:
             raise CommandError("--in-process must be positive (exchanges to run)")
-        print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor)))
+        print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor, args.front)))
         return 0
     if args.versus_epp is not None:
         from headroom.benchmarks.ext_proc_versus import ARMS, GRPCIO_ARMS, bench_versus_epp, print_report, ratios
