@@ -134,7 +134,7 @@ def test_pick_and_report_require_a_client_certificate_and_a_token(pki, tmp_path,
     pytest.param({"tls": True, "mutual": True}, "ca", False, id="mtls-without-client-certificate"),
     pytest.param({"tls": True, "mutual": True}, "ca+client", True, id="mtls-with-client-certificate"),
 ])
-def test_ext_proc_transport(pki, environ, client, connects):
+def test_ext_proc_transport(pki, environ, client, connects, ext_proc_front):
     settings = dict(environ)
     if settings.pop("tls", False):
         settings = tls_environ(pki, mutual=settings.pop("mutual", False), **settings)
