@@ -14,8 +14,16 @@
 # runs the same two scripts.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+ARG RUST_IMAGE=rust:1.88-slim-bookworm
 
+FROM ${RUST_IMAGE} AS rust
+
+# The wheels, headroom's with the router's compiled ext_proc front (native/: Rust and a C compiler, build stage only).
 FROM ${PYTHON_IMAGE} AS wheels
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN infra/image/build-wheels /src /wheels
