@@ -184,6 +184,10 @@ async fn call(server: &Server, request: Request<RecvStream>, mut respond: SendRe
     };
     let Some(trusted) = trusted else {
         server.handoff.push(Event::Unauthenticated);
+        // refused once the caller's first message has come (or the request's end, or a second has passed): a
+        // client that writes before it reads then reads the status, not its write failing under a reset stream
+        let mut body = request.into_body();
+        let _ = tokio::time::timeout(Duration::from_secs(1), body.data()).await;
         return trailers_only(&mut respond, UNAUTHENTICATED, NOT_GATEWAY);
     };
     let token = server.tokens.fetch_add(1, Ordering::Relaxed);
