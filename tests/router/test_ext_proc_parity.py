@@ -1,24 +1,39 @@
 """The compiled ext_proc front against the grpcio servicer, its reference: the same exchanges, played one after
 another over TLS to two routers alike in everything but the front — the same servers, seed, predictor and
 clocks (a clock that moves one millisecond per reading) — give the same answers (destinations, headers,
-bodies, immediate responses), the same gRPC statuses, the same telemetry records and the same metrics."""
+bodies, immediate responses), the same gRPC statuses, the same telemetry records and the same metrics.
+
+The same holds for who may produce telemetry: under each way the router knows the gateway (its token, its
+certificate's identity over mTLS, the network's word, none, or the rule lifted), callers with and without the
+credential are refused, routed without telemetry or trusted alike."""
 
 import asyncio
 import itertools
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
+import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.router.server import RouterServer
-from tests.router.routercases import TablePredictor, router_config, wait_for
-from tests.router.test_ext_proc import ext_proc_channel, header_map, sse
+from tests.router.routercases import (
+    GATEWAY_TOKEN,
+    OPEN_TELEMETRY,
+    TablePredictor,
+    gateway_environ,
+    router_config,
+    wait_for,
+)
+from tests.router.test_ext_proc import header_map, sse
 from tests.router.upstream import Upstream, upstreams
 
 MODES = processing_mode_pb2.ProcessingMode
@@ -73,11 +88,33 @@ EXCHANGES = {
 }
 
 
-async def play(router, messages):
-    """Send ``messages`` in order (as Envoy does, without waiting), half-close, and read every answer; returns
-    the answers, the gRPC status and its details."""
-    async with ext_proc_channel(router) as channel:
-        call = ep_grpc.ExternalProcessorStub(channel).Process(timeout=20)
+@dataclass(frozen=True)
+class Caller:
+    """Who plays an exchange: the ``authorization`` values it sends (in order), the client ``certificate`` (PEM
+    files of a certificate and its key) it presents, and the CA it trusts for the router's (None: the router's
+    own certificate, self-signed)."""
+
+    authorization: tuple[str, ...] = ()
+    certificate: tuple[Path, Path] | None = None
+    ca: Path | None = None
+
+    def channel(self, router) -> grpc.aio.Channel:
+        cert, key = self.certificate or (None, None)
+        credentials = grpc.ssl_channel_credentials(
+            self.ca.read_bytes() if self.ca else router.ext_proc_certificate, key.read_bytes() if key else None,
+            cert.read_bytes() if cert else None)
+        return grpc.aio.secure_channel(f"127.0.0.1:{router.ext_proc_port}", credentials)
+
+
+GATEWAY = Caller((f"Bearer {GATEWAY_TOKEN}",))
+
+
+async def play(router, messages, caller=GATEWAY):
+    """Send ``messages`` in order (as Envoy does, without waiting) as ``caller``, half-close, and read every
+    answer; returns the answers, the gRPC status and its details."""
+    async with caller.channel(router) as channel:
+        call = ep_grpc.ExternalProcessorStub(channel).Process(
+            timeout=20, metadata=tuple(("authorization", value) for value in caller.authorization))
         for message in messages:
             try:
                 await call.write(message)
@@ -88,6 +125,23 @@ async def play(router, messages):
             await call.done_writing()
             while (answer := await call.read()) is not grpc.aio.EOF:
                 answers.append(answer)
+        except grpc.aio.AioRpcError:  # the status, below
+            pass
+        return answers, await call.code(), await call.details()
+
+
+async def lockstep(router, messages, caller):
+    """Send ``messages`` one at a time as ``caller``, reading each one's answer (a body mode with one answer per
+    message), until the last or the status that ends the stream; returns as :func:`play` does."""
+    async with caller.channel(router) as channel:
+        call = ep_grpc.ExternalProcessorStub(channel).Process(
+            timeout=20, metadata=tuple(("authorization", value) for value in caller.authorization))
+        answers = []
+        try:
+            for message in messages:
+                await call.write(message)
+                answers.append(await call.read())
+            await call.done_writing()
         except grpc.aio.AioRpcError:  # the status, below
             pass
         return answers, await call.code(), await call.details()
@@ -108,21 +162,26 @@ def metrics(router) -> dict:
     return samples
 
 
-async def both(exchanges, *servers, **settings):
+async def both(exchanges, *servers, callers=None, environ=None, player=play, **settings):
     """Play ``exchanges`` (name → messages) through a router with the compiled front, then through one with the
-    grpcio servicer, both over the same ``servers``; returns, per front, what was played and the router."""
+    grpcio servicer, both over the same ``servers``, each as its caller (name → :class:`Caller`; the gateway,
+    by its token, when not named) to routers with ``environ`` (the gateway's token when None); returns, per
+    front, what was played (by ``player``) and the router."""
     async with upstreams(*servers) as started:
-        return [await asyncio.wait_for(run(front, exchanges, started, **settings), 60) for front in ("native", "grpcio")]
+        return [await asyncio.wait_for(run(front, exchanges, started, callers or {}, environ, player, **settings), 60)
+                for front in ("native", "grpcio")]
 
 
-async def run(front, exchanges, servers, **settings):
-    config = router_config([s.address for s in servers], extProcFront=front, **settings)
+async def run(front, exchanges, servers, callers, environ, player, **settings):
+    config = router_config([s.address for s in servers], extProcFront=front,
+                           environ=gateway_environ() if environ is None else environ, **settings)
     router = RouterServer(config, from_env(KafkaSettings, {}), predictor=TablePredictor())
     router.service.monotonic, router.service.wall = counting_clock(1000.0), counting_clock(1.7e9)
     await router.start()
     assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
     try:
-        played = {name: await play(router, messages) for name, messages in exchanges.items()}
+        played = {name: await player(router, messages, callers.get(name, GATEWAY))
+                  for name, messages in exchanges.items()}
         assert await wait_for(lambda: len(router.pool.inflight) == 0)
     finally:
         await router.stop()
@@ -163,3 +222,52 @@ def test_header_values_reach_the_scheduler_as_the_servicer_reads_them():
     assert native == grpcio and native_router.telemetry.records == grpcio_router.telemetry.records
     (record,) = native_router.telemetry.records
     assert record.request_id == "id-\ufffd" and record.slo_ttft_ms == 500.0
+
+
+def caller_cases(pki, tmp_path):
+    """Per way of knowing the gateway: the router's environment, its callers and which of them are the gateway."""
+    ca = CertificateAuthority.load(pki.ca, pki.ca.with_name("ca.key"))
+    certificates = {name: ca.issue(cn, hosts).write(tmp_path, name) for name, cn, hosts in [
+        ("by-dns-name", "envoy", ("gateway.llm.svc",)), ("by-address", "envoy", ("10.1.2.3",)),
+        ("by-common-name", "gateway-cn", ())]}
+    by_token = {"gateway": GATEWAY, "lower-case-scheme": Caller((f"bearer  {GATEWAY_TOKEN}",)),
+                "last-value-counts": Caller(("Bearer a-guess", f"Bearer {GATEWAY_TOKEN}")),
+                "anonymous": Caller(), "guess": Caller(("Bearer a-guess",)),
+                "other-scheme": Caller((f"Basic {GATEWAY_TOKEN}",)), "first-value-only": Caller((
+                    f"Bearer {GATEWAY_TOKEN}", "Bearer a-guess"))}
+    by_identity = {**{name: Caller(certificate=pair, ca=pki.ca) for name, pair in certificates.items()},
+                   "other-client": Caller(certificate=pki.client, ca=pki.ca),
+                   "other-client-with-token": Caller((f"Bearer {GATEWAY_TOKEN}",), pki.client, pki.ca)}
+    mtls = {"HEADROOM_TLS_CERT_FILE": str(pki.server[0]), "HEADROOM_TLS_KEY_FILE": str(pki.server[1]),
+            "HEADROOM_TLS_CLIENT_CA_FILE": str(pki.ca),
+            "HEADROOM_ROUTER_GATEWAY_IDENTITIES": "gateway.llm.svc, 10.1.2.3,gateway-cn, spiffe://other"}
+    token_gateway = {"gateway", "lower-case-scheme", "last-value-counts"}
+    return {"gateway-token": (gateway_environ(), by_token, token_gateway),
+            "gateway-identity": (mtls, by_identity, set(certificates)),
+            "no-credential": ({}, by_token, None),
+            "by-network": ({"HEADROOM_ROUTER_GATEWAY_BY_NETWORK": "true"}, by_token, set(by_token)),
+            "unauthenticated-telemetry": (OPEN_TELEMETRY, by_token, set(by_token))}
+
+
+@pytest.mark.parametrize("case", ["gateway-token", "gateway-identity", "no-credential", "by-network",
+                                  "unauthenticated-telemetry"])
+def test_both_fronts_take_telemetry_from_the_same_callers(pki, tmp_path, case):
+    """``None`` for the gateway: no credential is configured, so every caller is routed and none is trusted."""
+    environ, callers, gateway = caller_cases(pki, tmp_path)[case]
+    exchanges = {name: [headers(name, BUFFERED), body(PROMPT), response(), body(ANSWER, kind="response_body")]
+                 for name in callers}
+    (native, native_router), (grpcio, grpcio_router) = asyncio.run(both(
+        exchanges, Upstream("a"), Upstream("b", waiting=2), callers=callers, environ=environ, player=lockstep))
+    assert native == grpcio
+    assert native_router.telemetry.records == grpcio_router.telemetry.records
+    assert metrics(native_router) == metrics(grpcio_router)
+    trusted = {r.request_id for r in native_router.telemetry.records}
+    refused = {name for name, (_, code, _) in native.items() if code == grpc.StatusCode.UNAUTHENTICATED}
+    routed = {name for name, (answers, code, _) in native.items() if code == grpc.StatusCode.OK and answers}
+    counted = metrics(native_router)
+    if gateway is None:
+        assert trusted == refused == set() and routed == set(callers)
+        assert counted["headroom_router_telemetry_records_total", (("outcome", "unauthenticated"),)] == len(callers)
+    else:
+        assert trusted == gateway and refused == set(callers) - gateway and routed == gateway
+        assert counted.get(("headroom_router_unauthenticated_total", (("listener", "ext_proc"),)), 0) == len(refused)
