@@ -25,7 +25,7 @@ from typing import Any
 
 from headroom.certificates import KeyPair
 from headroom.router.auth import TelemetryTrust
-from headroom.router.errors import RequestTooLarge
+from headroom.router.errors import ConfigError, RequestTooLarge
 from headroom.router.ext_proc import (
     HEADER_ONLY,
     MAX_ROUTED_REPLIES,
@@ -47,7 +47,12 @@ class NativeExtProc:
     :class:`~router.ext_proc.ExtProcServicer` takes them (the front judges each stream's caller by ``trust``)."""
 
     def __init__(self, service: RouterService, body_mode: str = "full-duplex", trust: TelemetryTrust | None = None):
-        from headroom import _native
+        try:
+            from headroom import _native
+        except ImportError as err:  # a source tree never installed: pip install builds it, or fails
+            raise ConfigError("HEADROOM_ROUTER_EXT_PROC_FRONT=native: the compiled ext_proc front (headroom._native) "
+                              "is not built; install headroom (it needs cargo and a C compiler), or set "
+                              "HEADROOM_ROUTER_EXT_PROC_FRONT=grpcio") from err
         self.native = _native
         self.servicer = ExtProcServicer(service, body_mode)  # request ids and answers, as the grpcio front's
         self.service = service

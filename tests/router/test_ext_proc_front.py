@@ -1,7 +1,9 @@
 """What the compiled ext_proc front does beyond the protocol both fronts share (``test_ext_proc_parity``): how it
-stops, and that a decision failing in the router fails its stream alone."""
+stops, that a decision failing in the router fails its stream alone, and what a router says without it."""
 
 import asyncio
+import socket
+import sys
 
 import grpc
 import pytest
@@ -9,6 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.errors import ConfigError
 from headroom.router.server import RouterServer
 from tests.router.routercases import gateway_environ, router_config, wait_for
 from tests.router.test_ext_proc import ext_proc_channel
@@ -89,3 +92,20 @@ def test_a_decision_that_fails_in_the_router_fails_its_stream_alone(monkeypatch)
                 await router.stop()
     broken, fine = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert broken == (grpc.StatusCode.UNKNOWN, "the router failed to schedule the request") and fine is True
+
+
+@pytest.mark.parametrize("ext_proc_front", ["native"], indirect=True)
+def test_a_router_whose_compiled_front_is_not_built_says_what_to_do(monkeypatch):
+    import headroom
+    monkeypatch.delattr(headroom, "_native", raising=False)
+    monkeypatch.setitem(sys.modules, "headroom._native", None)  # as in a source tree never installed
+
+    async def scenario():
+        router = RouterServer(router_config([]), from_env(KafkaSettings, {}))
+        with pytest.raises(ConfigError, match="set HEADROOM_ROUTER_EXT_PROC_FRONT=grpcio") as raised:
+            await router.start()
+        return router, raised.value
+    router, error = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert "needs cargo and a C compiler" in str(error)
+    with pytest.raises(ConnectionRefusedError):  # the listeners started before it are closed again
+        socket.create_connection(("127.0.0.1", router.http_port), timeout=5).close()
