@@ -32,7 +32,10 @@ def installed(tmp_path_factory) -> Path:
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             (source / name).write_bytes((ROOT / name).read_bytes())
             (source / name).chmod((ROOT / name).stat().st_mode)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # cargo's build cache is the checkout's (pip's editable install filled it): the compiled front's dependencies
+    # are not compiled again, and the wheel holds what a first build makes
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "CARGO_TARGET_DIR": str(ROOT / "native" / "target")}
     for step in (["infra/image/build-wheels", str(source), str(folder / "wheels")],
                  ["infra/image/install", str(folder / "wheels"), str(folder / "prefix")]):
         done = subprocess.run(step, cwd=source, env=env, capture_output=True, text=True, timeout=1200)
@@ -60,6 +63,7 @@ def test_only_the_headroom_package_is_installed(installed):
     assert ours == set()
     assert (site / "headroom" / "localkafka" / "infra" / "pom.xml").is_file()
     assert any(site.glob("headroom/router/__pycache__/*.pyc"))  # compiled at install: nothing is written at run time
+    assert any(site.glob("headroom/_native.*.so"))  # the router's compiled ext_proc front, built into the wheel
 
 
 def test_the_local_broker_runs_from_the_installed_package(installed, tmp_path):
