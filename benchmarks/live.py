@@ -172,7 +172,10 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     http_port, ext_proc_port = free_port(), free_port() if ext_proc else -1
     config = {"settings": {"httpPort": http_port, "pickPort": -1, "extProcPort": ext_proc_port, "telemetry": False,
                            "predictor": "none", "seed": 1, "scrapeIntervalS": scrape_interval_s,
-                           "extProcSecure": False, "extProcFront": ext_proc_front},  # plaintext on loopback; TLS's cost: docs/benchmarks.md, Security
+                           "extProcSecure": False, "extProcFront": ext_proc_front,  # plaintext on loopback; TLS's cost: docs/benchmarks.md, Security
+                           # on loopback only the bench's client reaches ext_proc: it is the gateway, and its
+                           # exchanges are telemetry (records made, corrections learned) as a gateway's are
+                           "gatewayByNetwork": True},
               "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     path = directory / "router.yaml"
     path.write_text(yaml.safe_dump(config))
