@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import xgboost as xgb
 
-from headroom.contract.features import FEATURE_NAMES
-from headroom.trainer.fit import fit, training_target
+from headroom.trainer.fit import Matrices, fit, raw_output, training_target
 from headroom.trainer.params import TrainParams
 from headroom.trainer.samples import Samples
 
@@ -37,17 +36,18 @@ class Calibrated:
 
 
 def fit_calibrated_quantile(samples: Samples, params: TrainParams, fraction: float,
-                            target: str | None = None) -> Calibrated:
-    """A quantile booster on all of ``samples`` whose intercept is shifted to cover ``params.quantile``
-    of the newest ``fraction`` of them, as judged by a probe fitted on the rest."""
+                            target: str | None = None, matrices: Matrices | None = None) -> Calibrated:
+    """A quantile booster on all of ``samples`` (on the matrix ``matrices`` hold for them, if given) whose
+    intercept is shifted to cover ``params.quantile`` of the newest ``fraction`` of them, as judged by a probe
+    fitted on the rest."""
     if params.objective != "quantile":
         raise ValueError(f"only quantile models are calibrated, got objective {params.objective!r}")
-    booster = fit(samples, params, target)
+    booster = fit(samples, params, target, matrices)
     older, newer = newest_split(samples, fraction)
     if len(newer) < MIN_CALIBRATION_ROWS or len(older) == 0:
         return Calibrated(booster, 0.0, 0)
     probe = fit(older, params, target)
-    residuals = training_target(newer.values, params.target_transform) - _raw(probe, newer.features())
+    residuals = training_target(newer.values, params.target_transform) - raw_output(probe, newer.features())
     shift = conformal_shift(residuals, params.quantile)
     return Calibrated(shifted(booster, shift), shift, len(newer))
 
@@ -77,7 +77,3 @@ def shifted(booster: xgb.Booster, shift: float) -> xgb.Booster:
     booster.set_param({"base_score": intercept + shift})
     return booster
 
-
-def _raw(booster: xgb.Booster, features: np.ndarray) -> np.ndarray:
-    """The booster's raw output (before any output transform)."""
-    return booster.predict(xgb.DMatrix(features, feature_names=list(FEATURE_NAMES))).astype(np.float64)

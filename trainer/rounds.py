@@ -8,6 +8,9 @@ may thus have trained on rows of a later holdout, the gate compares candidate an
 holdout rows newer than the live version's window (when there are at least ``MIN_GATE_ROWS``; else on
 the whole holdout, which favours the live version).
 
+The fits of a round on the same rows (the mean and quantile candidates on the training rows; their refits on
+all rows) share one training matrix (:class:`trainer.fit.Matrices`): the same models, built once.
+
 Pure apart from CPU time: it reads the live models and returns outcomes; publishing them and making
 them live is the caller's job.
 """
@@ -26,7 +29,7 @@ from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import ModelUpdate, make_update, model_key
 from headroom.trainer.calibration import fit_calibrated_quantile
 from headroom.trainer.evaluation import HoldoutMetrics, score
-from headroom.trainer.fit import fit, model_bytes, predict
+from headroom.trainer.fit import Matrices, fit, model_bytes, predict
 from headroom.trainer.gate import GateDecision, decide
 from headroom.trainer.holdout import split
 from headroom.trainer.live import LiveModels
@@ -67,10 +70,11 @@ def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
         raise ValueError(f"no training rows for {pool_key}/{target} out of {len(samples)} samples")
     holdout_features = holdout.features()
     window_stats = {**samples.stats(), "train_rows": len(train), "holdout_rows": len(holdout)}
+    matrices = Matrices(target)
     outcomes = []
     for p in params:
         started = time.perf_counter()
-        booster, stats = _fit(train, target, p, spec, window_stats)
+        booster, stats = _fit(train, matrices, p, spec, window_stats)
         seconds = time.perf_counter() - started
         predicted = predict(booster, holdout_features)
         candidate = score(holdout.values, predicted, p.quantile)
@@ -85,7 +89,7 @@ def train_round(pool_key: str, target: str, samples: Samples, live: LiveModels,
         if decision.promote:
             if spec.refit_promoted:
                 started = time.perf_counter()
-                booster, stats = _fit(samples, target, p, spec, {**window_stats, "refit_rows": len(samples)})
+                booster, stats = _fit(samples, matrices, p, spec, {**window_stats, "refit_rows": len(samples)})
                 seconds += time.perf_counter() - started
             update = make_update(
                 model=model_bytes(booster), version=live.next_version(pool_key, target, p.objective),
@@ -108,15 +112,14 @@ def _unseen_by(update: ModelUpdate, times: np.ndarray) -> np.ndarray:
     return fresh if fresh.sum() >= MIN_GATE_ROWS else np.ones(len(times), dtype=bool)
 
 
-def _fit(rows: Samples, target: str, p: TrainParams, spec: RoundSpec,
+def _fit(rows: Samples, matrices: Matrices, p: TrainParams, spec: RoundSpec,
          stats: dict[str, Any]) -> tuple[xgb.Booster, dict[str, Any]]:
-    """A booster of ``target`` for ``p`` on ``rows`` (quantile models calibrated), and the window stats to
-    publish."""
+    """A booster for ``p`` on ``rows`` (quantile models calibrated), and the window stats to publish."""
     if p.objective == "quantile" and spec.calibration_fraction > 0:
-        calibrated = fit_calibrated_quantile(rows, p, spec.calibration_fraction, target)
+        calibrated = fit_calibrated_quantile(rows, p, spec.calibration_fraction, matrices.target, matrices)
         return calibrated.booster, {**stats, "calibration_rows": calibrated.rows,
                                     "calibration_shift": calibrated.shift}
-    return fit(rows, p, target), stats
+    return fit(rows, p, matrices.target, matrices), stats
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:

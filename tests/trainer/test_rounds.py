@@ -5,6 +5,8 @@ import pytest
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import decode_update, encode_update
+from headroom.trainer.calibration import fit_calibrated_quantile
+from headroom.trainer.fit import Matrices, fit, model_bytes
 from headroom.trainer.holdout import split
 from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.params import TrainParams
@@ -106,3 +108,18 @@ def test_the_gate_compares_on_holdout_rows_the_live_version_never_saw(first_roun
     assert MIN_GATE_ROWS <= judged.live.rows == unseen < judged.candidate.rows == len(holdout)
     stale = train_round("pool-a", "ttft", samples, live, PARAMS[:1], SPEC, now=8.0)[0]
     assert stale.live.rows == stale.candidate.rows  # nothing unseen: the whole holdout
+
+
+def test_fits_sharing_a_matrix_make_the_models_each_would_make_on_its_own(first_round):
+    samples, _, outcomes = first_round
+    mean, quantile = PARAMS
+    alone = [fit(samples, mean, "ttft"),
+             fit_calibrated_quantile(samples, quantile, SPEC.calibration_fraction, "ttft").booster]
+    assert [o.update.model for o in outcomes] == [model_bytes(b) for b in alone]  # the round's refits
+    train, _ = split(samples, SPEC.holdout_fraction)
+    shared = Matrices("ttft")
+    for rows in (train, samples, train):  # the candidates, their refits, and again on a matrix already sketched
+        for params in PARAMS:
+            assert model_bytes(fit(rows, params, "ttft", shared)) == model_bytes(fit(rows, params, "ttft"))
+    with pytest.raises(ValueError, match="made for target 'ttft'"):
+        fit(samples, mean, "e2e", shared)
