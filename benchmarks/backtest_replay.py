@@ -84,14 +84,16 @@ def rate(result) -> float:
     return result.prequential.rounds.height / max(result.seconds["replay"] + result.seconds["training"], 1e-9)
 
 
-def table(count: int, result, total: float) -> None:
+def table(count: int, result, total: float, cpu: float, load: list[str]) -> None:
     n = result.records.height
     s = result.seconds
     rounds = result.prequential.rounds
     print(f"# {n} records, {len(rounds)} training rounds ({int(rounds['promoted'].sum())} promoted), "
           f"{result.prequential.drifts.height} drift detections; pipeline settings: defaults; "
           f"{count or 'one per core'} training process(es), "
-          f"{result.prequential.training_cpu_seconds:.1f} CPU-s fitting rounds")
+          f"{result.prequential.training_cpu_seconds:.1f} CPU-s fitting rounds (all processes), "
+          f"{cpu:.1f} CPU-s in the replaying process (all its threads, its own fitting included); "
+          f"load average at its start {' '.join(load)}")
     print("| stage | seconds | records/s |")
     print("|---|---:|---:|")
     for stage in ("read", "prepare", "replay", "training", "scoring", "published", "policies", "report"):
@@ -144,15 +146,16 @@ def main() -> int:
                 for count in counts:
                     settings = BacktestSettings(out_dir=Path(folder) / f"report-{count}-{repeat}",
                                                 policies=args.policies, processes=count)
-                    started = time.perf_counter()
+                    load = Path("/proc/loadavg").read_text().split()[:3]
+                    started, started_cpu = time.perf_counter(), time.process_time()
                     result = run_backtest(Source(kafka, trust, Range()), pipeline, settings, Console(stderr=True))
-                    runs.append((count, result, time.perf_counter() - started))
+                    runs.append((count, result, time.perf_counter() - started, time.process_time() - started_cpu, load))
             load_after = Path("/proc/loadavg").read_text().split()[:3]
         finally:
             if local is not None:
                 broker.down(local)
-    for count, result, total in runs:
-        table(count, result, total)
+    for count, result, total, cpu, load in runs:
+        table(count, result, total, cpu, load)
     print(f"# load average (1, 5, 15 min) before the runs: {' '.join(load_before)}; after: {' '.join(load_after)}")
     for count in counts[1:]:
         pairs = [(mine, first) for mine, first in zip([r for r in runs if r[0] == count],
