@@ -67,6 +67,7 @@ class LatencyCorrections:
         self._estimate = np.zeros((len(TARGETS), 0))  # the log of the shrunk trimmed mean, per target and slot
         self._at = np.full((len(TARGETS), 0), -math.inf)  # when each was last observed
         self._versions: dict[tuple[str, str], int] = {}  # (pool, target) -> the newest model version seen
+        self._observed = False  # any ratio ever: until then every factor is 0, without reading the columns
 
     def slots(self, server_ids: Sequence[str]) -> np.ndarray:
         """The slots of ``server_ids`` (new servers get empty ones), to read :meth:`log_factors` with."""
@@ -74,6 +75,8 @@ class LatencyCorrections:
 
     def log_factors(self, slots: np.ndarray, now: float) -> np.ndarray:
         """``(len(TARGETS), len(slots))``: the log factor each target's prediction is multiplied by at ``now``."""
+        if not self._observed:
+            return np.zeros((len(TARGETS), len(slots)))
         estimate, at = self._estimate[:, slots], self._at[:, slots]
         if not estimate.any():
             return np.zeros_like(estimate)
@@ -108,6 +111,7 @@ class LatencyCorrections:
         self._count[slot, t] = count + 1
         self._at[t, slot] = now
         self._estimate[t, slot] = self._trimmed_mean(slot, t)
+        self._observed = True
 
     def model_version(self, pool_key: str, target: str, version: int) -> None:
         """The pool's model of ``target`` is now ``version``: a newer one fades what its servers' corrections hold."""

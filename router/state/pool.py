@@ -96,6 +96,7 @@ class PoolState:
         self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
         self._scraped_at = np.full(n, -math.inf)
         self._ejected_until = np.array([self.outliers.until(sid) for sid in ids], dtype=float)
+        self._health_bounds: tuple[float, float] | None = None  # (oldest scrape, last ejection's end); None: stale
         self._inflight_requests, self._inflight_tokens, self._prefill_tokens = np.zeros(n), np.zeros(n), np.zeros(n)
         self._decode_tokens = np.zeros(n)
         self._last_token, self._token_interval = np.full(n, -math.inf), np.zeros(n)
@@ -218,6 +219,7 @@ class PoolState:
         until = self.outliers.failed(server_id, now, len(self.servers)) if server_id in self.servers else None
         if until is not None:
             self._ejected_until[self._position[server_id]] = until
+            self._health_bounds = None
         return until
 
     def upstream_succeeded(self, server_id: str, now: float) -> None:
@@ -234,6 +236,12 @@ class PoolState:
 
     def _candidate_rows(self, now: float, exclude: frozenset[str]) -> np.ndarray | None:
         """Row numbers of the candidate servers; None when that is every server."""
+        if self._health_bounds is None:  # kept from one scrape or ejection to the next
+            self._health_bounds = (float(self._scraped_at.min(initial=math.inf)),
+                                   float(self._ejected_until.max(initial=-math.inf)))
+        oldest, ejected = self._health_bounds
+        if not exclude and now - oldest <= self.unhealthy_after_s and ejected <= now and len(self._ids):
+            return None  # every server healthy: each one's scrape is at most as old as the oldest
         healthy = (now - self._scraped_at <= self.unhealthy_after_s) & (self._ejected_until <= now)
         allowed = None
         if exclude:
@@ -247,6 +255,9 @@ class PoolState:
     def _store_metrics(self, server_id: str, metrics: ServerMetrics, at: float) -> None:
         i = self._position[server_id]
         self._kv[i], self._waiting[i], self._running[i] = metrics.kv_cache_usage, metrics.num_waiting, metrics.num_running
+        bounds = self._health_bounds
+        if bounds is not None and not (self._scraped_at[i] > bounds[0] <= at):  # it was (or is now) the oldest
+            self._health_bounds = None
         self._scraped_at[i] = at
 
     def _store_load(self, server_id: str) -> None:

@@ -77,11 +77,13 @@ class PrefixIndex:
         if alive:
             lost.append(alive)
             depths.append(depth)
-        size = (width + 7) // 8
-        packed = np.frombuffer(b"".join(m.to_bytes(size, "little") for m in lost), dtype=np.uint8)
-        members = np.unpackbits(packed.reshape(len(lost), size), axis=1, count=width, bitorder="little")
-        leading = np.asarray(depths) @ members  # each server ends its run at most once
-        matched: np.ndarray = np.minimum(1.0, leading * (self.block_tokens / prompt_tokens))
+        leading = [0] * width  # blocks each server holds in a row from the first; each ends its run at most once
+        for members, at in zip(lost, depths):
+            while members:
+                lowest = members & -members
+                leading[lowest.bit_length() - 1] = at
+                members ^= lowest
+        matched: np.ndarray = np.minimum(1.0, np.array(leading, dtype=np.float64) * (self.block_tokens / prompt_tokens))
         return matched
 
     def bits(self, server_ids: Sequence[str]) -> np.ndarray:

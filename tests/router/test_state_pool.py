@@ -115,6 +115,35 @@ def test_unhealthy_servers_leave_candidates_until_none_remain():
     assert math.isinf(never.snapshots(req(), now=0)[0].metrics_age_s)
 
 
+def test_candidates_follow_every_scrape_and_ejection_between_decisions():
+    """The pool keeps the oldest scrape and the last ejection's end from one change to the next; the candidates
+    are those a check of every server finds, whichever server a scrape lands on."""
+    ids = ("a", "b", "c")
+    pool = PoolState(tuple(ServerSpec(sid, f"h:{i}") for i, sid in enumerate(ids)), unhealthy_after_s=5)
+
+    def candidates(now):
+        return sorted(s.server_id for s in pool.snapshots(req(), now=now))
+
+    for i, sid in enumerate(ids):
+        pool.scraped(sid, ServerMetrics(0, 0, 0), now=float(i))
+    assert candidates(5.0) == ["a", "b", "c"]
+    assert candidates(5.5) == ["b", "c"]  # a's scrape, the oldest, is now too old
+    pool.scraped("b", ServerMetrics(0, 0, 0), now=6.0)  # not the oldest: a still is
+    assert candidates(6.5) == ["b", "c"]
+    pool.scraped("a", ServerMetrics(0, 0, 0), now=7.0)  # the oldest is c's now
+    assert candidates(7.0) == ["a", "b", "c"] and candidates(7.5) == ["a", "b"]
+    for sid in ids:
+        pool.scraped(sid, ServerMetrics(0, 0, 0), now=8.0)
+    until = None
+    while until is None:  # failures until c is ejected
+        until = pool.upstream_failed("c", now=8.0)
+    assert candidates(8.0) == ["a", "b"]
+    for sid in ids:
+        pool.scraped(sid, ServerMetrics(0, 0, 0), now=until - 1.0)
+    assert candidates(until - 0.5) == ["a", "b"] and candidates(until) == ["a", "b", "c"]
+    assert sorted(s.server_id for s in pool.snapshots(req(), now=until, exclude=frozenset({"a"}))) == ["b", "c"]
+
+
 def test_server_list_change_drops_state():
     pool = PoolState((ServerSpec("a", "h:1"),))
     pool.dispatched(req(block_hashes=(1, 2)), "a", now=0)
