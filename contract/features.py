@@ -58,7 +58,7 @@ def feature_matrix(columns: Mapping[str, Sequence[float] | np.ndarray | float], 
     matrix = np.empty((n, len(FEATURE_NAMES)), dtype=np.float32)
     for j, name in enumerate(RAW_COLUMNS):
         values = columns[name]
-        if np.ndim(values) and len(values) != n:  # type: ignore[arg-type]
+        if (values.ndim if type(values) is np.ndarray else np.ndim(values)) and len(values) != n:  # type: ignore[arg-type]
             raise ValueError(f"raw column {name!r} holds {len(values)} values, not {n}")  # type: ignore[arg-type]
         matrix[:, j] = values
     matrix[:, -2] = matrix[:, _PROMPT] * (1.0 - matrix[:, _PREFIX])  # effective_prompt_tokens, in float32

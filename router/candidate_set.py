@@ -157,13 +157,13 @@ class CandidateSet(Sequence[Candidate]):
         if self.originals is not None:
             return self.originals[row]
         prediction = None
-        if self.predicted[row]:
-            e2e = float(self.e2e_ms[row])
+        if self.predicted.item(row):  # .item: Python values, without a NumPy scalar each
+            e2e = self.e2e_ms.item(row)
             correction = tuple(self.servers.latency_correction[:, row].tolist()) if self.corrected else NO_CORRECTION
-            prediction = Prediction(float(self.ttft_ms[row]), float(self.tpot_ms[row]),
-                                    None if math.isnan(e2e) else e2e, self.versions_by_row[row], correction)
-        return Candidate(self.servers[row], prediction, _optional(self.ttft_headroom_ms_by_row[row]),
-                         _optional(self.tpot_headroom_ms_by_row[row]), self.fallback_reason_by_row[row])
+            prediction = Prediction(self.ttft_ms.item(row), self.tpot_ms.item(row), None if math.isnan(e2e) else e2e,
+                                    self.versions_by_row[row], correction)
+        return Candidate(self.servers[row], prediction, _optional(self.ttft_headroom_ms_by_row.item(row)),
+                         _optional(self.tpot_headroom_ms_by_row.item(row)), self.fallback_reason_by_row[row])
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -23,7 +23,8 @@ someone reads the decision's ``candidates`` or ``scored``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,18 +76,20 @@ class Engine:
         candidates = CandidateSet.unpredicted(servers)
         heuristic, predicted = self.pipeline.heuristic, self.pipeline.predicted
         if not request.predict:
-            decision = self._run(heuristic, heuristic, request, candidates, context)
-            return replace(decision, heuristic_reason="opted-out" if self.pipeline.predict_all else "not-opted-in")
+            return self._run(heuristic, heuristic, request, candidates, context,
+                             heuristic_reason="opted-out" if self.pipeline.predict_all else "not-opted-in")
         produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
         reasons = tuple(sorted({r for r in produced.fallback_reasons() if r}))
         if not produced.is_predicted.any():
-            decision = self._run(heuristic, heuristic, request, produced, context)
-            return replace(_with_fallback(decision, "full", reasons), heuristic_reason=_first_reason(reasons))
-        decision = self._run(predicted, heuristic, request, produced, context)
-        return _with_fallback(decision, "partial", reasons) if reasons else decision
+            return self._run(heuristic, heuristic, request, produced, context, fallback="full",
+                             fallback_reasons=reasons, heuristic_reason=_first_reason(reasons))
+        return self._run(predicted, heuristic, request, produced, context, fallback="partial" if reasons else None,
+                         fallback_reasons=reasons)
 
     def _run(self, profile: Profile, heuristic: Profile, request: Request, candidates: CandidateSet,
-             context: Context) -> Decision:
+             context: Context, **outcome: Any) -> Decision:
+        """The decision of ``profile`` (``heuristic`` scoring its unpredicted candidates); ``outcome``: the
+        :class:`Decision`'s fallback fields."""
         survivors = candidates
         for plugin in profile.filters:
             kept = plugin.filter(request, survivors, context)
@@ -105,9 +108,9 @@ class Engine:
         scored = ScoredSet(survivors, scores)
         rejection = profile.admitter.admit(request, candidates) if profile.admitter else None
         if rejection is not None:
-            return Decision(request, profile.name, candidates, scored, None, rejection=rejection)
+            return Decision(request, profile.name, candidates, scored, None, rejection=rejection, **outcome)
         chosen = profile.picker.pick(scored, context)
-        return Decision(request, profile.name, candidates, scored, chosen.candidate)
+        return Decision(request, profile.name, candidates, scored, chosen.candidate, **outcome)
 
 
 def _weighted(profile: Profile, request: Request, candidates: CandidateSet) -> np.ndarray:
@@ -120,25 +123,20 @@ def _weighted(profile: Profile, request: Request, candidates: CandidateSet) -> n
         raw = np.asarray(scorer.score(request, candidates), dtype=np.float64)
         if raw.shape != (len(candidates),):
             raise ValueError(f"scorer {scorer.name!r} returned {raw.size} scores for {len(candidates)} candidates")
-        part = weight * _clamp(raw)
+        part = _clamp(raw) if weight == 1.0 else weight * _clamp(raw)  # exactly 1 × the clamped scores
         total = part if total is None else total + part
         weight_sum += weight
     assert total is not None  # the profile has scorers
-    weighted: np.ndarray = total / weight_sum
+    weighted: np.ndarray = total if weight_sum == 1.0 else total / weight_sum
     return weighted
 
 
 def _clamp(values: np.ndarray) -> np.ndarray:
     """``values`` limited to [0, 1]; NaN counts as 0 (+inf as 1)."""
-    clamped = np.minimum(np.maximum(values, 0.0), 1.0)  # np.clip's result, without its Python wrapper
-    missing = np.isnan(clamped)
-    return np.where(missing, 0.0, clamped) if missing.any() else clamped
+    clamped: np.ndarray = np.fmin(np.fmax(values, 0.0), 1.0)  # fmax takes 0 over NaN
+    return clamped
 
 
 def _first_reason(reasons: tuple[str, ...]) -> str:
     """The reason a fully degraded request is counted under (an unknown one after the known ones)."""
     return min(reasons, key=lambda r: (_RANK.get(r, len(_RANK)), r), default="prediction-failed")
-
-
-def _with_fallback(decision: Decision, scope: str, reasons: tuple[str, ...]) -> Decision:
-    return replace(decision, fallback=scope, fallback_reasons=reasons)

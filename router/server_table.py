@@ -22,7 +22,7 @@ import numpy as np
 from headroom.contract.server_state import SERVER_FIELDS
 from headroom.router.roles import COLD_KV_USAGE, NO_CORRECTION, ServerSnapshot
 
-_PYTHON_TYPE = {name: int if raw.kind == "count" else float for name, raw in SERVER_FIELDS.items()}
+_COUNTS = frozenset(name for name, raw in SERVER_FIELDS.items() if raw.kind == "count")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -100,9 +100,11 @@ class ServerTable(Sequence[ServerSnapshot]):
         if self.originals is not None:
             return self.originals[index]
         i = range(len(self))[index]  # IndexError when out of range
-        state: dict[str, Any] = {name: _PYTHON_TYPE[name](column.item(i)) for name, column in self.state.items()}
+        state: dict[str, Any] = {name: int(column.item(i)) if name in _COUNTS else float(column.item(i))
+                                 for name, column in self.state.items()}
         return ServerSnapshot(
             server_id=self.server_id[i], address=self.address[i], pool_key=self.pool_key[i],
-            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s[i]),
-            tpot_at_risk=float(self.tpot_at_risk[i]), latency_correction=tuple(self.latency_correction[:, i].tolist()),
+            running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s.item(i)),
+            tpot_at_risk=float(self.tpot_at_risk.item(i)),
+            latency_correction=tuple(self.latency_correction[:, i].tolist()),
             **state)

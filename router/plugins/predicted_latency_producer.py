@@ -185,11 +185,9 @@ def _usable(batch: Any, n: int) -> tuple[np.ndarray, list[np.ndarray]]:
     values: Mapping[str, Any] = batch.values
     if "ttft" not in values or "tpot" not in values:
         return np.zeros(n, dtype=bool), []
-    columns = [np.asarray(values[t], dtype=np.float64) for t in TARGETS if t in values]
-    usable = np.asarray(batch.ok, dtype=bool).copy()
-    for column in columns:
-        usable &= np.isfinite(column) & (column >= 0)
-    return usable, columns
+    columns = np.array([values[t] for t in TARGETS if t in values], dtype=np.float64).reshape(-1, n)
+    usable = np.asarray(batch.ok, dtype=bool) & (np.isfinite(columns) & (columns >= 0)).all(axis=0)
+    return usable, list(columns)
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> PredictedLatencyProducer:
