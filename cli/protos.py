@@ -21,7 +21,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as out:
         for proto in PROTOS:
-            status = protoc.main(["grpc_tools.protoc", f"-Iheadroom={ROOT}", f"--python_out={out}",
+            status: int = protoc.main(["grpc_tools.protoc", f"-Iheadroom={ROOT}", f"--python_out={out}",
                                   f"--pyi_out={out}", f"--grpc_python_out={out}", f"headroom/{proto}"])
             if status != 0:
                 return status

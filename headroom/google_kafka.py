@@ -43,18 +43,18 @@ def envelope(access_token: str, *, expiry: float, principal: str, now: float) ->
 
 def token() -> tuple[str, float]:
     """``(token, expiry in unix seconds)`` for this workload's Google identity, refreshed when it has expired."""
-    import google.auth
+    from google.auth import default
     from google.auth.transport.requests import Request
 
     with _lock:
         if not _credentials:
-            _credentials.append(google.auth.default(scopes=[SCOPE])[0])
+            _credentials.append(default(scopes=[SCOPE])[0])
         credentials = _credentials[0]
         if not credentials.valid:
             credentials.refresh(Request())
         # google-auth keeps the expiry as a naive datetime in UTC
         expiry = credentials.expiry.replace(tzinfo=datetime.UTC).timestamp() if credentials.expiry else time.time() + 300
-        principal = getattr(credentials, "service_account_email", None) or getattr(credentials, "signer_email", "")
+        principal = str(getattr(credentials, "service_account_email", None) or getattr(credentials, "signer_email", ""))
         return envelope(credentials.token, expiry=expiry, principal=principal, now=time.time()), expiry
 
 

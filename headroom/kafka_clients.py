@@ -9,7 +9,7 @@ would (:data:`contract.partitions.PARTITIONER`), so a pool's telemetry lands on 
 
 :func:`partitions` and :func:`watermarks` read a topic's partitions and offsets, waiting a little for a
 topic or a partition leader that was created just now; :func:`read_to_end` reads a whole topic as it is now,
-:func:`until_ends` partitions up to their ends.
+:func:`until_ends` partitions up to their ends; :func:`position` is where a message read without error sits.
 :func:`librdkafka_logger` is the logger every client hands librdkafka's own log lines to (:func:`client_config`
 sets it), instead of librdkafka's own writes to stderr. librdkafka says the same thing about an unreachable
 broker every few dozen milliseconds, and retries by itself: its notes about a broker still starting go to
@@ -24,7 +24,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -47,7 +47,7 @@ class _Notes(logging.Filter):
     :data:`REPEAT_INTERVAL_S` with how many were left out, and an unreachable broker at info until it has been
     unreachable that long."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self._clock = clock
         self._kinds: dict[str, list[float]] = {}  # kind -> [first seen, last shown, left out since]
@@ -194,22 +194,34 @@ def until_ends(client: Consumer, topic: str, ends: Mapping[int, int | None], tim
             raise TimeoutError(f"reading partitions {sorted(remaining)} of {topic!r} to their end took over "
                                f"{timeout_s} s")
         for message in client.consume(10_000, 0.5):
-            partition, error = message.partition(), message.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                remaining.pop(partition, None)
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    yield message
+                elif (ended := message.partition()) is not None:
+                    remaining.pop(ended, None)
                 continue
-            if error is None and _past_end(message, remaining):  # the rest of a batch, or a later arrival
+            partition, offset = position(message)
+            if _past_end(partition, offset, remaining):  # the rest of a batch, or a later arrival
                 remaining.pop(partition, None)
                 continue
             yield message
             end = remaining.get(partition)
-            if error is None and end is not None and message.offset() + 1 >= end:
+            if end is not None and offset + 1 >= end:
                 del remaining[partition]
 
 
-def _past_end(message: Message, remaining: Mapping[int, int | None]) -> bool:
-    """Whether ``message`` is of a partition that ended already, or at or past its end offset."""
-    if message.partition() not in remaining:
+def position(message: Message) -> tuple[int, int]:
+    """``(partition, offset)`` of a message read without error (librdkafka leaves them unset only on errors)."""
+    partition, offset = message.partition(), message.offset()
+    if partition is None or offset is None:
+        raise ValueError(f"a Kafka message without a position: {message.error()}")
+    return partition, offset
+
+
+def _past_end(partition: int, offset: int, remaining: Mapping[int, int | None]) -> bool:
+    """Whether ``partition`` ended already, or ``offset`` is at or past its end offset."""
+    if partition not in remaining:
         return True
-    end = remaining[message.partition()]
-    return end is not None and message.offset() >= end
+    end = remaining[partition]
+    return end is not None and offset >= end

@@ -8,9 +8,8 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
-from confluent_kafka.error import KafkaError
 
 from headroom.contract.topics import KafkaSettings, TopicSpec, declared_topics
 from headroom.kafka_clients import admin, consumer, watermarks

@@ -34,7 +34,7 @@ from headroom.contract.model_update import (
 )
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
-from headroom.kafka_clients import consumer, partitions, wait_for_partitions, watermarks
+from headroom.kafka_clients import consumer, partitions, position, wait_for_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,16 @@ class Received:
 
 def received(message: Message, trust: TrustedKeys) -> Received:
     """The message opened with ``trust`` and decoded, or the reason it cannot be."""
-    if message.value() is None:
-        return Received(message.offset(), None, "a tombstone: the message has no value", "tombstone")
+    _, offset = position(message)
+    value = message.value()
+    if value is None:
+        return Received(offset, None, "a tombstone: the message has no value", "tombstone")
     try:
-        return Received(message.offset(), decode_update(message.value(), trust))
+        return Received(offset, decode_update(value, trust))
     except RejectedUpdate as err:
-        return Received(message.offset(), None, str(err), err.reason)
+        return Received(offset, None, str(err), err.reason)
     except InvalidUpdate as err:
-        return Received(message.offset(), None, str(err), "invalid")
+        return Received(offset, None, str(err), "invalid")
 
 
 def follow(kafka: KafkaSettings, *, from_beginning: bool = True, poll_s: float = 0.5,
@@ -99,12 +101,13 @@ def follow(kafka: KafkaSettings, *, from_beginning: bool = True, poll_s: float =
             if message is None:
                 yield None
                 continue
-            partition, error = message.partition(), message.error()
+            error = message.error()
             if error is None:
                 yield message
-                done = ends.get(partition, 0) <= message.offset() + 1
-            elif error.code() == KafkaError._PARTITION_EOF:
-                done = True
+                partition, offset = position(message)
+                done = ends.get(partition, 0) <= offset + 1
+            elif error.code() == KafkaError._PARTITION_EOF and (ended := message.partition()) is not None:
+                partition, done = ended, True
             elif log_errors:
                 log.warning("reading model topic %r: %s", topic, error)
                 continue
@@ -122,12 +125,12 @@ def read_all(kafka: KafkaSettings, trust: TrustedKeys, timeout_s: float = 30.0,
     out: list[Received] = []
     deadline = time.monotonic() + timeout_s
     for item in follow(kafka, topic_wait_s=min(timeout_s, 10.0), options=options):
-        if item is CAUGHT_UP:
-            return out
         if item is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {kafka.model_topic!r} took over {timeout_s} s")
             continue
+        if isinstance(item, str):  # CAUGHT_UP
+            return out
         out.append(received(item, trust))
     return out
 
@@ -144,7 +147,7 @@ def read_latest(kafka: KafkaSettings, trust: TrustedKeys,
             rejected.append(item)
             continue
         held = latest.get(update.key)
-        refused = refusal(update, held and held.version, kafka.max_version_jump)
+        refused = refusal(update, held.version if held else None, kafka.max_version_jump)
         if refused is None:
             latest[update.key] = update
         elif refused.reason not in (STALE, REPLAYED):
