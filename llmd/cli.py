@@ -14,7 +14,7 @@ from headroom.llmd.sidecar import SidecarSettings
 from headroom.predictor.settings import PredictorSettings
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("llmd", help="a drop-in for llm-d's latency predictor sidecars")
     commands = group.add_subparsers(dest="llmd_command", required=True, metavar="COMMAND")
     training = commands.add_parser("training-server", help="llm-d's training API: samples to the telemetry topic",
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     sidecar.set_defaults(run=run_sidecar)
 
 
-def run_training_server(args) -> int:
+def run_training_server(args: argparse.Namespace) -> int:
     from headroom.errors import CommandError
     from headroom.llmd.training_server import serve
     from headroom.router.errors import ConfigError
@@ -46,7 +46,7 @@ def run_training_server(args) -> int:
         raise CommandError(f"cannot start llm-d's training API: {err}") from err
 
 
-def run_sidecar(args) -> int:
+def run_sidecar(args: argparse.Namespace) -> int:
     from headroom.errors import CommandError
     from headroom.llmd.sidecar import run
     from headroom.router.errors import ConfigError

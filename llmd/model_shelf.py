@@ -54,7 +54,7 @@ class ModelShelf(BackgroundThread):
         self.published[update.key] += 1
         held = self.models.get(update.key)
         try:
-            refused = refusal(update, held and held.update.version, self.kafka.max_version_jump)
+            refused = refusal(update, held.update.version if held else None, self.kafka.max_version_jump)
             if refused is not None:
                 if refused.reason in (STALE, REPLAYED):
                     return False

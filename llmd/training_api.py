@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, generate_latest
 
 from headroom.contract.llmd import ROLES, pool_key_of, sample_record
@@ -117,7 +118,7 @@ class TrainingApi:
         return [web.get("/healthz", self.healthz), web.get("/readyz", self.readyz), web.get("/metrics", self.metrics)]
 
     @web.middleware
-    async def _authenticate(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS or self.tokens is None or self.tokens.allows(request.headers.get(HEADER)):
             return await handler(request)
         self.unauthenticated += 1

@@ -21,9 +21,10 @@ llm-d's feature names stand for headroom's features where one maps to the other
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.llmd import RAW_COLUMN_OF
@@ -42,7 +43,7 @@ class Collector:
     def __init__(self, api: TrainingApi) -> None:
         self.api = api
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         api = self.api
         with api.lock:
             outcomes, refusals = dict(api.outcomes), sorted(api.refused.items())
@@ -113,7 +114,7 @@ def reference_lines(api: TrainingApi) -> list[str]:
     for target in TARGETS:
         shelved = models.model(target)
         shown = shelved is not None and shelved.update.version > api.scores_after.get(shelved.update.key, 0)
-        lines += _scores(target, shelved.update.holdout_metrics if shown else {}, api.objective)
+        lines += _scores(target, shelved.update.holdout_metrics if shelved and shown else {}, api.objective)
     if api.objective == "quantile":
         lines += [f"target_coverage_percent{{}} {q * 100:.1f}",
                   f"target_violation_rate_percent{{}} {(1 - q) * 100:.1f}"]

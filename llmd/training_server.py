@@ -15,6 +15,7 @@ import logging
 import threading
 
 from aiohttp import web
+from confluent_kafka import KafkaError, Message
 
 from headroom.contract import window_forget
 from headroom.contract.topics import REASON_HEADER, SOURCE_HEADER, KafkaSettings
@@ -60,7 +61,7 @@ class KafkaNotices:
     def flush(self, timeout_s: float) -> int:
         return self._producer.flush(timeout_s)
 
-    def _on_delivery(self, err, _msg) -> None:
+    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.failed += 1
             log.warning("message not delivered: %s", err)
