@@ -30,7 +30,7 @@ from headroom.localkafka.settings import BrokerSettings
 STOP_TIMEOUT_S = 30.0
 BROKER_FILES = ("pom.xml", "server.properties", "listeners-plaintext.properties", "listeners-secure.properties",
                 "log4j2.yaml")
-_children: dict[int, subprocess.Popen] = {}  # brokers this process started, reaped by down()
+_children: dict[int, subprocess.Popen[bytes]] = {}  # brokers this process started, reaped by down()
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def up(settings: BrokerSettings) -> Status:
         raise PrerequisiteMissing(f"HEADROOM_KAFKA_INFRA={settings.infra_dir} lacks {', '.join(missing)}; point it at "
                                   "a folder with the broker files (infra/kafka/ of headroom's source) or unset it")
     current = status(settings)
-    if current.running:
+    if current.running and current.pid is not None:
         _wait_until_answering(settings, current.pid)
         return status(settings)
     for port in (settings.port, settings.controller_port) + ((settings.ssl_port,) if settings.secure else ()):

@@ -23,7 +23,7 @@ from headroom.localkafka.selftest import round_trip, synthetic_records
 from headroom.localkafka.settings import BrokerSettings
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("kafka", help="run a local Kafka broker (KRaft) on 127.0.0.1")
     commands = group.add_subparsers(dest="kafka_command", required=True, metavar="ACTION")
     for name, run, text in (("up", _up, "start the broker (idempotent) and create the topics"),

@@ -157,10 +157,11 @@ def mint_token(settings: BrokerSettings, subject: str, lifetime_s: float = 3600.
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     now = time.time()
     header = {"alg": "ES256", "typ": "JWT", "kid": _key_id(key.public_key())}
-    claims = {"sub": subject, "iss": OAUTH_ISSUER, "aud": OAUTH_AUDIENCE, "iat": int(now), "exp": int(now + lifetime_s)}
+    expiry = int(now + lifetime_s)
+    claims = {"sub": subject, "iss": OAUTH_ISSUER, "aud": OAUTH_AUDIENCE, "iat": int(now), "exp": expiry}
     signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
     r, s = decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
-    return f"{signing_input}.{_b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}", float(claims["exp"])
+    return f"{signing_input}.{_b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}", float(expiry)
 
 
 def _write_env(path: Path, kafka: KafkaSettings) -> None:
