@@ -130,8 +130,9 @@ def partition_key(record: TelemetryRecord) -> bytes:
     return record.pool_key.encode()
 
 
-def decode(raw: bytes) -> TelemetryRecord:
-    """Parse and validate wire bytes; raises :class:`InvalidRecord` with the reason.
+def decode(raw: bytes | None) -> TelemetryRecord:
+    """Parse and validate wire bytes (None, a record without a value, is refused); raises :class:`InvalidRecord`
+    with the reason.
 
     The fast path decodes with msgspec against :data:`WIRE_TYPE` (types and value ranges of
     ``FIELD_KINDS``); anything it refuses takes the field-by-field path, which is the one that says why.
@@ -157,7 +158,7 @@ def _wire_record(read: Callable[[Any], Any], source: Any) -> TelemetryRecord | N
     return record
 
 
-def _decode_field_by_field(raw: bytes) -> TelemetryRecord:
+def _decode_field_by_field(raw: bytes | None) -> TelemetryRecord:
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise InvalidRecord(f"record must be bytes, got {type(raw).__name__}")
     if len(raw) > MAX_RECORD_BYTES:

@@ -83,7 +83,7 @@ def round_trip(settings: KafkaSettings, records: list[TelemetryRecord], timeout_
             for message in consumer.consume(2000, timeout=0.5):
                 if message.error():
                     raise RuntimeError(f"consuming telemetry failed: {message.error()}")
-                record = decode(message.value() or b"")
+                record = decode(message.value())
                 if record.request_id in wanted:
                     duplicates += record.request_id in seen
                     seen[record.request_id] = record

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import faust
 from confluent_kafka import KafkaException
+from faust.types import TP
 
 from headroom.contract.signing import SigningKey, TrustedKeys
 from headroom.contract.topics import KafkaSettings
@@ -141,8 +142,8 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
     def actives() -> set[int]:
         return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == assigned_topic}
 
-    @app.on_partitions_assigned.connect
-    async def fence(_app: faust.App, assigned: set, **_: object) -> None:
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]  # mode's handler type demands *args faust never sends
+    async def fence(_app: faust.App, assigned: set[TP], **_: object) -> None:
         """Take the partitions over at once, before anything reads their windows (blocking: nothing else runs)."""
         try:
             ownership.fence(actives())
@@ -171,8 +172,8 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
                  caught_up, kafka.model_topic)
         await loop.own(owned)
 
-    @app.on_partitions_revoked.connect
-    async def write_before_revocation(_app: faust.App, revoked: set, **_: object) -> None:
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # as above
+    async def write_before_revocation(_app: faust.App, revoked: set[TP], **_: object) -> None:
         await give_up()
 
     async def give_up() -> None:
@@ -188,18 +189,18 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
 
     app.before_leaving = leave
 
-    @app.task
+    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
     async def ingest() -> None:
         try:
             await loop.run()
         finally:
             await reader.close()
 
-    @app.task
+    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
     async def retrain() -> None:
         await retrainer.run()
 
-    @app.task
+    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
     async def keep_models() -> None:
         guard.start()  # a thread of its own (streams.model_guard), stopped before the worker leaves
 

@@ -17,7 +17,7 @@ from headroom.streams.settings import PipelineSettings
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("worker", help="run the learning pipeline (telemetry → windows → models)")
     commands = group.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
     start = commands.add_parser("start", help="consume telemetry, keep windows, retrain and publish models",
@@ -105,6 +105,5 @@ def start_worker(kafka: KafkaSettings, settings: PipelineSettings, signing: Sign
         worker.execute_from_commandline()
     except SystemExit as stop:
         return int(stop.code or 0)
-    return 0
 
 

@@ -124,7 +124,7 @@ class IngestLoop:
             else:
                 ingested += 1
                 unadmitted += not result.admitted
-                represented += result.record.sample_weight  # type: ignore[union-attr]
+                represented += result.record.sample_weight
             for window in result.drifted:
                 self._on_drift(window)
         if ingested:

@@ -34,7 +34,7 @@ _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 class Letter:
     key: bytes | None
     value: bytes
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, str | bytes | None]]
 
 
 def letter_of(delivery: Delivery, reason: str, source_topic: str) -> Letter:

@@ -61,7 +61,7 @@ class Ingestor:
         """Forget the retraining policy (and drift detector) of every window ``keep`` rejects."""
         self._policies = {window: policy for window, policy in self._policies.items() if keep(window)}
 
-    def ingest(self, raw: bytes, partition: int, offset: int, now: float | None = None) -> IngestResult:
+    def ingest(self, raw: bytes | None, partition: int, offset: int, now: float | None = None) -> IngestResult:
         """Decode, validate and admit one message; ``now`` (wall clock, unix seconds) also checks its time."""
         if self.windows.seen(partition, offset):
             return IngestResult(duplicate=True)

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from confluent_kafka import Message
 
+from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 class Publisher(Protocol):
     def owns(self, pool_key: str) -> bool: ...
 
-    def publish(self, update) -> None: ...
+    def publish(self, update: ModelUpdate) -> None: ...
 
 
 class ModelGuard(BackgroundThread):
@@ -61,9 +62,10 @@ class ModelGuard(BackgroundThread):
     def judge(self, message: Message) -> tuple[str, str | None] | None:
         """(model key, why it needs a repair or None) for a message under the key of a model the worker knows;
         None for any other."""
-        if message.key() is None:
+        raw_key = message.key()
+        if raw_key is None:
             return None
-        key = message.key().decode("utf-8", "replace")
+        key = raw_key.decode("utf-8", "replace")
         held = self.live.held(key)
         if held is None:
             return None

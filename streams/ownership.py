@@ -46,7 +46,7 @@ class Message(NamedTuple):
     key: bytes | None
     value: bytes | None
     partition: int | None = None
-    headers: list[tuple[str, bytes]] | None = None
+    headers: list[tuple[str, str | bytes | None]] | None = None
 
 
 class PartitionOwnership:
@@ -146,8 +146,11 @@ class PartitionOwnership:
             try:
                 client.begin_transaction()
                 for message in messages:
-                    client.produce(message.topic, key=message.key, value=message.value, headers=message.headers,
-                                   **({} if message.partition is None else {"partition": message.partition}))
+                    if message.partition is None:
+                        client.produce(message.topic, key=message.key, value=message.value, headers=message.headers)
+                    else:
+                        client.produce(message.topic, key=message.key, value=message.value, headers=message.headers,
+                                       partition=message.partition)
                 client.commit_transaction(self._timeout_s)
             except (KafkaException, BufferError) as err:
                 error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from headroom.contract.topics import KafkaSettings
-from headroom.kafka_clients import group_consumer
+from headroom.kafka_clients import group_consumer, position
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Delivery(NamedTuple):
@@ -44,7 +46,7 @@ class TelemetryReader:
         self._consumer: Consumer | None = None  # made on the reader's thread when first given partitions
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-telemetry")
 
-    async def _call(self, function, *args):
+    async def _call(self, function: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     async def assign(self, starts: dict[int, int | None]) -> None:
@@ -72,15 +74,15 @@ class TelemetryReader:
         for message in self._consumer.consume(self.batch_records, timeout_s):
             error = message.error()
             if error is None:
-                deliveries.append(Delivery(message.partition(), message.offset(), message.key(), message.value()))
+                deliveries.append(Delivery(*position(message), message.key(), message.value()))
             else:  # partition EOF events are off, so every error here is a real one
                 log.warning("reading %s: %s", self.topic, error)
         return deliveries
 
     async def commit(self, next_offsets: dict[int, int]) -> None:
         """Record, for lag monitoring, the next offset to read of each partition."""
-        if next_offsets and self._consumer is not None:
-            await self._call(lambda: self._consumer.commit(offsets=[
+        if next_offsets and (client := self._consumer) is not None:
+            await self._call(lambda: client.commit(offsets=[
                 TopicPartition(self.topic, p, o) for p, o in next_offsets.items()], asynchronous=True))
 
     async def close(self) -> None:

@@ -49,9 +49,6 @@ class PipelineSettings:
                                  "Records per partition between writes of window changes to the changelog.")
     flush_interval_s: float = setting(1.0, "HEADROOM_WINDOW_FLUSH_INTERVAL",
                                       "Seconds after which window changes are written even with fewer records.")
-    session_timeout_s: float = setting(30.0, "HEADROOM_PIPELINE_SESSION_TIMEOUT",
-                                       "Seconds without a heartbeat after which a worker's partitions go to the "
-                                       "others (6 to 300, the broker's bounds).")
     holdout_fraction: float = setting(0.2, "HEADROOM_HOLDOUT_FRACTION", "Newest share of each stratum held out.")
     gate_tolerance: float = setting(0.02, "HEADROOM_GATE_TOLERANCE",
                                     "Relative slack a candidate's holdout error may exceed the live one's by.")

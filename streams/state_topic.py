@@ -46,10 +46,13 @@ def read_state(kafka: KafkaSettings, topic: str, partitions: Collection[int],
         for message in until_ends(client, topic, dict.fromkeys(partitions), timeout_s):
             if message.error() is not None:
                 raise KafkaException(message.error())
-            if message.value() is None:
-                table.pop(json.loads(message.key()), None)
+            key, value = message.key(), message.value()
+            if key is None:
+                raise KafkaException(f"a record without a key at offset {message.offset()} of {topic}")
+            if value is None:
+                table.pop(json.loads(key), None)
             else:
-                table[json.loads(message.key())] = message.value()
+                table[json.loads(key)] = value
     finally:
         client.close()
     return table

@@ -56,7 +56,7 @@ class RoundOutcome:
     live: HoldoutMetrics | None  # the live version's, on the rows the gate compared
     live_version: int | None
     update: ModelUpdate | None  # set when promoted
-    booster: object | None  # the candidate's xgboost.Booster when promoted
+    booster: xgb.Booster | None  # the candidate when promoted
     train_rows: int
     fit_seconds: float  # fitting the candidate, and refitting it when promoted
 
