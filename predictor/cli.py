@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 from headroom.cli.environment import reads
@@ -10,7 +11,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.predictor.settings import PredictorSettings
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("predictor", help="prediction servers over gRPC")
     commands = group.add_subparsers(dest="predictor_command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run one prediction server until SIGTERM",
@@ -31,7 +32,7 @@ def register(subparsers) -> None:
     serve.set_defaults(run=run_serve)
 
 
-def run_serve(args) -> int:
+def run_serve(args: argparse.Namespace) -> int:
     from headroom.errors import CommandError
     from headroom.predictor.server import serve
 
@@ -50,5 +51,5 @@ def run_serve(args) -> int:
         raise CommandError(f"cannot start the predictor: {err}") from err
 
 
-def _kafka(args) -> KafkaSettings:
+def _kafka(args: argparse.Namespace) -> KafkaSettings:
     return from_env(KafkaSettings, **({"bootstrap_servers": args.bootstrap} if args.bootstrap else {}))

@@ -54,7 +54,7 @@ class _Call:
     n_rows: int
     errors: list[str | None]
     deadline: float
-    future: Future
+    future: Future[CandidatePredictions]
 
 
 class PredictorClient:
@@ -78,13 +78,13 @@ class PredictorClient:
         self._dispatcher.start()
 
     # --- callers -------------------------------------------------------------------------------------
-    def submit(self, pool_key: str, features: np.ndarray, timeout: float | None = None) -> Future:
+    def submit(self, pool_key: str, features: np.ndarray, timeout: float | None = None) -> Future[CandidatePredictions]:
         """A future of :class:`CandidatePredictions` for the ``(n, len(FEATURE_NAMES))`` rows."""
         rows = np.asarray(features, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != len(FEATURE_NAMES):
             raise ValueError(f"expected rows of {len(FEATURE_NAMES)} features, got shape {rows.shape}")
-        future: Future = Future()
-        finite = np.isfinite(rows).all(axis=1)
+        future: Future[CandidatePredictions] = Future()
+        finite = np.asarray(np.isfinite(rows).all(axis=1))  # one flag per row
         errors: list[str | None] = [None if good else "non-finite feature value" for good in finite]
         deadline = time.monotonic() + (self.timeout_seconds if timeout is None else timeout)
         with self._counting:
@@ -120,7 +120,7 @@ class PredictorClient:
     def __enter__(self) -> PredictorClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- coalescing ----------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class PredictorClient:
         rpc = instance.stub.Predict.future(request, timeout=remaining)
         rpc.add_done_callback(lambda done: self._answered(done, instance, pool_key, calls, attempt))
 
-    def _answered(self, rpc, instance: Instance, pool_key: str, calls: list[_Call], attempt: int) -> None:
+    def _answered(self, rpc: grpc.Future, instance: Instance, pool_key: str, calls: list[_Call], attempt: int) -> None:
         try:
             response = rpc.result()
         except grpc.RpcError as err:

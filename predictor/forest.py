@@ -20,12 +20,16 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from headroom.contract.model_update import ModelBounds
 from headroom.errors import HeadroomError
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 IDENTITY_OBJECTIVES = ("reg:squarederror", "reg:quantileerror", "reg:absoluteerror", "reg:pseudohubererror")
 
@@ -61,7 +65,7 @@ class Forest:
         return int(self.leaves.shape[0])
 
 
-def forest_from_booster(booster, bounds: ModelBounds = ModelBounds()) -> Forest:
+def forest_from_booster(booster: xgb.Booster, bounds: ModelBounds = ModelBounds()) -> Forest:
     _check_trees(booster.num_boosted_rounds(), bounds)
     return forest_from_json(bytes(booster.save_raw("json")), bounds)
 
@@ -137,7 +141,7 @@ def _check_numbers(levels: list[_Level]) -> None:
                                            f"{nodes.split_value[first]}); {int(bad.sum())} at that depth")
 
 
-def _levels(trees: list[dict], max_depth: int) -> list[_Level]:
+def _levels(trees: list[dict[str, Any]], max_depth: int) -> list[_Level]:
     """Every tree walked level by level at once (numpy over all the trees' nodes, no loop per node), no deeper
     than ``max_depth``."""
     def column(name: str, dtype: type) -> np.ndarray:
@@ -150,7 +154,7 @@ def _levels(trees: list[dict], max_depth: int) -> list[_Level]:
     left_global, right_global = left + offsets[owner], right + offsets[owner]
     split_index, split_value = column("split_indices", np.int64), column("split_conditions", np.float64)
     default_left = column("default_left", np.int64).astype(bool)
-    levels = []
+    levels: list[_Level] = []
     nodes, slots = offsets, np.zeros(len(trees), dtype=np.int64)  # the roots
     seen = 0
     while len(nodes):

@@ -39,7 +39,7 @@ Lookup = Callable[[str, int], list[str]]  # (host, port) -> IP addresses
 def lookup_addresses(host: str, port: int) -> list[str]:
     """The IP addresses ``host`` resolves to, in the resolver's order, without repeats."""
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in found))
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
 def split_target(target: str) -> tuple[str, int, bool]:

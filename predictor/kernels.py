@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -31,12 +32,16 @@ from headroom.predictor.forest import Forest
 
 try:
     import numba
+
+    COMPILED = True
 except ImportError:  # the pure engine still works
-    numba = None
+    COMPILED = False
 
 ENGINES = ("numba", "numpy")
 MIN_ROWS_PER_THREAD = 128  # smaller shares are not worth a hand-off to another thread (tens of µs)
 MAX_FEATURES = 1 << 16  # a node word keeps the feature index in its low 16 bits
+Kernel = TypeVar("Kernel", bound=Callable[..., Any])
+Row = tuple[None, ...]  # a row's width as a type numba compiles for (see _ROW_SHAPES)
 BLOCK_ROWS = 8  # rows walked interleaved (the compiled walk is written out for eight)
 CHUNK_ROWS = 256  # rows walked through every tree at a time: their words (20 KiB at 10 features) fit L1
 MISSING_WORD = 0  # a row word no value produces (real ones end in 0x7FFFFFFF): the value is NaN
@@ -44,7 +49,7 @@ _ROW_SHAPES: dict[int, tuple[None, ...]] = {}  # row width -> the tuple whose ty
 
 
 def default_engine() -> str:
-    return "numba" if numba is not None else "numpy"
+    return "numba" if COMPILED else "numpy"
 
 
 def order_keys(values: np.ndarray) -> np.ndarray:
@@ -108,7 +113,7 @@ def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None, threa
     if engine == "numpy":
         return np.stack([_evaluate_numpy(f, x) for f in stack.forests]) if stack.forests \
             else np.empty((0, len(x)), dtype=np.float32)
-    if engine != "numba" or numba is None:
+    if engine != "numba" or not COMPILED:
         raise ValueError(f"unknown or unavailable engine {engine!r}; available: {available_engines()}")
     n = len(x)
     out = np.empty((len(stack.forests), n), dtype=np.float32)
@@ -130,12 +135,12 @@ def evaluate(stack: ForestStack, x: np.ndarray, engine: str | None = None, threa
 
 
 def available_engines() -> tuple[str, ...]:
-    return ENGINES if numba is not None else ("numpy",)
+    return ENGINES if COMPILED else ("numpy",)
 
 
 def warm_up() -> None:
     """Compile the numba kernels for rows of the contract's features ahead of traffic."""
-    if numba is None:
+    if not COMPILED:
         return
     n_features = len(FEATURE_NAMES)
     tree = Forest(objective="reg:squarederror", quantiles=(), n_features=1, base_score=np.float32(0.0), depth=1,
@@ -163,7 +168,7 @@ def _heap(forest: Forest) -> tuple[np.ndarray, np.ndarray]:
     return words, left
 
 
-def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts) if parts else np.empty(0), dtype=dtype)
 
 
@@ -189,14 +194,15 @@ def _evaluate_numpy(forest: Forest, x: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=1, dtype=np.float32)[:, -1]
 
 
-def _jit(function):
+def _jit(function: Kernel) -> Kernel:
     """Compiled without the GIL or bounds checks, and cached on disk (``NUMBA_CACHE_DIR``, see
     :mod:`headroom.process`) so that only the first process on a machine pays the compile; where no cache
     can be written (a read-only file system), each process compiles."""
     try:
-        return numba.njit(nogil=True, boundscheck=False, cache=True)(function)
+        compiled = numba.njit(nogil=True, boundscheck=False, cache=True)(function)
     except RuntimeError:  # numba found no writable cache location
-        return numba.njit(nogil=True, boundscheck=False)(function)
+        compiled = numba.njit(nogil=True, boundscheck=False)(function)
+    return cast(Kernel, compiled)  # a dispatcher is called as the function it compiles
 
 
 # The compiled walk. ``row`` is a tuple of ``width`` Nones (features per row): its length is part of its type,
@@ -205,7 +211,8 @@ def _jit(function):
 # interleaved rows' addresses as constant
 # offsets of one register.
 
-def _row_words(bits, start, stop, words, row):  # pragma: no cover - compiled
+def _row_words(bits: np.ndarray, start: int, stop: int, words: np.ndarray,
+               row: Row) -> bool:  # pragma: no cover - compiled
     """The rows' words (see :func:`order_keys`); returns whether any value is missing."""
     width = len(row)
     u = numba.uint64
@@ -227,8 +234,9 @@ def _row_words(bits, start, stop, words, row):  # pragma: no cover - compiled
     return missing
 
 
-def _walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, depth, base_score, acc,
-                 row):  # pragma: no cover - compiled
+def _walk_finite(words: np.ndarray, n: int, nodes: np.ndarray, leaves: np.ndarray, node_offset: np.ndarray,
+                 leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray, base_score: np.ndarray,
+                 acc: np.ndarray, row: Row) -> None:  # pragma: no cover - compiled
     """Blocks of eight rows (``n`` is a multiple of eight); a right turn is the sign bit of node - value."""
     width = len(row)
     u = numba.uint64  # unsigned indices: no negative-index wraparound in the dependency chain
@@ -282,8 +290,9 @@ def _walk_finite(words, n, nodes, leaves, node_offset, leaf_offset, tree_start, 
                 acc[m, r + 7] += lv[i7 - first_leaf]
 
 
-def _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth,
-                       base_score, acc, row):  # pragma: no cover - compiled
+def _walk_with_missing(words: np.ndarray, n: int, nodes: np.ndarray, default_left: np.ndarray, leaves: np.ndarray,
+                       node_offset: np.ndarray, leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray,
+                       base_score: np.ndarray, acc: np.ndarray, row: Row) -> None:  # pragma: no cover - compiled
     width = len(row)
     u = numba.uint64
     one, feature = u(1), u(MAX_FEATURES - 1)
@@ -306,8 +315,10 @@ def _walk_with_missing(words, n, nodes, default_left, leaves, node_offset, leaf_
                 acc[m, r] += lv[i - first_leaf]
 
 
-def _predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_start, depth, base_score, out,
-             start, stop, row):  # pragma: no cover - compiled
+def _predict(bits: np.ndarray, nodes: np.ndarray, default_left: np.ndarray, leaves: np.ndarray,
+             node_offset: np.ndarray, leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray,
+             base_score: np.ndarray, out: np.ndarray, start: int, stop: int,
+             row: Row) -> None:  # pragma: no cover - compiled
     """Rows ``start:stop`` of ``bits`` (float32 rows of ``width`` features viewed as uint32) into columns
     ``start:stop`` of out, in chunks whose row words stay in the L1 cache while every tree is walked over
     them. A chunk is padded to whole blocks with copies of its first row, whose results are dropped."""
@@ -330,6 +341,8 @@ def _predict(bits, nodes, default_left, leaves, node_offset, leaf_offset, tree_s
         out[:, first:first + n] = acc[:, :n]
 
 
-if numba is not None:
-    _row_words, _walk_finite, _walk_with_missing, _predict = map(
-        _jit, (_row_words, _walk_finite, _walk_with_missing, _predict))
+if COMPILED:
+    _row_words = _jit(_row_words)
+    _walk_finite = _jit(_walk_finite)
+    _walk_with_missing = _jit(_walk_with_missing)
+    _predict = _jit(_predict)

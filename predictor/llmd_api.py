@@ -208,9 +208,9 @@ class PredictionApi:
         answered = n - sum(error is not None for error in errors)
         for target in unmodelled if self.prior_ms >= 0 else ():
             self.metrics.prior(target, answered)
+        ttft_source, tpot_source = ("prior" if target in unmodelled else "model" for target in TARGETS)
         meta = (iso_time(self._clock()), MODEL_TYPE, self.objective, self.quantile(),
-                iso_time(loaded) if loaded else None,
-                *("prior" if target in unmodelled else "model" for target in TARGETS))
+                iso_time(loaded) if loaded else None, ttft_source, tpot_source)
         ttft, tpot = (np.maximum(values[target], 0.0).tolist() for target in TARGETS)
         predictions = [None if error is not None else Prediction(t, p, *meta)
                        for t, p, error in zip(ttft, tpot, errors)]

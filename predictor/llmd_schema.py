@@ -192,7 +192,11 @@ def _number(value: Any) -> bool:
     return type(value) is int or (type(value) is float and math.isfinite(value))
 
 
-def _count(value: Any) -> tuple[Any, tuple | None]:
+# a field check's answer: the value, or None and the problem (kind, message and, for a range, its bound)
+Checked = tuple[Any, tuple[str, str] | tuple[str, str, dict[str, float]] | None]
+
+
+def _count(value: Any) -> Checked:
     if type(value) is float and math.isfinite(value) and value.is_integer():
         value = int(value)
     elif type(value) is float:
@@ -203,7 +207,7 @@ def _count(value: Any) -> tuple[Any, tuple | None]:
 
 
 def _number_of(kind: str) -> Any:
-    def check(value: Any) -> tuple[Any, tuple | None]:
+    def check(value: Any) -> Checked:
         if not _number(value):
             return None, ("float_type", "Input should be a valid number")
         checked, error = _within(value, kind)  # an integer past any float is compared as it is
@@ -211,7 +215,7 @@ def _number_of(kind: str) -> Any:
     return check
 
 
-def _within(value: float, kind: str) -> tuple[Any, tuple | None]:
+def _within(value: float, kind: str) -> Checked:
     """``value`` if it is within the range of its kind (:data:`contract.server_state.KIND_RANGES`), else the
     error FastAPI gives for a bound it crossed."""
     low, high = KIND_RANGES[kind]
@@ -222,13 +226,13 @@ def _within(value: float, kind: str) -> tuple[Any, tuple | None]:
     return value, None
 
 
-def _pod_type(value: Any) -> tuple[Any, tuple | None]:
+def _pod_type(value: Any) -> Checked:
     if value is None or type(value) is str:
         return value, None
     return None, ("string_type", "Input should be a valid string")
 
 
-def _time(value: Any) -> tuple[Any, tuple | None]:
+def _time(value: Any) -> Checked:
     try:
         return msgspec.convert(value, _TYPES["time"]), None
     except msgspec.ValidationError:
@@ -254,10 +258,10 @@ def _json(body: bytes) -> Any:
                                     {"error": str(err)})]) from None
 
 
-_DECODERS: dict[tuple[str, type], msgspec.json.Decoder] = {}
+_DECODERS: dict[tuple[str, type], msgspec.json.Decoder[Any]] = {}
 
 
-def _bulk_decoder(key: str, row_type: type) -> msgspec.json.Decoder:
+def _bulk_decoder(key: str, row_type: type) -> msgspec.json.Decoder[Any]:
     decoder = _DECODERS.get((key, row_type))
     if decoder is None:
         bulk = msgspec.defstruct(f"Bulk{MODEL_NAMES[row_type]}", [
@@ -267,7 +271,7 @@ def _bulk_decoder(key: str, row_type: type) -> msgspec.json.Decoder:
     return decoder
 
 
-def _row_decoder(row_type: type) -> msgspec.json.Decoder:
+def _row_decoder(row_type: type) -> msgspec.json.Decoder[Any]:
     decoder = _DECODERS.get(("", row_type))
     if decoder is None:
         decoder = _DECODERS["", row_type] = msgspec.json.Decoder(row_type)

@@ -10,10 +10,10 @@ runtime at scrape time.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from headroom.predictor.runtime import ApplyResult, ModelRuntime
 
@@ -95,7 +95,7 @@ class _RuntimeCollector:
     def __init__(self, runtime: ModelRuntime) -> None:
         self.runtime = runtime
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         labels = ["pool_key", "target", "objective"]
         version = GaugeMetricFamily("headroom_predictor_model_version", "Live model version.", labels=labels)
         age = GaugeMetricFamily("headroom_predictor_model_age_seconds", "Seconds since the live version was "

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -119,7 +119,8 @@ class PoolPrediction:
     def get(self, target: str, objective: str = "mean") -> np.ndarray | None:
         for index, model in enumerate(self.models):
             if model.target == target and model.objective == objective:
-                return self.values[index]
+                values: np.ndarray = self.values[index]
+                return values
         return None
 
 
@@ -127,7 +128,7 @@ class ModelRuntime:
     """Holds and serves the live model versions, from updates signed by a key of ``trust``; safe to use from
     many threads."""
 
-    def __init__(self, *, trust: TrustedKeys, engine: str | None = None, clock=time.time, threads: int = 1,
+    def __init__(self, *, trust: TrustedKeys, engine: str | None = None, clock: Callable[[], float] = time.time, threads: int = 1,
                  max_version_jump: int = MAX_VERSION_JUMP) -> None:
         self.trust = trust
         self.engine = engine or default_engine()
@@ -284,7 +285,7 @@ def _check_objective(update: ModelUpdate, forest: Forest) -> None:
     if (update.objective == "quantile") != is_quantile:
         raise _Rejected("objective", f"message says objective {update.objective!r} but the model was trained "
                                      f"with {forest.objective!r}")
-    if is_quantile and abs(forest.quantiles[0] - float(update.quantile)) > 1e-6:
+    if is_quantile and (update.quantile is None or abs(forest.quantiles[0] - update.quantile) > 1e-6):
         raise _Rejected("objective", f"message says quantile {update.quantile} but the model was trained for "
                                      f"{forest.quantiles[0]:.6g}")
 

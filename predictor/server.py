@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from concurrent import futures
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
+from headroom.contract.model_update import MAX_VERSION_JUMP
 from headroom.contract.topics import KafkaSettings
 from headroom.http_thread import HttpThread
 from headroom.predictor import kernels
@@ -56,12 +59,12 @@ class PredictorServer:
         self.settings = settings
         self.runtime = runtime or ModelRuntime(trust=settings.signing.trust(), engine=settings.engine or None,
                                                threads=settings.threads,
-                                               **({"max_version_jump": kafka.max_version_jump} if kafka else {}))
+                                               max_version_jump=kafka.max_version_jump if kafka else MAX_VERSION_JUMP)
         self.metrics = PredictorMetrics(self.runtime)
         tail = kafka is not None and (not settings.models or settings.tail_with_models)
         self.tailer = ModelUpdateTailer(self.runtime, kafka, fetch_wait_ms=settings.fetch_wait_ms,
                                         on_result=self.metrics.update_applied,
-                                        on_replay=self.metrics.replayed) if tail else None
+                                        on_replay=self.metrics.replayed) if tail and kafka is not None else None
         self.files = ModelFileSource(self.runtime, Path(settings.models), poll_s=settings.models_poll_s) \
             if settings.models else None
         self.llmd = PredictionApi(self.runtime, pool_key=settings.http_pool_key, objective=settings.http_objective,
@@ -73,7 +76,7 @@ class PredictorServer:
         self.http_port: int | None = None
         self._http: HttpThread | None = None
         self._grpc: grpc.Server | None = None
-        self._metrics_http = None
+        self._metrics_http: ThreadingWSGIServer | None = None
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -129,10 +132,11 @@ class PredictorServer:
                 raise OSError(f"cannot bind llm-d's prediction API on {self.settings.host}:{self.settings.http_port} "
                               f"(HEADROOM_PREDICTOR_HTTP_PORT): {err}") from err
         if self.settings.metrics_port >= 0:
-            self._metrics_http = make_server(self.settings.host, self.settings.metrics_port, self._health_and_metrics(),
-                                             ThreadingWSGIServer, handler_class=_QuietHandler)
-            self.metrics_port = self._metrics_http.server_port
-            threading.Thread(target=self._metrics_http.serve_forever, name="predictor-metrics", daemon=True).start()
+            metrics_http = make_server(self.settings.host, self.settings.metrics_port, self._health_and_metrics(),
+                                       ThreadingWSGIServer, handler_class=_QuietHandler)
+            self._metrics_http = metrics_http
+            self.metrics_port = metrics_http.server_port
+            threading.Thread(target=metrics_http.serve_forever, name="predictor-metrics", daemon=True).start()
         self._watcher = threading.Thread(target=self._watch_readiness, name="predictor-health", daemon=True)
         self._watcher.start()
         log.info("predictor serving gRPC on %s:%d (%s; llm-d HTTP API port %s, metrics on %s:%s)", self.settings.host,
@@ -162,14 +166,15 @@ class PredictorServer:
         self._stopped.set()
         log.info("predictor on port %s stopped", self.port)
 
-    def _health_and_metrics(self):
+    def _health_and_metrics(self) -> WSGIApplication:
         """The metrics port's WSGI app: ``/readyz`` and ``/healthz``, the metrics on every other path."""
         metrics = make_wsgi_app(self.metrics.registry)
 
-        def app(environ, start_response):
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
             if path not in ("/readyz", "/healthz"):
-                return metrics(environ, start_response)
+                exposition: Iterable[bytes] = metrics(environ, start_response)
+                return exposition
             ok = self.ready if path == "/readyz" else not self._stopped.is_set()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else b"not ready\n"]
@@ -198,5 +203,5 @@ def serve(settings: PredictorSettings, kafka: KafkaSettings | None) -> int:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args) -> None:  # probes every few seconds: not worth a line
+    def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: not worth a line
         pass

@@ -91,7 +91,8 @@ class PredictionServicer(prediction_pb2_grpc.PredictionServiceServicer):
         self.metrics = metrics
         self.max_rows = max_rows
 
-    def Predict(self, request, context):
+    def Predict(self, request: prediction_pb2.PredictRequest,
+                context: grpc.ServicerContext) -> prediction_pb2.PredictResponse:
         started = time.perf_counter()
         try:
             rows = request_rows(request, self.max_rows)

@@ -74,11 +74,12 @@ class ModelUpdateTailer(BackgroundThread):
             self.error = err
             log.exception("model-update tailer stopped")
 
-    def _apply(self, message) -> None:
+    def _apply(self, message: Message) -> None:
         self.consumed += 1
-        if message.value() is None:  # a tombstone: nothing to serve
+        value = message.value()
+        if value is None:  # a tombstone: nothing to serve
             return
-        result = self.runtime.apply(message.value())
+        result = self.runtime.apply(value)
         _, published_ms = message.timestamp()
         if self._on_result is not None and published_ms > 0:
             self._on_result(result, max(0.0, time.time() - published_ms / 1000.0))
