@@ -58,7 +58,8 @@ def from_env(cls: type[T], environ: Mapping[str, str] | None = None, **overrides
         if "nested" in field.metadata and field.name not in overrides:
             values[field.name] = from_env(field.metadata["nested"], environ)
         elif env and env in environ:
-            values[field.name] = _parse(hints[field.name], environ[env], env, field.metadata.get("secret", False))
+            shown = "(secret)" if field.metadata.get("secret", False) else None
+            values[field.name] = convert(hints[field.name], environ[env], env, text=True, shown=shown)
     values.update(overrides)
     return cls(**values)
 
@@ -75,23 +76,63 @@ def describe(cls: type) -> list[tuple[str, str, Any, str]]:
     return rows
 
 
-def _parse(kind: Any, raw: str, env: str, secret: bool = False) -> Any:
-    optional = typing.get_origin(kind) in (types.UnionType, typing.Union) and type(None) in typing.get_args(kind)
-    if optional:
-        if not raw.strip():
+_KINDS: dict[Any, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+                          Path: "a path"}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def convert(kind: Any, value: Any, where: str, *, text: bool = False, shown: str | None = None) -> Any:
+    """``value`` as a ``kind`` (bool, int, float, str, Path, a ``Literal`` or any of them ``| None``): the one
+    reading of a setting's or a parameter's value, from a configuration file (``value`` as parsed from it) or,
+    with ``text``, from the environment (``value`` a string; an empty one is None for an optional ``kind``).
+    Raises :class:`SettingsError` ``"<where> must be <kind>, got <shown>"`` (with ``text``:
+    ``"<where>=<shown>: must be <kind>"``; ``shown`` is the value's repr unless given, e.g. for a secret).
+
+    >>> convert(float, 3, "'factor'"), convert(bool, "on", "X", text=True), convert(int | None, "", "X", text=True)
+    (3.0, True, None)
+    >>> convert(int, True, "'port'")
+    Traceback (most recent call last):
+    ...
+    headroom.contract.settings.SettingsError: 'port' must be an integer, got True
+    """
+    if typing.get_origin(kind) in (types.UnionType, typing.Union) and type(None) in typing.get_args(kind):
+        if value is None or (text and not value.strip()):
             return None
         (kind,) = (arg for arg in typing.get_args(kind) if arg is not type(None))
+    if typing.get_origin(kind) is typing.Literal:
+        if value in typing.get_args(kind):
+            return value
+        what = "one of " + ", ".join(map(repr, typing.get_args(kind)))
+    elif kind not in _KINDS:
+        raise SettingsError(f"{where} has a type no setting can take: {kind!r}")
+    else:
+        what = _KINDS[kind]
+        converted = _from_text(kind, value) if text else _from_value(kind, value)
+        if converted is not None:
+            return converted
+    shown = repr(value) if shown is None else shown
+    raise SettingsError(f"{where}={shown}: must be {what}" if text else f"{where} must be {what}, got {shown}")
+
+
+def _from_text(kind: Any, raw: str) -> Any:
+    """``raw`` read as a ``kind``; None when it is not one."""
+    if kind is bool:
+        lowered = raw.strip().lower()
+        return True if lowered in _TRUE else False if lowered in _FALSE else None
     try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError("expected true/false")
-        if kind in (int, float, str, Path):
-            return kind(raw)
-    except ValueError as err:
-        shown = "(secret)" if secret else repr(raw)
-        raise SettingsError(f"{env}={shown}: {err}") from (None if secret else err)
-    raise SettingsError(f"{env}: settings of type {kind!r} cannot be read from the environment")
+        return kind(raw)
+    except ValueError:
+        return None
+
+
+def _from_value(kind: Any, value: Any) -> Any:
+    """``value`` (as a YAML or JSON document holds it) as a ``kind``; None when it is not one."""
+    if kind is bool or kind is str:
+        return value if isinstance(value, kind) else None
+    if isinstance(value, bool):
+        return None
+    if kind is int:
+        return value if isinstance(value, int) else None
+    if kind is float:
+        return float(value) if isinstance(value, (int, float)) else None
+    return Path(value) if isinstance(value, str) else None

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from headroom.contract.settings import SettingsError, from_env
+from headroom.contract.settings import SettingsError, convert, from_env
 from headroom.router.errors import ConfigError
 from headroom.router.params import camel
 from headroom.router.pipeline import Pipeline, load_pipeline
@@ -86,18 +86,10 @@ def _settings(raw: Any, environ: Mapping[str, str] | None) -> RouterSettings:
         if name is None:
             raise ConfigError(f"settings: unknown key {key!r} (known: {', '.join(sorted(by_key))}; TLS and model "
                               f"signing come from the environment)")
-        kind = hints[name]
-        if kind == Path | None:
-            if not isinstance(value, str):
-                raise ConfigError(f"settings: {key!r} must be a path, got {value!r}")
-            overrides[name] = Path(value)
-            continue
-        ok = (isinstance(value, bool) if kind is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
-              isinstance(value, int) and not isinstance(value, bool) if kind is int else isinstance(value, kind))
-        if not ok:
-            raise ConfigError(f"settings: {key!r} must be {kind.__name__}, got {value!r}")
-        overrides[name] = float(value) if kind is float else value
+        try:
+            overrides[name] = convert(hints[name], value, f"settings: {key!r}")
+        except SettingsError as err:
+            raise ConfigError(str(err)) from None
     try:
         settings = from_env(RouterSettings, environ, **overrides)
     except SettingsError as err:

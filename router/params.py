@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from headroom.contract.settings import SettingsError, convert
 from headroom.router.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -57,26 +58,10 @@ def check_range(name: str, value: float, low: float, high: float) -> None:
 
 def _coerce(kind: Any, value: Any, plugin: str, key: str) -> Any:
     where = f"plugin {plugin!r}: parameter {key!r}"
-    if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
-        if value not in choices:
-            raise ConfigError(f"{where} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-        return value
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if kind is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where} has an unsupported type {kind!r}")  # a params class declared a type we cannot read
-
+    try:
+        converted = convert(kind, value, where)
+    except SettingsError as err:
+        raise ConfigError(str(err)) from None
+    if converted != converted:  # NaN: no parameter takes it
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    return converted

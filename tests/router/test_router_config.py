@@ -41,7 +41,7 @@ def test_servers_file_is_relative_to_the_config(tmp_path):
 @pytest.mark.parametrize("data, message", [
     pytest.param({"setings": {}}, "unknown key 'setings'", id="unknown-top-key"),
     pytest.param({"settings": {"httpPrt": 1}}, "settings: unknown key 'httpPrt'", id="unknown-setting"),
-    pytest.param({"settings": {"httpPort": "80"}}, "'httpPort' must be int, got '80'", id="wrong-type"),
+    pytest.param({"settings": {"httpPort": "80"}}, "'httpPort' must be an integer, got '80'", id="wrong-type"),
     pytest.param({"settings": {"predictor": "magic"}}, "'predictor' must be", id="bad-predictor"),
     pytest.param({"servers": [], "serversFile": "x"}, "not servers and serversFile", id="two-server-sources"),
     pytest.param({"servers": [], "pods": {}}, "not servers and pods", id="servers-and-pods"),
@@ -83,7 +83,7 @@ def test_cli_reports_config_errors(tmp_path):
     bad.write_text("settings: {httpPort: nope}\n")
     done = subprocess.run([HEADROOM, "router", "serve", "--config", str(bad)],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "headroom router: settings: 'httpPort' must be int" in done.stderr
+    assert done.returncode == 1 and "headroom router: settings: 'httpPort' must be an integer" in done.stderr
 
 
 def test_cli_serves_until_sigterm(tmp_path):
