@@ -5,7 +5,7 @@ Routes (the reference's paths, fields and status codes):
 - ``POST /add_training_data_bulk`` ``{"entries": [entry, ...]}`` → 202 ``{"message": "Accepted N training
   samples.", "telemetry": k, "dead_lettered": m, "refused": [{"index", "reason"}, ...]}``. The body is
   checked as the reference checks it (any invalid entry → 422 with FastAPI's body, nothing sent); each entry
-  then becomes one telemetry record (:func:`contract.llmd.sample_record`) sent to the ``telemetry`` topic,
+  then becomes one telemetry record (:func:`headroom.llmd_terms.sample_record`) sent to the ``telemetry`` topic,
   where the worker's windows, drift detectors, promotion gate and model updates take it like any other. An
   entry that the telemetry contract refuses, or that the worker would refuse for its time
   (:func:`llmd.intake.refusal`), goes to the dead-letter topic with its reason (headers
@@ -41,14 +41,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, generate_latest
 
-from headroom.contract.llmd import ROLES, pool_key_of, sample_record
 from headroom.contract.strata import kv_bucket, prefix_bucket, queue_bucket
-from headroom.contract.telemetry import InvalidRecord, TelemetryRecord
+from headroom.contract.telemetry import InvalidRecord
 from headroom.contract.window_forget import Forget
 from headroom.llmd.intake import RETRY_AFTER_S, Intake, refusal
 from headroom.llmd.model_routes import MODEL_NAMES, MODEL_TYPE, ModelRoutes
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.training_metrics import Collector, reference_lines
+from headroom.llmd_terms import ROLES, pool_key_of, sample_record
 from headroom.predictor.llmd_schema import (
     TrainingRow,
     Unprocessable,
@@ -59,14 +59,11 @@ from headroom.predictor.llmd_schema import (
     timestamp_of,
 )
 from headroom.router.auth import HEADER, BearerTokens
+from headroom.router.telemetry_sink import TelemetrySink
 from headroom.streams.settings import RecordTimes
 
 LISTED_REFUSALS = 100  # refused entries named in one answer (all are counted)
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # answered without a token: probes carry none
-
-
-class TelemetrySink(Protocol):
-    def send(self, record: TelemetryRecord) -> None: ...
 
 
 class DeadLetterSink(Protocol):
