@@ -27,7 +27,7 @@ import numpy as np
 from headroom.benchmarks.predictor import BENCH_TRUST, candidates, reference_messages
 from headroom.benchmarks.predictor_grpc import closed_loop, predict_request
 from headroom.contract.features import RAW_COLUMNS
-from headroom.contract.llmd import RAW_COLUMN_OF
+from headroom.llmd_terms import RAW_COLUMN_OF
 
 APIS = ("grpc", "http", "grpc-raw")
 REFERENCE = "reference"  # llm-d's prediction server, with --reference

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from headroom.contract.slo import OutputLengths, tpot_at_risk
+from headroom.contract.slo import tpot_at_risk
+from headroom.output_lengths import OutputLengths
 from headroom.router.state.inflight import Inflight
 
 Stream = tuple[str, float, int, float, float]  # server id, first token s, tokens, last token s, TPOT SLO ms

@@ -10,7 +10,7 @@ raises anything else on any input.
 
 Streaming records (``stream`` true) carry ``ttft_ms`` (time to the first streamed token) and ``tpot_ms``
 (mean time per output token after the first, in tokens) and train the TTFT and TPOT models — a streaming
-record that observed only one of them (a training sample, :mod:`contract.llmd`) carries that one and
+record that observed only one of them (a training sample, :mod:`headroom.llmd_terms`) carries that one and
 trains that model alone; non-streaming records carry ``e2e_ms`` and train the E2E model. Every record
 carries ``e2e_ms``.
 

@@ -10,5 +10,5 @@ Here:
   would not keep; :mod:`llmd.model_routes` lists, dumps and exports the versions on ``model-updates``;
   :mod:`llmd.training_metrics` its metrics, under the reference's names too.
 
-How samples and rows map to headroom's records and features is defined in :mod:`contract.llmd`.
+How samples and rows map to headroom's records and features is defined in :mod:`headroom.llmd_terms`.
 """

@@ -15,7 +15,7 @@ prefix bucket (samples sent since the start or the last ``/flush``; the referenc
 hold), and the holdout metrics of the newest version (``idx="0"``): ``<target>_quantile_loss``,
 ``<target>_coverage_percent``, ``<target>_violation_rate_percent`` and the targets, or ``<target>_mae``.
 llm-d's feature names stand for headroom's features where one maps to the other
-(:data:`contract.llmd.RAW_COLUMN_OF`); headroom's own names for the others.
+(:data:`headroom.llmd_terms.RAW_COLUMN_OF`); headroom's own names for the others.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from headroom.contract.features import FEATURE_NAMES
-from headroom.contract.llmd import RAW_COLUMN_OF
 from headroom.contract.strata import KV_BUCKETS, PREFIX_BUCKETS, QUEUE_BUCKETS
+from headroom.llmd_terms import RAW_COLUMN_OF
 
 if TYPE_CHECKING:
     from headroom.llmd.training_api import TrainingApi

@@ -29,9 +29,9 @@ above another, and a small one meets every SLO, so during warm-up the picker nei
 on a number nobody measured. ``prior_ms`` < 0 turns it off: such rows are refused (503) until a model is
 live, and readiness waits for both models.
 
-Rows carry raw values only; headroom computes the features (:func:`contract.llmd.raw_values`,
+Rows carry raw values only; headroom computes the features (:func:`headroom.llmd_terms.raw_values`,
 :func:`contract.features.feature_matrix`). A row's ``pod_type`` selects its role's pool key
-(:func:`contract.llmd.role_of`, :func:`contract.llmd.pool_key_of`); each target is answered by the role's
+(:func:`headroom.llmd_terms.role_of`, :func:`headroom.llmd_terms.pool_key_of`); each target is answered by the role's
 own model, else the pool's monolithic one, else another role's (in disaggregated serving a request's TTFT
 is the prefill role's work and its TPOT the decode role's).
 """
@@ -48,8 +48,8 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from headroom.contract.features import feature_matrix
-from headroom.contract.llmd import ROLES, pool_key_of, raw_values, role_of
 from headroom.contract.server_state import encoder_excess
+from headroom.llmd_terms import ROLES, pool_key_of, raw_values, role_of
 from headroom.predictor.llmd_schema import (
     PREDICTION_FIELDS,
     PredictionRow,

@@ -5,7 +5,7 @@ A row is a JSON object of named fields (:data:`PREDICTION_FIELDS`, :data:`TRAINI
 integers (a number with no fractional part counts as one), fractions and latencies numbers, each within the
 range of its kind that telemetry and every other API hold it to (:data:`contract.server_state.KIND_RANGES`:
 a count up to a billion, a latency up to an hour), ``pod_type`` any string or null, as the reference takes it
-(:func:`contract.llmd.role_of` reads the role), ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields
+(:func:`headroom.llmd_terms.role_of` reads the role), ``timestamp`` an RFC 3339 time or unix seconds. Unknown fields
 are ignored, as FastAPI does. Unlike the
 reference's lax mode, numbers written as strings and booleans are refused: a row says what it means or gets a 422
 naming the field.
@@ -27,8 +27,8 @@ import msgspec
 from aiohttp import web
 
 from headroom.contract.features import RAW_FIELDS
-from headroom.contract.llmd import RAW_COLUMN_OF
 from headroom.contract.server_state import KIND_RANGES
+from headroom.llmd_terms import RAW_COLUMN_OF
 
 MAX_ROWS = 10_000  # rows per bulk call, as the reference allows
 MISSING = msgspec.UNSET
@@ -42,7 +42,7 @@ class Field:
 
 
 def _raw(name: str, default: Any = MISSING) -> Field:
-    """A field that is one of headroom's raw features (:data:`contract.llmd.RAW_COLUMN_OF`), of its kind."""
+    """A field that is one of headroom's raw features (:data:`headroom.llmd_terms.RAW_COLUMN_OF`), of its kind."""
     return Field(RAW_FIELDS[RAW_COLUMN_OF[name]].kind, default)
 
 

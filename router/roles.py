@@ -24,7 +24,7 @@ import numpy as np
 
 from headroom.contract.server_state import ServerState
 from headroom.contract.targets import TARGETS, response_ms
-from headroom.contract.tpot_ratios import TpotRatios
+from headroom.tpot_ratios import TpotRatios
 
 COLD_KV_USAGE = 0.02  # a server below this KV-cache usage is "cold": it has room and nothing to lose
 NO_CORRECTION = (0.0,) * len(TARGETS)

@@ -16,7 +16,7 @@ each routable server ``i`` (ready, not draining), in the same order:
   them shows), each weighted by the chance that it ends within a few tokens (``lengths``, the router's
   record of the lengths streams completed with), computed on demand;
 - ``tpot_ratios`` — how the TPOT of the router's completed streams compared with the TPOT predicted for them
-  (:class:`~contract.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
+  (:class:`~headroom.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
 - ``corrections`` — how far each server's latencies have lately departed from the models' predictions
   (:class:`~feedback.latency_corrections.LatencyCorrections`, fed as requests complete, as a router's own is), and
   ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now;
@@ -41,12 +41,13 @@ import numpy as np
 
 from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
-from headroom.contract.slo import OutputLengths, tpot_at_risk
+from headroom.contract.slo import tpot_at_risk
 from headroom.contract.targets import TARGETS
-from headroom.contract.tpot_ratios import TpotRatios
 from headroom.feedback.latency_corrections import LatencyCorrections
+from headroom.output_lengths import OutputLengths
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
+from headroom.tpot_ratios import TpotRatios
 
 if TYPE_CHECKING:
     from headroom.sim.engine import ServerEngine

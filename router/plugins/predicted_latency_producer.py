@@ -45,13 +45,13 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.targets import TARGETS, response_ms
-from headroom.contract.tpot_ratios import MAX_RATIOS, TpotRatios
 from headroom.router.candidate_features import table_features
 from headroom.router.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.params import build_params, check_range
 from headroom.router.roles import Candidate, Context, Request
 from headroom.router.server_table import ServerTable
+from headroom.tpot_ratios import MAX_RATIOS, TpotRatios
 
 TYPE = "predicted-latency-producer"
 

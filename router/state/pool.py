@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
-from headroom.contract.slo import OutputLengths
 from headroom.contract.targets import TARGETS
-from headroom.contract.tpot_ratios import TpotRatios
 from headroom.feedback.latency_corrections import LatencyCorrections
+from headroom.output_lengths import OutputLengths
 from headroom.router.roles import Request, ServerSnapshot
 from headroom.router.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
@@ -40,6 +39,7 @@ from headroom.router.state.outliers import OutlierPolicy, Outliers
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
+from headroom.tpot_ratios import TpotRatios
 
 STEP_GAP_S = 0.001  # tokens closer than this together came out of the same batch step
 

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from headroom.contract.prompt import token_block_hashes as block_hashes
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
-from headroom.contract.slo import OutputLengths
+from headroom.output_lengths import OutputLengths
 from headroom.router.errors import ConfigError
 from headroom.router.state.pool import PoolState
 from headroom.router.state.scraper import MetricsScraper

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from headroom.benchmarks.tpot_at_risk import walk
-from headroom.contract.slo import OutputLengths
+from headroom.output_lengths import OutputLengths
 from headroom.router.state.inflight import Inflight
 from headroom.router.state.stream_table import StreamTable
 

@@ -1,8 +1,8 @@
 import pytest
 
-from headroom.contract.llmd import pool_key_of, raw_values, sample_record
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.telemetry import InvalidRecord, decode, encode
+from headroom.llmd_terms import pool_key_of, raw_values, sample_record
 
 SAMPLE = {"kv_cache_percentage": 0.5, "input_token_length": 800, "num_request_waiting": 2, "num_request_running": 4,
           "num_tokens_generated": 0, "prefix_cache_score": 0.25, "actual_ttft_ms": 0.0, "actual_tpot_ms": 0.0}

@@ -1,6 +1,6 @@
 import math
 
-from headroom.contract.tpot_ratios import TpotRatios
+from headroom.tpot_ratios import TpotRatios
 
 
 def test_the_quantile_of_the_recent_ratios_of_a_pool():
