@@ -24,7 +24,9 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -146,7 +148,7 @@ class TwoArms:
                                                           for sid, address, pool in chosen]}, sort_keys=False))
             os.replace(staged, path)  # a router never reads half a file
 
-    def admin(self, server_id: str, action: str, body: dict) -> None:
+    def admin(self, server_id: str, action: str, body: dict[str, Any]) -> None:
         """``POST /admin/{action}`` with ``body`` to the server ``server_id`` of both arms."""
         for servers in self.servers.values():
             for sid, address, _ in servers:
@@ -184,7 +186,9 @@ class TwoArms:
             raise failures[0]
         self.supervisor.check()
 
-    async def _drive(self, arms, dressed, seconds, on_outcome, every_second) -> None:
+    async def _drive(self, arms: Sequence[load.Arm], dressed: Sequence[tuple[SimRequest, dict[str, str]]],
+                     seconds: float, on_outcome: Callable[[load.ClientOutcome], None],
+                     every_second: Callable[[float], None] | None) -> None:
         began = time.monotonic()
 
         async def ticks() -> None:
@@ -221,7 +225,7 @@ class TwoArms:
         return out
 
     def _pools(self) -> list[tuple[str, list[str], Callable[[], bool]]]:
-        specs = []
+        specs: list[tuple[str, list[str], Callable[[], bool]]] = []
         first = self.ports.servers
         for kind, count in self.layout.types:
             if count:
@@ -230,7 +234,7 @@ class TwoArms:
                               ["sim", "serve", "--servers", str(len(ARMS) * count), "--server-type", kind,
                                "--base-port", str(first), "--seed", str(self.seed + first - self.ports.servers),
                                "--time-scale", str(self.layout.time_scale)],
-                              lambda addresses=addresses: all(answers(f"http://{a}/health")() for a in addresses)))
+                              partial(_all_answer, addresses)))
             first += len(ARMS) * count
         return specs
 
@@ -250,7 +254,7 @@ class TwoArms:
         return path
 
 
-def change_events(s: Scenario, arms: TwoArms, made: list[dict]) -> list[Event]:
+def change_events(s: Scenario, arms: TwoArms, made: list[dict[str, Any]]) -> list[Event]:
     """Scenario ``s``'s change, made on both arms at its time and noted in ``made`` (no event when the arrivals
     carry it: a prompt shift, a burst)."""
     change = s.change
@@ -276,7 +280,7 @@ def change_events(s: Scenario, arms: TwoArms, made: list[dict]) -> list[Event]:
     return [(s.change_at_s, noted)]
 
 
-def post_json(url: str, body: dict) -> None:
+def post_json(url: str, body: dict[str, Any]) -> None:
     request = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"})
     urllib.request.urlopen(request, timeout=5).close()
@@ -286,6 +290,10 @@ def _signing_keys(directory: Path) -> dict[str, str]:
     """A fresh key pair, as the worker's key to sign with and the readers' key to trust."""
     private, public = write_signing_key(SigningKey.generate(), directory, "worker")
     return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
+
+
+def _all_answer(addresses: list[str]) -> bool:
+    return all(answers(f"http://{a}/health")() for a in addresses)
 
 
 def answers(url: str) -> Callable[[], bool]:

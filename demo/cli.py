@@ -21,7 +21,7 @@ from headroom.localkafka.settings import BrokerSettings
 from headroom.sim.traces import TraceSettings
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     defaults = DemoSettings()
     parser = subparsers.add_parser("demo", help="run headroom end to end on a local Kafka broker and a simulated pool",
                                    **reads(DemoSettings, TraceSettings, BrokerSettings, KafkaSettings))

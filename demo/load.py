@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import aiohttp
 
@@ -84,7 +85,12 @@ async def drive(arms: Sequence[Arm], dressed: Sequence[tuple[SimRequest, dict[st
     timeout = aiohttp.ClientTimeout(total=120)
     began = time.monotonic()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks = []
+        tasks: list[asyncio.Task[ClientOutcome]] = []
+
+        def reported(task: asyncio.Task[ClientOutcome]) -> None:
+            if not task.cancelled():
+                on_outcome(task.result())
+
         for request, headers in dressed:
             wait = request.arrival_s - (time.monotonic() - began)
             if request.arrival_s > max_seconds:
@@ -94,7 +100,7 @@ async def drive(arms: Sequence[Arm], dressed: Sequence[tuple[SimRequest, dict[st
             for arm in arms:
                 task = asyncio.create_task(_one(session, arm, request, {**headers, **dict(arm.headers)}, began,
                                                 limit))
-                task.add_done_callback(lambda t: t.cancelled() or on_outcome(t.result()))
+                task.add_done_callback(reported)
                 tasks.append(task)
         return list(await asyncio.gather(*tasks))
 
@@ -110,13 +116,13 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
         if request.stream:
             body["stream_options"] = {"include_usage": True}
         has_slo = SLO_TTFT[0] in headers
-        base = dict(arm=arm.name, request_id=request.request_id, sent_at=sent - began, stream=request.stream,
-                    has_slo=has_slo)
+        outcome = partial(ClientOutcome, arm.name, request.request_id, sent - began, stream=request.stream,
+                          has_slo=has_slo)
         try:
             async with session.post(f"{arm.base_url}/v1/completions", json=body, headers=headers) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
-                    return ClientOutcome(**base, status=response.status, error=text)
+                    return outcome(status=response.status, error=text)
                 if request.stream:
                     first, last, tokens = await _read_stream(response)
                 else:
@@ -124,17 +130,17 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
                     first = last = time.monotonic()
                     tokens = payload.get("usage", {}).get("completion_tokens", 0)
         except (TimeoutError, aiohttp.ClientError) as err:
-            return ClientOutcome(**base, status=0, error=f"{type(err).__name__}: {err}")
-        if first is None:
-            return ClientOutcome(**base, status=200, error="stream carried no token")
+            return outcome(status=0, error=f"{type(err).__name__}: {err}")
+        if first is None or last is None:
+            return outcome(status=200, error="stream carried no token")
         ttft = (first - sent) * 1000
         tpot = (last - first) * 1000 / (tokens - 1) if request.stream and tokens > 1 else None
         met = None
         if has_slo:
             met = ttft <= float(headers[SLO_TTFT[0]]) and (
                 tpot is None or SLO_TPOT[0] not in headers or tpot <= float(headers[SLO_TPOT[0]]))
-        return ClientOutcome(**base, status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000,
-                       output_tokens=tokens, slo_met=met)
+        return outcome(status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000, output_tokens=tokens,
+                       slo_met=met)
 
 
 async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float | None, int]:

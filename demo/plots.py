@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from headroom.demo.report import Evidence
@@ -65,7 +67,7 @@ def timeline(evidence: Evidence, change_at: float, warmup_s: float, path: Path) 
     return _save(fig, path)
 
 
-def _correction_panel(ax, evidence: Evidence) -> None:
+def _correction_panel(ax: Axes, evidence: Evidence) -> None:
     """Per server, the factor headroom's router multiplied its TTFT (solid) and TPOT (dashed) predictions by."""
     series: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for elapsed, samples in evidence.router:
@@ -83,7 +85,7 @@ def _correction_panel(ax, evidence: Evidence) -> None:
            "from its completions (TTFT solid, TPOT dashed)")
 
 
-def _model_panel(ax, evidence: Evidence) -> None:
+def _model_panel(ax: Axes, evidence: Evidence) -> None:
     """Mean model versions promoted over time, and drift detections as marks named by the model that drifted."""
     series: dict[str, list[tuple[float, float]]] = {}
     drifts_before: dict[str, float] = {}
@@ -122,8 +124,9 @@ def predicted_vs_actual(evidence: Evidence, change_at: float, path: Path) -> Pat
         if part.height:
             ax.scatter(part["actual"], part["predicted"], s=6, alpha=0.4, color=color, label=f"{label} ({part.height})")
     if points.height:
-        low = max(min(points["actual"].min(), points["predicted"].min()), 1.0)
-        high = max(points["actual"].max(), points["predicted"].max())
+        actual_ms, predicted_ms = points["actual"].to_numpy(), points["predicted"].to_numpy()
+        low = max(min(actual_ms.min(), predicted_ms.min()), 1.0)
+        high = max(actual_ms.max(), predicted_ms.max())
         ax.plot([low, high], [low, high], "k--", linewidth=0.8, label="prediction = actual")
         ax.set(xscale="log", yscale="log")
     ax.set(xlabel="actual ms (TTFT of streams, E2E otherwise)", ylabel="predicted ms (the prediction the router used)",
@@ -134,7 +137,7 @@ def predicted_vs_actual(evidence: Evidence, change_at: float, path: Path) -> Pat
     return _save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -30,7 +30,7 @@ class ComponentFailed(HeadroomError, RuntimeError):
 @dataclass
 class Component:
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log: Path
     started: float = 0.0  # monotonic
 
@@ -109,7 +109,7 @@ class Supervisor:
         return killed
 
 
-def _signal(process: subprocess.Popen, sig: int) -> None:
+def _signal(process: subprocess.Popen[bytes], sig: int) -> None:
     if process.poll() is None:
         try:
             os.killpg(process.pid, sig)

@@ -35,7 +35,7 @@ class Report:
     rate_per_s: float  # the arrival rate before the change
     slo_ms: list[float]  # the TTFT and TPOT SLO of the requests that carry one
     windows_after: dict[str, Any]  # headroom against the baseline per window after the change (compare_windows)
-    changes_made: list[dict]  # when the change was made, as the harness saw it
+    changes_made: list[dict[str, Any]]  # when the change was made, as the harness saw it
     host: dict[str, Any]  # cores, load averages (1, 5, 15 min) at start and end
     components: dict[str, float]  # seconds each took to become ready
     arms: dict[str, dict[str, dict[str, Any]]]  # arm -> phase (whole, before, after) -> demo.stats.Summary
@@ -59,7 +59,7 @@ class Report:
     def busy_host(self) -> bool:
         """Whether the host ran more than its cores could take while the demo ran (from the load averages)."""
         cores = self.host.get("cores") or 1
-        return max(self.host["load_average_at_start"][0], self.host["load_average_at_end"][0]) > cores
+        return bool(max(self.host["load_average_at_start"][0], self.host["load_average_at_end"][0]) > cores)
 
 
 @dataclass

@@ -19,12 +19,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from headroom.demo.processes import Component
 
 from headroom.contract.topics import KafkaSettings
 from headroom.demo import load
@@ -74,7 +76,7 @@ class Demo:
         self.outcomes: list[load.ClientOutcome] = []
         self.timeline: list[Tick] = []
         self.change_at = self.scenario.change_at_s
-        self.changes_made: list[dict] = []
+        self.changes_made: list[dict[str, Any]] = []
         self.warmup_s = settings.duration_s * WARMUP_SHARE
         self.load_began_unix: float | None = None
 
@@ -133,7 +135,7 @@ class Demo:
         self.arms.stop()
 
     def _report(self, router: Samples, baseline: Samples, worker: Samples, telemetry: int, interrupted: bool,
-                started: list) -> Report:
+                started: list[Component]) -> Report:
         s = self.settings
         ran = self.timeline[-1].elapsed if self.timeline else 0.0
         seconds = s.duration_s if not interrupted else max(ran, 1e-9)
