@@ -39,7 +39,7 @@ SPEEDUP_HELP = ("replay the trace this many times faster (arrival times divided 
                 "speed may never need a second server, so nothing scales")
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     simulate = commands.add_parser("simulate", help="replay an HPA or ScaledObject on a trace with the simulated pool",
                                    **reads(ControllerSettings))
     simulate.add_argument("--hpa", required=True, type=Path, help="HPA or ScaledObject (YAML, as recommend writes it)")
@@ -118,11 +118,10 @@ def loop_settings(args: argparse.Namespace, **extra):
 
 
 def load_requests(args: argparse.Namespace, at_least: int = 1):
-    from headroom.autoscale.traces import load_trace
-    from headroom.sim.traces import TraceError
+    from headroom.sim.traces import TraceError, load_trace
 
-    try:
-        requests = load_trace(args.trace, speedup=args.speedup, limit=args.limit, seed=args.seed)
+    try:  # a file of either format, played without the synthetic prefixes the Azure trace lacks
+        requests = load_trace(args.trace, speedup=args.speedup, limit=args.limit, seed=args.seed, prefixes=None)
     except TraceError as err:
         raise CommandError(f"cannot read trace: {err}") from err
     if len(requests) < at_least:

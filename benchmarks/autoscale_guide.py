@@ -26,10 +26,9 @@ from headroom.autoscale.documents import load_autoscaler
 from headroom.autoscale.pipelines import Pipeline
 from headroom.autoscale.recommend import KUBERNETES_DEFAULT, Goal, Slo, make_autoscaler, recommend
 from headroom.autoscale.servers import ModelServer
-from headroom.autoscale.traces import load_trace
 from headroom.contract.scaling_signals import Signal
 from headroom.contract.settings import from_env
-from headroom.sim.traces import TraceSettings
+from headroom.sim.traces import TraceSettings, load_trace
 
 TRACES = ("azure", "mooncake")
 
@@ -51,7 +50,7 @@ def main() -> int:
     parser.add_argument("--slo-ttft-p99-ms", type=float, default=1000.0)
     parser.add_argument("--max-replicas", type=int, default=8)
     args = parser.parse_args()
-    requests = load_trace(from_env(TraceSettings).path(args.trace), speedup=args.speedup)
+    requests = load_trace(from_env(TraceSettings).path(args.trace), speedup=args.speedup, prefixes=None)
     server = ModelServer(args.model_server)
     goal = Goal(Slo(args.slo_ttft_p99_ms), 1, args.max_replicas, Pipeline.GMP)
     started = time.perf_counter()

@@ -14,9 +14,11 @@ then divides all arrival times (a speedup of 4 replays the same requests four ti
 ``stream_fraction`` of the requests (drawn from the seed) stream. Zero-length prompts or outputs in a
 trace are raised to one token.
 
-:func:`load_trace` loads any source by format: a file in one of the formats above (``azure`` for ``.csv``,
-``mooncake`` for ``.jsonl`` when not stated), or a named synthetic load of :mod:`sim.synthetic`
-(format ``synthetic``, e.g. ``code:burst_factor=8``), rescaled the same way.
+:func:`load_trace` loads any source by format — the one system of trace formats, the simulator's, the
+benchmarks' and ``headroom autoscale``'s: a file in one of the formats above (when not stated, recognised by
+its first line; a file that is neither is refused in one line naming the columns expected), or a named
+synthetic load of :mod:`sim.synthetic` (format ``synthetic``, e.g. ``code:burst_factor=8``), rescaled the
+same way.
 """
 
 from __future__ import annotations
@@ -151,10 +153,21 @@ FORMATS = ("azure", "mooncake", "synthetic")
 SHARED_TRACES = tuple(trace_files.TRACES)  # short names of the shared trace files (azure, mooncake)
 
 
-def trace_format(source: str) -> str:
-    """The format of ``source`` when none is stated: by the file's extension, or ``synthetic`` for a load name."""
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+EXPECTED = (f"expected a CSV with columns {', '.join(AZURE_COLUMNS)} (Azure) or JSON lines with "
+            f"{', '.join(MOONCAKE_KEYS)} (Mooncake)")
+
+
+def trace_format(source: str | Path) -> str:
+    """The format of ``source`` when none is stated: a shared trace's own; a file's by its first line (refused
+    in one line naming the expected columns when it is neither); a path not there by its extension; or
+    ``synthetic`` for a load name."""
+    source = str(source)
     if source in SHARED_TRACES:
         return source
+    if Path(source).is_file():
+        return _file_format(Path(source))
     suffix = Path(source).suffix.lower()
     if suffix == ".csv":
         return "azure"
@@ -165,11 +178,32 @@ def trace_format(source: str) -> str:
     raise TraceError(f"cannot tell the format of trace {source!r}: state one of {', '.join(FORMATS)}")
 
 
-def load_trace(source: str, format: str | None = None, *, rate: float | None = None, limit: int | None = None,
-               seed: int = 0, stream_fraction: float = 1.0) -> list[SimRequest]:
+def _file_format(path: Path) -> str:
+    """``"azure"`` or ``"mooncake"`` by the first line of the file at ``path``; TraceError otherwise."""
+    try:
+        with path.open(errors="replace") as handle:
+            first = next((line.strip() for line in handle if line.strip()), "")
+    except OSError as err:
+        raise TraceError(f"cannot read {path}: {err.strerror or err}") from err
+    if first.startswith("{"):
+        try:
+            keys = set(json.loads(first))
+        except (ValueError, TypeError):
+            keys = set()
+        if keys >= set(MOONCAKE_KEYS):
+            return "mooncake"
+    elif {c.strip() for c in first.split(",")} >= set(AZURE_COLUMNS):
+        return "azure"
+    raise TraceError(f"{path}: not a trace headroom reads; {EXPECTED}")
+
+
+def load_trace(source: str | Path, format: str | None = None, *, rate: float | None = None,
+               limit: int | None = None, seed: int = 0, stream_fraction: float = 1.0, speedup: float = 1.0,
+               prefixes: SharedPrefixes | None = SharedPrefixes()) -> list[SimRequest]:
     """The requests of ``source`` (a file path, a shared trace's short name, or a synthetic load spec) in
-    ``format`` (inferred when None), time-scaled to ``rate`` as the loaders do; ``limit`` caps the count
-    (a synthetic load needs it)."""
+    ``format`` (inferred when None), time-scaled to ``rate`` and ``speedup`` as the loaders do; ``limit`` caps
+    the count (a synthetic load needs it); ``prefixes`` are the Azure trace's synthetic shared prefixes."""
+    source = str(source)
     format = format or trace_format(source)
     if format == "synthetic":
         if limit is None:
@@ -178,14 +212,18 @@ def load_trace(source: str, format: str | None = None, *, rate: float | None = N
             requests = synthetic_load(source, limit, seed)
         except ValueError as err:
             raise TraceError(str(err)) from err
-        times = _rescale([r.arrival_s for r in requests], rate)
+        times = _rescale([r.arrival_s for r in requests], rate, speedup)
         rng = random.Random(seed)
         return [replace(r, arrival_s=t, stream=rng.random() < stream_fraction) for r, t in zip(requests, times)]
     if format not in SHARED_TRACES:
         raise TraceError(f"unknown trace format {format!r}; known: {', '.join(FORMATS)}")
     path = from_env(TraceSettings).path(source) if source in SHARED_TRACES else source
-    loader = load_azure if format == "azure" else load_mooncake
-    requests = loader(path, rate=rate, limit=limit, seed=seed, stream_fraction=stream_fraction)
+    if format == "azure":
+        requests = load_azure(path, rate=rate, limit=limit, prefixes=prefixes, stream_fraction=stream_fraction,
+                              seed=seed, speedup=speedup)
+    else:
+        requests = load_mooncake(path, rate=rate, limit=limit, stream_fraction=stream_fraction, seed=seed,
+                                 speedup=speedup)
     if not requests:
         raise TraceError(f"trace {path} has no requests")
     return requests

@@ -10,8 +10,7 @@ from headroom.autoscale import versions
 from headroom.autoscale.errors import ManifestError, SpecError
 from headroom.autoscale.podlist import described_pods, pods_from_yaml
 from headroom.autoscale.pods import PodPhase
-from headroom.autoscale.traces import load_trace, trace_format
-from headroom.sim.traces import TraceError
+from headroom.sim.traces import TraceError, load_trace, trace_format
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n2023-11-16 18:15:47.68,200,20\n"
 MOONCAKE = ('{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]}\n'
@@ -24,7 +23,7 @@ def test_both_trace_formats_are_recognised(tmp_path: Path, text: str, kind: str,
     path = tmp_path / "trace"
     path.write_text(text)
     assert trace_format(path) == kind
-    requests = load_trace(path, speedup=2.0)
+    requests = load_trace(path, speedup=2.0, prefixes=None)
     assert [r.arrival_s for r in requests] == [0.0, 0.5 if kind == "azure" else 0.25]
     assert len(requests[1].prefix_hashes) == prefixes
 
