@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import yaml
 
@@ -42,5 +43,6 @@ def bundle(autoscaler: Autoscaler, signal: Signal, pipeline: Pipeline, workload:
     return files
 
 
-def _dump(documents: list[dict]) -> str:
-    return yaml.safe_dump_all(documents, sort_keys=False)
+def _dump(documents: list[dict[str, Any]]) -> str:
+    text: str = yaml.safe_dump_all(documents, sort_keys=False)
+    return text

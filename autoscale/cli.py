@@ -42,7 +42,7 @@ from headroom.errors import CommandError
 PIPELINES = tuple(p.value for p in Pipeline)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("autoscale", help="HPA simulation and autoscaling guidance for LLM pools")
     commands = parser.add_subparsers(dest="autoscale_command", required=True, metavar="COMMAND")
 
@@ -115,7 +115,7 @@ def _schema_version(requested: str | None) -> str:
     """The newest schema ``kubernetes-validate`` ships for a release no newer than ``requested``."""
     from kubernetes_validate.utils import all_versions
 
-    known = all_versions()
+    known: list[str] = all_versions()
     if requested is None:
         return known[-1]
     try:
@@ -207,7 +207,7 @@ def _per_pod(given: list[tuple[str | None, int]], reporting: list[str], metric: 
         return {pod: PodSample(v, timestamp=now) for pod, (_, v) in zip(reporting, given)}
     if any(name is None for name, _ in given):
         raise CommandError(f"--metric {metric.name}: give every value as POD:VALUE, or none")
-    return {name: PodSample(v, timestamp=now) for name, v in given}
+    return {name: PodSample(v, timestamp=now) for name, v in given if name is not None}
 
 
 def _metric_arg(text: str) -> tuple[str, list[tuple[str | None, int]]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +33,11 @@ from headroom.autoscale.servers import KINDS, ModelServer
 from headroom.cli.environment import reads
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
+
+if TYPE_CHECKING:
+    from headroom.autoscale.closed_loop import LoopResult, LoopSettings
+    from headroom.autoscale.recommend import Goal, Recommendation
+    from headroom.sim.request import SimRequest
 
 PIPELINES = tuple(p.value for p in Pipeline)
 VLLM_API_PORT = 8000  # vLLM's default --port, where it serves the OpenAI API and /metrics
@@ -105,7 +111,7 @@ def load_autoscaler_file(path: Path) -> Autoscaler:
         raise CommandError(f"{path}: {err}") from err
 
 
-def loop_settings(args: argparse.Namespace, **extra):
+def loop_settings(args: argparse.Namespace, **extra: Any) -> LoopSettings:
     from headroom.autoscale.closed_loop import LoopSettings
 
     try:
@@ -117,7 +123,7 @@ def loop_settings(args: argparse.Namespace, **extra):
         raise CommandError(str(err)) from err
 
 
-def load_requests(args: argparse.Namespace, at_least: int = 1):
+def load_requests(args: argparse.Namespace, at_least: int = 1) -> list[SimRequest]:
     from headroom.sim.traces import TraceError, load_trace
 
     try:  # a file of either format, played without the synthetic prefixes the Azure trace lacks
@@ -161,7 +167,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_rows(result, slo_ttft_ms: float | None) -> list[tuple[str, str]]:
+def summary_rows(result: LoopResult, slo_ttft_ms: float | None) -> list[tuple[str, str]]:
     """The figures ``simulate`` prints and ``recommend`` reports, formatted once."""
     rows = [("requests (dropped)", f"{result.requests} ({result.dropped})"),
             ("virtual duration", f"{result.end_s:.0f} s"),
@@ -209,9 +215,9 @@ def run_recommend(args: argparse.Namespace) -> int:
         plot_cost_vs_slo(result.evaluations, args.out / "cost_vs_slo.png", goal.slo.ttft_p99_ms)
     if advice is not None:
         fixed = result.fixed
-        said = "" if fixed is None else (f"{fixed.replicas} fixed server(s) carry the whole trace within the SLO "
+        carried = "" if fixed is None else (f"{fixed.replicas} fixed server(s) carry the whole trace within the SLO "
                                          f"(TTFT p99 {fixed.ttft_p99_ms:.0f} ms), so nothing needs to scale; ")
-        console.print(f"[red]no recommendation[/red]: {said}{advice.message}", soft_wrap=True)
+        console.print(f"[red]no recommendation[/red]: {carried}{advice.message}", soft_wrap=True)
         return 1
     if why is not None:
         console.print(f"[red]no configuration met the SLO[/red]: {why}; report in {args.out}", soft_wrap=True)
@@ -233,7 +239,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
-def ranking_table(result, settings) -> Table:
+def ranking_table(result: Recommendation, settings: LoopSettings) -> Table:
     """The best runs, passing first; the signal column is never cut (two vLLM queue series differ only at
     their end)."""
     table = Table(title=f"{len(result.evaluations)} configurations, {settings.model_server.label}, from "
@@ -250,7 +256,7 @@ def ranking_table(result, settings) -> Table:
     return table
 
 
-def notes(result, goal, workload: Workload) -> list[str]:
+def notes(result: Recommendation, goal: Goal, workload: Workload) -> list[str]:
     """What the user must know about applying the recommendation: the floor it carries, what starting lower
     costs, and a placeholder left in what it wrote."""
     said = []
@@ -268,7 +274,7 @@ def notes(result, goal, workload: Workload) -> list[str]:
     return said
 
 
-def not_met(result, goal) -> str:
+def not_met(result: Recommendation, goal: Goal) -> str:
     """Why no autoscaler met the SLO, from the largest fixed pool allowed, and what to change."""
     ceiling = result.ceiling
     if ceiling is not None and not ceiling.meets:
@@ -283,7 +289,7 @@ def not_met(result, goal) -> str:
             f"--min-replicas above {result.warm_replicas}, or relax the SLO")
 
 
-def reproduce_command(args: argparse.Namespace, settings) -> str:
+def reproduce_command(args: argparse.Namespace, settings: LoopSettings) -> str:
     """The ``simulate`` command that replays the written autoscaler with every setting the search used."""
     written = args.out / autoscaler_file(Pipeline(args.metrics_pipeline))
     parts = ["headroom", "autoscale", "simulate", "--hpa", str(written), "--trace", str(args.trace),

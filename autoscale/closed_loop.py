@@ -37,14 +37,16 @@ from headroom.autoscale.pipelines import Binding
 from headroom.autoscale.pods import Pod, PodPhase, PodSample
 from headroom.autoscale.servers import ModelServer
 from headroom.autoscale.spec import HpaSpec, SourceType
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.scaling_signals import ReportedMetrics, Signal, SignalContext, pool_signals_by_server
 from headroom.sim.policies import policy
 from headroom.sim.pool import PoolControl, SimServerSpec, run
-from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, ServerProfile, profile
+from headroom.sim.profile import KV_BYTES_PER_TOKEN, ServerProfile, profile
 from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
+from headroom.sim.view import PoolView
 
-AGGREGATE = {"sum": sum, "max": max, "min": min, "avg": lambda values: sum(values) / len(values)}
+AGGREGATE: dict[str, Callable[[list[int]], float]] = {"sum": sum, "max": max, "min": min, "avg": lambda values: sum(values) / len(values)}
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class _Loop:
         hbm = settings.model_server.kind == "jetstream"  # its accelerator memory grows with the KV cache in use
         self.context = SignalContext(
             memory_capacity_bytes=settings.memory_capacity_bytes, ttft_slo_ms=settings.ttft_slo_ms,
-            predictor=None if ttft_model is None else LearnedTtft(ttft_model, lambda: self.control.router_view(),
+            predictor=None if ttft_model is None else LearnedTtft(ttft_model, self._router_view,
                                                                   settings.learning.reference_prompt_tokens),
             weights_bytes=self.profile.weights_bytes if hbm else None,
             kv_capacity_bytes=self.profile.kv_blocks * BLOCK_TOKENS * KV_BYTES_PER_TOKEN if hbm else None)
@@ -212,12 +214,19 @@ class _Loop:
                             requests={"memory": memory_request}))
         return tuple(pods)
 
+    def _router_view(self) -> PoolView:
+        """What the learned TTFT predictor sees of the running pool."""
+        if self.control is None:
+            raise RuntimeError("the pool is not running yet")
+        return self.control.router_view()
+
     def _metrics(self, snapshots: Sequence[ReportedMetrics], by_server: Mapping[str, Mapping[Signal, float]],
                  now: float) -> StaticMetrics:
         pods, objects, external = {}, {}, {}
         for metric in self.spec.metrics:
             if metric.source in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE):
-                values = {s.server_id: s.memory_used_bytes * 1000 for s in snapshots if s.ready}
+                values = {s.server_id: s.memory_used_bytes * 1000 for s in snapshots
+                          if s.ready and s.memory_used_bytes is not None}
             else:
                 bound = self.bound[metric.label]
                 values = {sid: int(v[bound.signal] * 1000) for sid, v in by_server.items() if bound.signal in v}

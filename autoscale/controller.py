@@ -198,9 +198,8 @@ class HpaController:
         behavior = self.spec.behavior
         assert behavior is not None
         up_window = behavior.scale_up.stabilization_window_seconds or 0
-        down_window = behavior.scale_down.stabilization_window_seconds
-        if down_window is None:
-            down_window = self.settings.downscale_stabilization
+        configured = behavior.scale_down.stabilization_window_seconds
+        down_window = self.settings.downscale_stabilization if configured is None else configured
         stabilized, self._history.recommendations = normalize.stabilize_with_behavior(
             self._history.recommendations, desired, current, now, up_window, down_window)
         return stabilized, normalize.behavior_limits(current, stabilized, self.spec.min_replicas,

@@ -44,7 +44,8 @@ def load_autoscaler(text: str) -> Autoscaler:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         raise ManifestError(f"not valid YAML: {err}") from err
-    autoscalers, queries = [], {}
+    autoscalers: list[tuple[HpaSpec, str, dict[str, Query], Any]] = []
+    queries: dict[str, Query] = {}
     for index, document in enumerate(documents):
         if not isinstance(document, Mapping):
             raise ManifestError(f"document {index + 1}: expected a mapping, got {type(document).__name__}")

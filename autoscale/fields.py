@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
+from types import TracebackType
 from typing import Any, TypeVar
 
 from headroom.autoscale.errors import ManifestError, SpecError
@@ -24,10 +25,9 @@ class at_path:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, err, tb) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
         if err is not None and isinstance(err, SpecError) and not isinstance(err, ManifestError):
             raise ManifestError(f"{self.path}: {err}") from err
-        return False
 
 
 def choice(kind: type[E], value: Any, path: str, what: str) -> E:
@@ -58,7 +58,7 @@ def only(mapping: Mapping[str, Any], allowed: set[str], path: str) -> None:
 def integer(value: Any, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ManifestError(f"{path}: expected an integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def string(value: Any, path: str) -> str:

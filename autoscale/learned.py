@@ -20,6 +20,7 @@ import numpy as np
 import xgboost as xgb
 
 from headroom.contract.features import RAW_COLUMNS, RAW_DEFAULTS, REQUEST_FIELDS, feature_matrix
+from headroom.contract.scaling_signals import ReportedMetrics
 from headroom.contract.server_state import SERVER_FIELDS
 from headroom.contract.targets import target_value
 from headroom.sim.policies import policy
@@ -67,7 +68,7 @@ class LearnedTtft:
                  reference_prompt_tokens: int = REFERENCE_PROMPT_TOKENS) -> None:
         self.booster, self.view, self.prompt_tokens = booster, view, reference_prompt_tokens
 
-    def predict_ttft_ms(self, servers: Sequence) -> Mapping[str, float]:
+    def predict_ttft_ms(self, servers: Sequence[ReportedMetrics]) -> Mapping[str, float]:
         view = self.view()
         index = {s.server_id: i for i, s in enumerate(view.snapshots)}
         rows = [(s.server_id, index[s.server_id]) for s in servers if s.server_id in index]

@@ -99,7 +99,8 @@ def spec_from_dict(document: Any) -> HpaSpec:
 
 def emit_manifest(spec: HpaSpec) -> str:
     """YAML text of ``spec`` as a ready-to-apply manifest."""
-    return yaml.safe_dump(spec_to_dict(spec), sort_keys=False)
+    text: str = yaml.safe_dump(spec_to_dict(spec), sort_keys=False)
+    return text
 
 
 def spec_to_dict(spec: HpaSpec) -> dict[str, Any]:

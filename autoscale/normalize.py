@@ -18,10 +18,10 @@ windows and policy periods keep only records strictly after their cutoff.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from headroom.autoscale.spec import PolicyType, ScalingRules, SelectPolicy
+from headroom.autoscale.spec import PolicyType, ScalingPolicy, ScalingRules, SelectPolicy
 
 LEGACY_SCALE_UP_FACTOR = 2.0
 LEGACY_SCALE_UP_MINIMUM = 4.0
@@ -109,7 +109,7 @@ def scale_down_limit(current: int, up_events: Sequence[ScaleEvent], down_events:
 
 
 def _proposals(current: int, up_events: Sequence[ScaleEvent], down_events: Sequence[ScaleEvent],
-               rules: ScalingRules, now: float, step) -> list[int]:
+               rules: ScalingRules, now: float, step: Callable[[int, ScalingPolicy], int]) -> list[int]:
     """Each policy's limit: ``step`` applied to the count at the start of the policy's period."""
     if rules.select_policy is SelectPolicy.DISABLED:
         return [current]

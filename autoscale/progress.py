@@ -7,9 +7,18 @@ printed per step (at most one every ``every_s`` seconds for fine-grained steps),
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 class StepProgress:
@@ -20,7 +29,7 @@ class StepProgress:
         self.started = time.perf_counter()
         self.last_line = -float("inf")
         self.bar: Progress | None = None
-        self.task = None
+        self.task = TaskID(0)  # the bar's one task, once there is a bar
 
     def __enter__(self) -> StepProgress:
         if self.console.is_terminal:
@@ -31,7 +40,7 @@ class StepProgress:
             self.task = self.bar.add_task(self.title, total=None)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 

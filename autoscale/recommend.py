@@ -57,10 +57,11 @@ from headroom.autoscale.spec import (
 )
 from headroom.autoscale.traps import Trap, find_traps
 from headroom.autoscale.versions import tolerance_honored
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.scaling_signals import Signal
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
-from headroom.sim.profile import BLOCK_TOKENS, KV_BYTES_PER_TOKEN
+from headroom.sim.profile import KV_BYTES_PER_TOKEN
 from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headroom.autoscale.closed_loop import LoopResult
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+    from headroom.autoscale.advice import ScalingAdvice
+    from headroom.autoscale.recommend import Evaluation, Goal, Recommendation
 
 
 def write_timeline_csv(result: LoopResult, path: str | Path) -> None:
@@ -52,7 +60,7 @@ def plot_timeline(result: LoopResult, path: str | Path, slo_ttft_ms: float | Non
     plt.close(fig)
 
 
-def plot_cost_vs_slo(evaluations, path: str | Path, slo_ttft_ms: float) -> None:
+def plot_cost_vs_slo(evaluations: Sequence[Evaluation], path: str | Path, slo_ttft_ms: float) -> None:
     """Replica-hours against TTFT SLO attainment, one colour per signal; passing runs filled."""
     import matplotlib
 
@@ -77,7 +85,8 @@ def plot_cost_vs_slo(evaluations, path: str | Path, slo_ttft_ms: float) -> None:
     plt.close(fig)
 
 
-def recommendation_markdown(result, goal, args, command: str, advice=None, not_met: str | None = None,
+def recommendation_markdown(result: Recommendation, goal: Goal, args: argparse.Namespace, command: str,
+                            advice: ScalingAdvice | None = None, not_met: str | None = None,
                             notes: tuple[str, ...] = ()) -> str:
     """The search's full table as Markdown (``result``: a Recommendation, ``goal``: its Goal), with the
     command that reproduces the figures, the advice when the trace never exercised scaling, or why nothing
