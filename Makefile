@@ -25,7 +25,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not kafka and not e2e and not kube"
 
-# ruff over the tree; mypy (strict on contract/, feedback/, router/ and trainer/) and import-linter (the floors of
+# ruff over the tree; mypy (strict on the packages pyproject.toml lists) and import-linter (the floors of
 # docs/architecture.md) over the modules under their installed names, through a tree of links that both can
 # follow (headroom.cli.typecheck_tree; import-linter reads the package from the folder it runs in).
 lint: $(STAMP)
