@@ -72,12 +72,8 @@ def forest_from_booster(booster: xgb.Booster, bounds: ModelBounds = ModelBounds(
 
 def forest_from_json(raw: bytes, bounds: ModelBounds = ModelBounds()) -> Forest:
     """Parse XGBoost's JSON model into a :class:`Forest`, within ``bounds``."""
-    try:
-        learner = msgspec.json.decode(raw)["learner"]
-    except msgspec.DecodeError:  # NaN or Infinity, which XGBoost writes for such a value and JSON has no word for
-        learner = json.loads(raw)["learner"]
-    params = learner["learner_model_param"]
-    objective = learner["objective"]["name"]
+    params, objective_params, trees = _read(raw)
+    objective = objective_params["name"]
     if objective not in IDENTITY_OBJECTIVES:
         raise UnsupportedModel(f"objective {objective!r} is not supported; expected one of {IDENTITY_OBJECTIVES}")
     if int(params.get("num_class", "0")) > 1 or int(params.get("num_target", "1")) != 1:
@@ -85,19 +81,15 @@ def forest_from_json(raw: bytes, bounds: ModelBounds = ModelBounds()) -> Forest:
                                f"(num_class={params.get('num_class')}, num_target={params.get('num_target')})")
     quantiles: tuple[float, ...] = ()
     if objective == "reg:quantileerror":
-        quantiles = tuple(float(q) for q in _floats(learner["objective"]["quantile_loss_param"]["quantile_alpha"]))
+        quantiles = tuple(float(q) for q in _floats(objective_params["quantile_loss_param"]["quantile_alpha"]))
         if len(quantiles) != 1:
             raise UnsupportedModel(f"a quantile model must have exactly one quantile, got {quantiles}")
     base = _floats(params["base_score"])
     if len(base) != 1:
         raise UnsupportedModel(f"expected one base_score, got {len(base)}")
-    booster = learner["gradient_booster"]
-    if booster["name"] != "gbtree":
-        raise UnsupportedModel(f"booster {booster['name']!r} is not supported; expected 'gbtree'")
-    trees = booster["model"]["trees"]
     _check_trees(len(trees), bounds)
     for index, tree in enumerate(trees):
-        if any(tree.get("split_type", ())):
+        if any(tree.split_type):
             raise UnsupportedModel(f"tree {index} has categorical splits, which are not supported")
     levels = _levels(trees, bounds.max_depth)
     # At least one level: the kernels walk from a root split; a tree that is a single leaf puts its value
@@ -110,6 +102,69 @@ def forest_from_json(raw: bytes, bounds: ModelBounds = ModelBounds()) -> Forest:
     return Forest(objective=objective, quantiles=quantiles, n_features=int(params["num_feature"]),
                   base_score=np.float32(base[0]), depth=depth, features=features, thresholds=thresholds,
                   default_left=default_left, leaves=leaves)
+
+
+class _Learner(msgspec.Struct):
+    learner_model_param: dict[str, Any]
+    objective: dict[str, Any]
+    gradient_booster: msgspec.Raw  # read in parts: its name, then tree by tree
+
+
+class _Document(msgspec.Struct):
+    learner: _Learner
+
+
+class _Named(msgspec.Struct):
+    name: str
+
+
+class _Trees(msgspec.Struct):
+    trees: list[msgspec.Raw]
+
+
+class _GbTree(msgspec.Struct):
+    model: _Trees
+
+
+class _Tree(msgspec.Struct):
+    """The fields of one tree the layout reads."""
+
+    left_children: list[int]
+    right_children: list[int]
+    split_indices: list[int]
+    split_conditions: list[float]
+    default_left: list[int]
+    split_type: list[int] = []
+
+
+def _read(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], list[_Tree]]:
+    """The learner's parameters, its objective and its trees, read a tree at a time and only the fields the layout
+    needs: a router reads models on a thread beside its event loop, and a model's megabyte of JSON read at once
+    into Python objects would hold the interpreter (and every decision with it) for tens of milliseconds, and
+    leave the garbage collector hundreds of thousands of objects to walk."""
+    try:
+        learner = msgspec.json.decode(raw, type=_Document).learner
+        _supported(msgspec.json.decode(learner.gradient_booster, type=_Named).name)
+        trees = [msgspec.json.decode(tree, type=_Tree)  # one at a time: other threads run in between
+                 for tree in msgspec.json.decode(learner.gradient_booster, type=_GbTree).model.trees]
+        return learner.learner_model_param, learner.objective, trees
+    except msgspec.ValidationError as err:
+        raise UnsupportedModel(f"not an XGBoost tree model: {err}") from err
+    except msgspec.DecodeError:  # NaN or Infinity, which XGBoost writes for such a value and JSON has no word for
+        pass
+    document = json.loads(raw)["learner"]
+    booster = document["gradient_booster"]
+    _supported(booster["name"])
+    try:
+        trees = [msgspec.convert(tree, _Tree) for tree in booster["model"]["trees"]]
+    except msgspec.ValidationError as err:
+        raise UnsupportedModel(f"not an XGBoost tree model: {err}") from err
+    return document["learner_model_param"], document["objective"], trees
+
+
+def _supported(booster: str) -> None:
+    if booster != "gbtree":
+        raise UnsupportedModel(f"booster {booster!r} is not supported; expected 'gbtree'")
 
 
 @dataclass(frozen=True)
@@ -141,13 +196,13 @@ def _check_numbers(levels: list[_Level]) -> None:
                                            f"{nodes.split_value[first]}); {int(bad.sum())} at that depth")
 
 
-def _levels(trees: list[dict[str, Any]], max_depth: int) -> list[_Level]:
+def _levels(trees: list[_Tree], max_depth: int) -> list[_Level]:
     """Every tree walked level by level at once (numpy over all the trees' nodes, no loop per node), no deeper
     than ``max_depth``."""
     def column(name: str, dtype: type) -> np.ndarray:
-        return np.fromiter(itertools.chain.from_iterable(t[name] for t in trees), dtype=dtype)
+        return np.fromiter(itertools.chain.from_iterable(getattr(t, name) for t in trees), dtype=dtype)
 
-    sizes = np.fromiter((len(t["left_children"]) for t in trees), dtype=np.int64, count=len(trees))
+    sizes = np.fromiter((len(t.left_children) for t in trees), dtype=np.int64, count=len(trees))
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     owner = np.repeat(np.arange(len(trees)), sizes)
     left, right = column("left_children", np.int64), column("right_children", np.int64)
