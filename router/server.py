@@ -163,8 +163,8 @@ class RouterServer:
         s = self.config.settings
         from headroom.router.predictors import EmbeddedPredictor
         if isinstance(self.service.predictor, EmbeddedPredictor):
-            from headroom.predictor import kernels
-            await asyncio.to_thread(kernels.warm_up)  # compiled (or loaded from the disk cache) before traffic
+            from headroom.predictor import runtime
+            await asyncio.to_thread(runtime.warm_up)  # kernels compiled (or loaded from the disk cache), XGBoost loaded
         if self._tailer is not None:
             self._tailer.start()
         if self.elector is not None:
