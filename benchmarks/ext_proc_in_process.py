@@ -31,13 +31,13 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
     from headroom.benchmarks.router import embedded_predictor
+    from headroom.contract.server_metrics import ServerMetrics
     from headroom.router.engine import Engine
     from headroom.router.ext_proc import ExtProcServicer
     from headroom.router.metrics import RouterMetrics
     from headroom.router.pipeline import load_pipeline
     from headroom.router.service import RouterService
     from headroom.router.state.pool import PoolState
-    from headroom.router.state.server_metrics import ServerMetrics
     from headroom.router.state.servers import ServerSpec
     from headroom.router.telemetry_sink import MemoryTelemetry
 

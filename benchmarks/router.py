@@ -21,6 +21,7 @@ import numpy as np
 from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.router.candidate_features import candidate_features
 from headroom.router.engine import Engine
 from headroom.router.metering import Completion
@@ -30,7 +31,6 @@ from headroom.router.predictors import EmbeddedPredictor
 from headroom.router.roles import Candidate, Request
 from headroom.router.service import RouterService
 from headroom.router.state.pool import PoolState
-from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
 from headroom.router.telemetry_sink import MemoryTelemetry
 

@@ -8,7 +8,8 @@ the record the router and the simulator build at completion, and the probe rows.
 
 Adding a raw server feature: a field here, where the router measures it (:mod:`router.state.pool`), where
 the simulator measures it (:meth:`sim.view.PoolView.server_state`), and the field of ``ServerState`` in
-``router/proto/router.proto``.
+``router/proto/router.proto``. A feature scraped from the server's ``/metrics`` is declared with its series in
+:mod:`contract.server_metrics`, which the router's pool and the simulator's view read it by.
 
 A field read by the models of some targets only names them (``targets``); the others train with it held at
 zero (:func:`contract.features.training_features`), so their trees never split on it.

@@ -53,7 +53,9 @@ class MetricsSnapshot(NamedTuple):
     ``kv_cache_usage`` is ``vllm:kv_cache_usage_perc`` (0-1); the prefix-cache counters count prompt
     tokens, as vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` do; ``prefill_backlog`` is
     ``jetstream_prefill_backlog_size`` (requests waiting for prefill) and ``slots_used`` is
-    ``jetstream_slots_used_percentage`` (0-1). Immutable (a named tuple: cheap to make, one per scrape).
+    ``jetstream_slots_used_percentage`` (0-1). The metric fields carry the names of
+    :class:`contract.server_metrics.ServerMetrics`' fields, which the simulator's ``/metrics`` exposes
+    (:mod:`sim.exposition`). Immutable (a named tuple: cheap to make, one per scrape).
     """
 
     server_id: str

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from headroom.contract.prompt import BLOCK_TOKENS
+from headroom.contract.server_metrics import SCRAPED_STATE
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.contract.slo import tpot_at_risk
 from headroom.contract.targets import TARGETS
@@ -127,8 +128,7 @@ class PoolView:
         if prefix_match is None:
             prefix_match = self.prefix_match(i)
         return ServerState(
-            kv_cache_usage=snapshot.kv_cache_usage, num_waiting=snapshot.num_waiting,
-            num_running=snapshot.num_running, prefix_match=prefix_match,
+            **{name: getattr(snapshot, name) for name in SCRAPED_STATE}, prefix_match=prefix_match,
             inflight_requests=self.inflight_requests[i], inflight_prompt_tokens=self.inflight_prompt_tokens[i],
             inflight_prefill_tokens=self.inflight_prefill_tokens[i],
             inflight_decode_tokens=self.inflight_decode_tokens[i],

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from headroom.contract.server_state import NO_TOKEN_AGE_MS
+from headroom.contract.server_metrics import SCRAPED_STATE, ServerMetrics
+from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
 from headroom.contract.targets import TARGETS
 from headroom.feedback.latency_corrections import LatencyCorrections
 from headroom.output_lengths import OutputLengths
@@ -37,7 +38,6 @@ from headroom.router.state.encoder_index import EncoderIndex
 from headroom.router.state.inflight import Inflight
 from headroom.router.state.outliers import OutlierPolicy, Outliers
 from headroom.router.state.prefix_index import PrefixIndex
-from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
 from headroom.tpot_ratios import TpotRatios
 
@@ -93,7 +93,7 @@ class PoolState:
         self._position = {sid: i for i, sid in enumerate(ids)}
         self._correction_slots = self.corrections.slots(ids)
         self._prefix_bits = self.prefix.bits(ids)
-        self._kv, self._waiting, self._running = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._scraped = {name: np.zeros(n) for name in SCRAPED_STATE}
         self._scraped_at = np.full(n, -math.inf)
         self._ejected_until = np.array([self.outliers.until(sid) for sid in ids], dtype=float)
         self._health_bounds: tuple[float, float] | None = None  # (oldest scrape, last ejection's end); None: stale
@@ -139,9 +139,9 @@ class PoolState:
         def names(values: Sequence[Any]) -> tuple[Any, ...]:
             return tuple(values) if picked is None else tuple(values[i] for i in picked)
 
-        state = {  # each field of contract.server_state.ServerState
-            "kv_cache_usage": column(self._kv), "num_waiting": column(self._waiting),
-            "num_running": column(self._running), "prefix_match": prefix[column(self._prefix_bits)],
+        measured = {  # each field of contract.server_state.ServerState
+            **{name: column(values) for name, values in self._scraped.items()},
+            "prefix_match": prefix[column(self._prefix_bits)],
             "inflight_requests": column(self._inflight_requests),
             "inflight_prompt_tokens": column(self._inflight_tokens),
             "inflight_prefill_tokens": column(self._prefill_tokens),
@@ -149,6 +149,7 @@ class PoolState:
             "token_interval_ms": column(self._token_interval),
             "inflight_decode_tokens": column(self._decode_tokens),
             "encoder_matched_size": self.encoder.matched(request.media_hashes, names(self._ids))}
+        state = {name: measured[name] for name in SERVER_FIELDS}  # in the declared order
         return ServerTable(
             server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
@@ -254,7 +255,8 @@ class PoolState:
 
     def _store_metrics(self, server_id: str, metrics: ServerMetrics, at: float) -> None:
         i = self._position[server_id]
-        self._kv[i], self._waiting[i], self._running[i] = metrics.kv_cache_usage, metrics.num_waiting, metrics.num_running
+        for name, values in self._scraped.items():
+            values[i] = getattr(metrics, name)
         bounds = self._health_bounds
         if bounds is not None and not (self._scraped_at[i] > bounds[0] <= at):  # it was (or is now) the oldest
             self._health_bounds = None

@@ -1,73 +1,67 @@
-"""Reading a model server's Prometheus ``/metrics`` text into the few numbers scheduling needs.
+"""Reading a model server's Prometheus ``/metrics`` text into :class:`~contract.server_metrics.ServerMetrics`,
+by the series :data:`contract.server_metrics.SERIES` declares (vLLM's, JetStream's, the accelerator's memory).
 
-vLLM: ``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc`` (older
-releases: ``vllm:gpu_cache_usage_perc``), all fractions 0-1 for usage. JetStream:
-``jetstream_prefill_backlog_size`` (waiting) and ``jetstream_slots_used_percentage`` (used as usage;
-JetStream reports no running count). A server exposing both families is read by its vLLM names (the
-JetStream ones are kept apart, for the autoscaling signals). Counts are summed over label sets (several
-models on one server), usage takes the maximum. ``accelerator_memory_used_bytes`` is read when present.
-Text that names none of the scheduling metrics raises :class:`MetricsFormatError`. Only the lines of these
-metrics are parsed (a server exports dozens of others, scraped every 50 ms), and those strictly:
-``name{labels} value [timestamp]`` or ``name value [timestamp]``.
+Label sets (several models on one server) are summed, or take the maximum, as each series says. The server is
+of the first kind whose series it exposes, and its series of that kind feed the scheduling fields (usage,
+waiting, running: 0 when absent); every series present is read into its own field too. Usage is clamped to
+0-1 and counts to integers of at least 0. Text that names no series of any kind raises
+:class:`MetricsFormatError`. Only the lines of declared series are parsed (a server exports dozens of others,
+scraped every 50 ms), and those strictly: ``name{labels} value [timestamp]`` or ``name value [timestamp]``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
+from headroom.contract.server_metrics import (
+    KINDS,
+    MAX,
+    METRIC_FIELDS,
+    SAMPLE_NAMES,
+    SCRAPED_STATE,
+    SERIES,
+    ServerMetrics,
+)
+from headroom.contract.server_state import KIND_RANGES, SERVER_FIELDS
 from headroom.errors import HeadroomError
 
-VLLM_WAITING, JETSTREAM_BACKLOG = "vllm:num_requests_waiting", "jetstream_prefill_backlog_size"
-RUNNING = "vllm:num_requests_running"
-VLLM_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-JETSTREAM_SLOTS = "jetstream_slots_used_percentage"
-MEMORY = "accelerator_memory_used_bytes"
-SUMMED = (VLLM_WAITING, JETSTREAM_BACKLOG, RUNNING, MEMORY)
-PEAK = (*VLLM_USAGE, JETSTREAM_SLOTS)
-READ = (*SUMMED, *PEAK)
+_BY_NAME = {s.name: s for s in SERIES}
+_KIND_NAMES = {kind: [s.name for s in SERIES if s.server == kind] for kind in KINDS}
 
 
 class MetricsFormatError(HeadroomError, ValueError):
     """The metrics text is not Prometheus text, or carries no metric the router understands."""
 
 
-@dataclass(frozen=True, slots=True)
-class ServerMetrics:
-    kv_cache_usage: float
-    num_waiting: int
-    num_running: int
-    slots_used: float | None = None  # JetStream's decode slots in use, 0-1, when reported
-    prefill_backlog: int | None = None  # JetStream's prefill queue, when reported
-    memory_used_bytes: int | None = None
-
-
 def parse_metrics(text: str) -> ServerMetrics:
-    """The scheduling metrics in Prometheus exposition ``text``."""
-    sums: dict[str, float] = {}
-    peaks: dict[str, float] = {}
+    """The declared series in Prometheus exposition ``text``, read into :class:`ServerMetrics`."""
+    samples: dict[str, float] = {}
     for line in text.splitlines():
-        if not line.startswith(READ):
-            continue
-        name, value = _sample(line)
-        if name in SUMMED:
-            sums[name] = sums.get(name, 0.0) + value
-        elif name in PEAK:
-            peaks[name] = max(peaks.get(name, value), value)
-    vllm = VLLM_WAITING in sums or RUNNING in sums or any(name in peaks for name in VLLM_USAGE)
-    jetstream = JETSTREAM_BACKLOG in sums or JETSTREAM_SLOTS in peaks
-    if not (vllm or jetstream):
-        names = (VLLM_WAITING, RUNNING, *VLLM_USAGE, JETSTREAM_BACKLOG, JETSTREAM_SLOTS)
-        raise MetricsFormatError(f"none of the metrics {', '.join(names)} is present")
-    if vllm:
-        waiting = sums.get(VLLM_WAITING, 0.0)
-        usage = max((peaks[name] for name in VLLM_USAGE if name in peaks), default=0.0)
-    else:
-        waiting, usage = sums.get(JETSTREAM_BACKLOG, 0.0), peaks.get(JETSTREAM_SLOTS, 0.0)
-    return ServerMetrics(kv_cache_usage=min(1.0, max(0.0, usage)), num_waiting=max(0, int(round(waiting))),
-                         num_running=max(0, int(round(sums.get(RUNNING, 0.0)))),
-                         slots_used=peaks.get(JETSTREAM_SLOTS),
-                         prefill_backlog=int(sums[JETSTREAM_BACKLOG]) if JETSTREAM_BACKLOG in sums else None,
-                         memory_used_bytes=int(sums[MEMORY]) if MEMORY in sums else None)
+        if line.startswith(SAMPLE_NAMES):
+            name, value = _sample(line)
+            if name in _BY_NAME:
+                samples[name] = _combine(samples.get(name), value, _BY_NAME[name].combine)
+    kind = next((kind for kind, names in _KIND_NAMES.items() if any(n in samples for n in names)), None)
+    if kind is None:
+        names = ", ".join(n for names in _KIND_NAMES.values() for n in names)
+        raise MetricsFormatError(f"none of the metrics {names} is present")
+    read: dict[str, float] = {}
+    for name, value in samples.items():
+        series = _BY_NAME[name]
+        fed = series.feeds if series.server == kind and series.feeds not in (None, series.field) else None
+        for field in (series.field, fed) if fed else (series.field,):
+            read[field] = _combine(read.get(field), value, series.combine)
+    values: dict[str, Any] = {name: 0 if name in SCRAPED_STATE else None for name in METRIC_FIELDS}
+    for field, value in read.items():
+        values[field] = max(0, int(round(value))) if METRIC_FIELDS[field] else value
+    for field in SCRAPED_STATE:  # within the range the server state allows
+        low, high = KIND_RANGES[SERVER_FIELDS[field].kind]
+        values[field] = min(high, max(low, values[field]))
+    return ServerMetrics(**values)
+
+
+def _combine(seen: float | None, value: float, how: str) -> float:
+    return value if seen is None else max(seen, value) if how == MAX else seen + value
 
 
 def _sample(line: str) -> tuple[str, float]:

@@ -4,13 +4,13 @@ import math
 
 import pytest
 
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.router.engine import Engine
 from headroom.router.metering import Completion
 from headroom.router.metrics import RouterMetrics
 from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.service import RouterService
 from headroom.router.state.pool import PoolState
-from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerSpec
 from headroom.router.telemetry_sink import MemoryTelemetry
 from tests.router.routercases import TablePredictor, req, server

@@ -5,12 +5,12 @@ import pytest
 from aiohttp import web
 
 from headroom.contract.prompt import token_block_hashes as block_hashes
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
 from headroom.output_lengths import OutputLengths
 from headroom.router.errors import ConfigError
 from headroom.router.state.pool import PoolState
 from headroom.router.state.scraper import MetricsScraper
-from headroom.router.state.server_metrics import ServerMetrics
 from headroom.router.state.servers import ServerFile, ServerSpec, parse_servers
 from tests.router.routercases import req
 

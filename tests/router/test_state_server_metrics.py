@@ -1,6 +1,7 @@
 import pytest
 
-from headroom.router.state.server_metrics import MetricsFormatError, ServerMetrics, parse_metrics
+from headroom.contract.server_metrics import ServerMetrics
+from headroom.router.state.server_metrics import MetricsFormatError, parse_metrics
 
 VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
 # TYPE vllm:num_requests_waiting gauge
