@@ -2,7 +2,7 @@
 
 Each :class:`Series` is one Prometheus series a model server exposes: its name, type, help and label, the server
 kind that exports it (vLLM, JetStream, or any), how its label sets combine (several models on one server), the
-field of :class:`ServerMetrics` it carries, and the :class:`~contract.server_state.ServerState` field it feeds on
+field it carries (of :class:`ServerMetrics` when the router reads it), and the :class:`~contract.server_state.ServerState` field it feeds on
 a server of its kind. From :data:`SERIES`, by name: the simulator's exposition (:mod:`sim.exposition` writes
 every exposed series from the same-named fields of its snapshot) and the router's scrape
 (:func:`router.state.server_metrics.parse_metrics`); the router's pool and the simulator's view copy the fed
@@ -29,7 +29,8 @@ class Series:
     """One series a model server exposes: ``name`` as sampled (a counter's ends in ``_total``), its ``type``
     and ``doc``, the ``server`` kind that exports it, the :class:`ServerMetrics` ``field`` it carries, the
     ``ServerState`` field it ``feeds`` on a server of its kind, how label sets ``combine``, the ``label`` naming the model, and
-    whether the simulator ``exposed`` it (False: an older name the router still reads)."""
+    whether the simulator ``exposed`` it (False: an older name the router still reads) and the router ``read`` it
+    (False: the field is the simulator's, not scraped)."""
 
     name: str
     type: str
@@ -40,6 +41,7 @@ class Series:
     combine: str = SUM
     label: str = "model_name"  # the label that tells the models one server serves apart
     exposed: bool = True
+    read: bool = True
 
 
 SERIES = (
@@ -52,9 +54,9 @@ SERIES = (
     Series("vllm:gpu_cache_usage_perc", GAUGE, "GPU KV-cache usage (vLLM before 0.10).", VLLM,
            "kv_cache_usage", feeds="kv_cache_usage", combine=MAX, exposed=False),
     Series("vllm:prefix_cache_queries_total", COUNTER, "Prefix cache queries, in terms of number of queried tokens.",
-           VLLM, "prefix_cache_queries"),
+           VLLM, "prefix_cache_queries", read=False),  # the router keeps a prefix index of its own
     Series("vllm:prefix_cache_hits_total", COUNTER, "Prefix cache hits, in terms of number of cached tokens.",
-           VLLM, "prefix_cache_hits"),
+           VLLM, "prefix_cache_hits", read=False),
     Series("jetstream_prefill_backlog_size", GAUGE, "Size of prefill queue.", JETSTREAM,
            "prefill_backlog", feeds="num_waiting"),
     Series("jetstream_slots_used_percentage", GAUGE, "The percentage of decode slots currently being used.",
@@ -66,7 +68,7 @@ SERIES = (
 
 @dataclass(frozen=True, slots=True)
 class ServerMetrics:
-    """One server's ``/metrics``, as read: the fields the :data:`SERIES` carry. The ``ServerState`` fields
+    """One server's ``/metrics``, as the router reads it: the fields the series it reads carry. The ``ServerState`` fields
     (usage, waiting, running) are 0 when the server reports none of their series; the others are None then."""
 
     kv_cache_usage: float
@@ -75,12 +77,11 @@ class ServerMetrics:
     slots_used: float | None = None  # JetStream's decode slots in use, 0-1
     prefill_backlog: int | None = None  # JetStream's prefill queue
     memory_used_bytes: int | None = None
-    prefix_cache_queries: int | None = None  # prompt tokens looked up in the prefix cache, since start
-    prefix_cache_hits: int | None = None  # of those, found there
 
 
 # each field of ServerMetrics and whether it counts (an int) rather than measures
 METRIC_FIELDS: dict[str, bool] = {f.name: str(f.type).startswith("int") for f in fields(ServerMetrics)}
 SCRAPED_STATE = tuple(dict.fromkeys(s.feeds for s in SERIES if s.feeds))  # the ServerState fields scraped
-SAMPLE_NAMES = tuple(dict.fromkeys(s.name for s in SERIES))
+READ = tuple(s for s in SERIES if s.read)  # what the router scrapes
+SAMPLE_NAMES = tuple(s.name for s in READ)
 

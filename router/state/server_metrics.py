@@ -1,5 +1,6 @@
 """Reading a model server's Prometheus ``/metrics`` text into :class:`~contract.server_metrics.ServerMetrics`,
-by the series :data:`contract.server_metrics.SERIES` declares (vLLM's, JetStream's, the accelerator's memory).
+by the series :mod:`contract.server_metrics` declares the router reads (``READ``: vLLM's, JetStream's, the
+accelerator's memory).
 
 Label sets (several models on one server) are summed, or take the maximum, as each series says. The server is
 of the first kind whose series it exposes, and its series of that kind feed the scheduling fields (usage,
@@ -17,16 +18,23 @@ from headroom.contract.server_metrics import (
     KINDS,
     MAX,
     METRIC_FIELDS,
+    READ,
     SAMPLE_NAMES,
     SCRAPED_STATE,
-    SERIES,
     ServerMetrics,
 )
 from headroom.contract.server_state import KIND_RANGES, SERVER_FIELDS
 from headroom.errors import HeadroomError
 
-_BY_NAME = {s.name: s for s in SERIES}
-_KIND_NAMES = {kind: [s.name for s in SERIES if s.server == kind] for kind in KINDS}
+_MAX = {s.name: s.combine == MAX for s in READ}  # each declared series: whether its label sets take the max
+_KIND_NAMES = {kind: [s.name for s in READ if s.server == kind] for kind in KINDS}
+# on a server of each kind, each series with the fields it goes to: its own, and the one it feeds there
+_PLAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    kind: tuple((s.name, (s.field, s.feeds) if s.server == kind and s.feeds and s.feeds != s.field else (s.field,),
+                 s.combine == MAX) for s in READ) for kind in KINDS}
+_UNREPORTED = {name: 0 if name in SCRAPED_STATE else None for name in METRIC_FIELDS}
+_COUNTS = frozenset(name for name, counts in METRIC_FIELDS.items() if counts)
+_BOUNDS = tuple((name, *KIND_RANGES[SERVER_FIELDS[name].kind]) for name in SCRAPED_STATE)
 
 
 class MetricsFormatError(HeadroomError, ValueError):
@@ -39,29 +47,27 @@ def parse_metrics(text: str) -> ServerMetrics:
     for line in text.splitlines():
         if line.startswith(SAMPLE_NAMES):
             name, value = _sample(line)
-            if name in _BY_NAME:
-                samples[name] = _combine(samples.get(name), value, _BY_NAME[name].combine)
+            peak = _MAX.get(name)
+            if peak is not None:
+                seen = samples.get(name)
+                samples[name] = value if seen is None else max(seen, value) if peak else seen + value
     kind = next((kind for kind, names in _KIND_NAMES.items() if any(n in samples for n in names)), None)
     if kind is None:
         names = ", ".join(n for names in _KIND_NAMES.values() for n in names)
         raise MetricsFormatError(f"none of the metrics {names} is present")
     read: dict[str, float] = {}
-    for name, value in samples.items():
-        series = _BY_NAME[name]
-        fed = series.feeds if series.server == kind and series.feeds not in (None, series.field) else None
-        for field in (series.field, fed) if fed else (series.field,):
-            read[field] = _combine(read.get(field), value, series.combine)
-    values: dict[str, Any] = {name: 0 if name in SCRAPED_STATE else None for name in METRIC_FIELDS}
+    for name, fields, peak in _PLAN[kind]:
+        sampled = samples.get(name)
+        if sampled is not None:
+            for field in fields:
+                seen = read.get(field)
+                read[field] = sampled if seen is None else max(seen, sampled) if peak else seen + sampled
+    values: dict[str, Any] = dict(_UNREPORTED)
     for field, value in read.items():
-        values[field] = max(0, int(round(value))) if METRIC_FIELDS[field] else value
-    for field in SCRAPED_STATE:  # within the range the server state allows
-        low, high = KIND_RANGES[SERVER_FIELDS[field].kind]
+        values[field] = max(0, int(round(value))) if field in _COUNTS else value
+    for field, low, high in _BOUNDS:  # within the range the server state allows
         values[field] = min(high, max(low, values[field]))
     return ServerMetrics(**values)
-
-
-def _combine(seen: float | None, value: float, how: str) -> float:
-    return value if seen is None else max(seen, value) if how == MAX else seen + value
 
 
 def _sample(line: str) -> tuple[str, float]:
