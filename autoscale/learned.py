@@ -5,7 +5,7 @@ pools of each size in ``pools`` (random routing, so idle to deeply queued server
 TTFT of the streaming ones trains an XGBoost model through the trainer's own :func:`trainer.fit.fit`
 (the reference hyperparameters, one thread, seeded: the same trace and seed give the same model).
 
-:class:`LearnedTtft` then answers what the router's signal asks (:mod:`router.autoscale_signals`): the
+:class:`LearnedTtft` then answers what the router's signal asks (:mod:`router.app.autoscale_signals`): the
 TTFT a reference request (``reference_prompt_tokens``, no prefix match) would see on each ready server,
 from the router's view of it — scraped metrics plus the router's own in-flight counts and step rhythm —
 through :func:`contract.features.feature_matrix`, the function routing predicts with.

@@ -14,7 +14,7 @@
 
 :func:`binding` goes the other way: any of these names (and the bare series) → the :class:`Binding`
 the simulator replays. headroom's own signals are exported by the router with the model-server
-pod's ``namespace`` and ``pod`` labels (:mod:`router.autoscale_signals`), so they flow the same way; the
+pod's ``namespace`` and ``pod`` labels (:mod:`router.app.autoscale_signals`), so they flow the same way; the
 router's pods are scraped with their own ``pod`` label left off, so the exported one stands.
 """
 

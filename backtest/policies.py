@@ -21,7 +21,7 @@ import polars as pl
 
 from headroom.backtest.calibration import Calibration, calibrate
 from headroom.backtest.router_policy import engine_pick
-from headroom.router.roles import LatencyPredictor
+from headroom.router.framework.roles import LatencyPredictor
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import SimRequest

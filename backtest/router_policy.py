@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from headroom.contract.server_state import state_values
-from headroom.router.engine import Engine
-from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
-from headroom.router.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.framework.engine import Engine
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.sim.request import SimRequest
 from headroom.sim.view import Pick, PickFunction, PickResult, PoolView, Shed
 

@@ -34,8 +34,8 @@ from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.predictor.runtime import ModelRuntime
-from headroom.router.predictors import EmbeddedPredictor
-from headroom.router.roles import LatencyPredictor
+from headroom.router.framework.predictors import EmbeddedPredictor
+from headroom.router.framework.roles import LatencyPredictor
 from headroom.streams.settings import PipelineSettings
 
 

@@ -68,7 +68,7 @@ class Envoy:
     async def _send(self, body: dict[str, Any], path: str, extra: dict[str, str]) -> Exchange:
         from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-        from headroom.router.ext_proc_answers import FULL_DUPLEX
+        from headroom.router.fronts.ext_proc_answers import FULL_DUPLEX
 
         exchange, raw = Exchange(), json.dumps(body).encode()
         call = self._stub.Process()

@@ -69,7 +69,7 @@ def exchange_messages(duplex: bool = True) -> list[Any]:
     from envoy.config.core.v3 import base_pb2
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-    from headroom.router.ext_proc_answers import FULL_DUPLEX, MODES
+    from headroom.router.fronts.ext_proc_answers import FULL_DUPLEX, MODES
 
     def headers(pairs: dict[str, str]) -> ep.HttpHeaders:
         return ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
@@ -88,7 +88,7 @@ def exchange_messages(duplex: bool = True) -> list[Any]:
 def answers_awaited(messages: Sequence[Any]) -> list[int]:
     """How many answers Envoy reads after sending each of ``messages``: one each, except in full duplex, where
     the request headers' answer comes with the request body's end."""
-    from headroom.router.ext_proc_answers import FULL_DUPLEX
+    from headroom.router.fronts.ext_proc_answers import FULL_DUPLEX
 
     duplex = bool(messages) and messages[0].protocol_config.request_body_mode == FULL_DUPLEX
     if not duplex:
@@ -182,7 +182,7 @@ async def routed_to(port: int) -> str | None:
     import grpc
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-    from headroom.router.ext_proc_answers import DESTINATION_HEADER
+    from headroom.router.fronts.ext_proc_answers import DESTINATION_HEADER
 
     first, body = exchange_messages()[:2]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -1,13 +1,13 @@
 """The router's own work per ext_proc exchange, without gRPC (``headroom bench ext-proc --in-process``).
 
-:meth:`router.ext_proc.ExtProcServicer.Process` driven directly, in this process, with the four full-duplex
+:meth:`router.fronts.ext_proc.ExtProcServicer.Process` driven directly, in this process, with the four full-duplex
 messages of :func:`benchmarks.ext_proc.exchange_messages` (each parsed from its bytes and each answer serialized, as gRPC
 would): header parsing, body parsing, the decision over ``servers`` servers with embedded prediction (the
 models of ``headroom bench router``), metering and the completion (metrics, telemetry record). Servers are
 re-scraped every ``SCRAPE_EVERY`` exchanges, as the router's scraper would. Beside ``--floor`` (what grpcio
 costs per exchange), this is the other part of a live decision's CPU time.
 
-With ``front="native"``, the event loop's side of the compiled front instead (:class:`router.ext_proc_front.
+With ``front="native"``, the event loop's side of the compiled front instead (:class:`router.fronts.ext_proc_front.
 NativeExtProc`): the events the front hands over for the same exchange — the request to schedule, with its
 headers and body, then the response's end with its JSON body — each answered as the front would be.
 """
@@ -32,14 +32,14 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
 
     from headroom.benchmarks.router import embedded_predictor
     from headroom.contract.server_metrics import ServerMetrics
-    from headroom.router.engine import Engine
-    from headroom.router.ext_proc import ExtProcServicer
-    from headroom.router.metrics import RouterMetrics
-    from headroom.router.pipeline import load_pipeline
-    from headroom.router.service import RouterService
+    from headroom.router.control.metrics import RouterMetrics
+    from headroom.router.control.service import RouterService
+    from headroom.router.control.telemetry_sink import MemoryTelemetry
+    from headroom.router.framework.engine import Engine
+    from headroom.router.framework.pipeline import load_pipeline
+    from headroom.router.fronts.ext_proc import ExtProcServicer
     from headroom.router.state.pool import PoolState
     from headroom.router.state.servers import ServerSpec
-    from headroom.router.telemetry_sink import MemoryTelemetry
 
     rng = random.Random(0)
     specs = tuple(ServerSpec(f"s{i}", f"127.0.0.1:{8000 + i}") for i in range(servers))
@@ -95,7 +95,7 @@ class _Answers:
 def _native_run(service: Any, raw: list[bytes], scrape: Any, refused: list[int]) -> Any:
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-    from headroom.router.ext_proc_front import NativeExtProc
+    from headroom.router.fronts.ext_proc_front import NativeExtProc
 
     front = NativeExtProc(service)
     front._front = _Answers(refused)

@@ -1,6 +1,6 @@
 """A router process for the live benchmarks: ``python -m headroom.benchmarks.live_router CONFIG``.
 
-The real :class:`~router.server.RouterServer`, served as ``headroom router serve`` serves it, with
+The real :class:`~router.app.server.RouterServer`, served as ``headroom router serve`` serves it, with
 ``--predictor none`` (every request takes the heuristic profile, counted as ``predictor-unavailable``) or
 ``embedded`` (TTFT and TPOT models of the reference's size, 200 trees of depth 6, in process, as
 ``headroom bench router`` trains them); ``--profile FILE`` writes the event loop thread's cProfile
@@ -26,8 +26,8 @@ def main() -> None:
     args = parser.parse_args()
     from headroom.contract.settings import from_env
     from headroom.contract.topics import KafkaSettings
-    from headroom.router.config import load_config
-    from headroom.router.server import RouterServer, serve
+    from headroom.router.app.config import load_config
+    from headroom.router.app.server import RouterServer, serve
 
     predictor = None
     if args.predictor == "embedded":

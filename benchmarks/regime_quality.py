@@ -26,7 +26,7 @@ from pathlib import Path
 from headroom.benchmarks.regime_report import markdown, summarize
 from headroom.benchmarks.router_quality import Setup, policies, train_models
 from headroom.benchmarks.routing_policies import BASELINES
-from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.scenario_play import play, pool, served
 from headroom.sim.scenarios import SCENARIOS, Scenario, scenario
 

@@ -1,10 +1,10 @@
 """How long one request holds the router's event loop before it is scheduled, at the request limits.
 
 Times the work a request does before its server is picked — body checks and parsing
-(:meth:`router.limits.RequestLimits.parse_json`), prompt reading and hashing (:func:`router.prompt.read_body`),
+(:meth:`router.control.limits.RequestLimits.parse_json`), prompt reading and hashing (:func:`router.control.prompt.read_body`),
 the Pick API's candidate mapping — for the largest inputs the default limits let through and for inputs
 they refuse, next to a typical 2 KB request (the ratio column); then how long an event loop stalls while
-a body is parsed on it, against the way the router parses it (:func:`router.prompt.parse_body_off_loop`:
+a body is parsed on it, against the way the router parses it (:func:`router.control.prompt.parse_body_off_loop`:
 a large body on a worker thread). Usage: ``python -m headroom.benchmarks.request_limits``.
 """
 
@@ -19,10 +19,10 @@ import statistics
 import time
 from collections.abc import Callable
 
+from headroom.router.control.limits import RequestLimits
+from headroom.router.control.prompt import parse_body, parse_body_off_loop
 from headroom.router.errors import RequestError
-from headroom.router.limits import RequestLimits
-from headroom.router.pick_api import snapshot_of
-from headroom.router.prompt import parse_body, parse_body_off_loop
+from headroom.router.fronts.pick_api import snapshot_of
 from headroom.router.proto import router_pb2
 
 

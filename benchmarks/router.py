@@ -3,7 +3,7 @@ embedded prediction.
 
 Trains TTFT and TPOT XGBoost models of the reference's size (200 trees, depth 6, by default) on
 synthetic rows, applies them to an in-process :class:`predictor.runtime.ModelRuntime`, fills a pool of
-N servers with varied state, and times :meth:`router.service.RouterService.pick` (pool snapshots,
+N servers with varied state, and times :meth:`router.control.service.RouterService.pick` (pool snapshots,
 feature matrix, prediction, filters, scorers, admitter, picker, in-flight accounting) plus, separately,
 the prediction call alone. Requests are released after each pick so the pool state stays the same.
 Every server is re-scraped (same metrics, untimed) each ``SCRAPE_INTERVAL_S``, as the router's scraper
@@ -22,17 +22,17 @@ from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, EFFECTIVE_PROM
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
 from headroom.contract.server_metrics import ServerMetrics
-from headroom.router.candidate_features import candidate_features
-from headroom.router.engine import Engine
-from headroom.router.metering import Completion
-from headroom.router.metrics import RouterMetrics
-from headroom.router.pipeline import load_pipeline
-from headroom.router.predictors import EmbeddedPredictor
-from headroom.router.roles import Candidate, Request
-from headroom.router.service import RouterService
+from headroom.router.control.metering import Completion
+from headroom.router.control.metrics import RouterMetrics
+from headroom.router.control.service import RouterService
+from headroom.router.control.telemetry_sink import MemoryTelemetry
+from headroom.router.framework.candidate_features import candidate_features
+from headroom.router.framework.engine import Engine
+from headroom.router.framework.pipeline import load_pipeline
+from headroom.router.framework.predictors import EmbeddedPredictor
+from headroom.router.framework.roles import Candidate, Request
 from headroom.router.state.pool import PoolState
 from headroom.router.state.servers import ServerSpec
-from headroom.router.telemetry_sink import MemoryTelemetry
 
 SCRAPE_INTERVAL_S = 0.05  # the reference's scrape interval
 

@@ -47,8 +47,8 @@ from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, make_update
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.targets import target_value
 from headroom.predictor.runtime import ModelRuntime
-from headroom.router.pipeline import DEFAULT_PIPELINE
-from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE
+from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import SimServerSpec, run, uniform_pool

@@ -24,7 +24,7 @@ import numpy as np
 
 from headroom.benchmarks.router_quality import SERVERS, Workload, measure, train_runtime
 from headroom.benchmarks.routing_policies import headroom
-from headroom.router.predictors import EmbeddedPredictor
+from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool

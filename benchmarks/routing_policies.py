@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from headroom.backtest.router_policy import engine_pick
-from headroom.router.pipeline import DEFAULT_PIPELINE
-from headroom.router.roles import LatencyPredictor
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE
+from headroom.router.framework.roles import LatencyPredictor
 from headroom.sim.oracle import oracle_pick
 from headroom.sim.policies import policy
 from headroom.sim.view import PickFunction

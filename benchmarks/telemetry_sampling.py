@@ -5,7 +5,7 @@
 The setup of :mod:`benchmarks.pipeline_accuracy` (the trace on 4 simulated H100 servers, composite routing,
 the worker's ingest path and a training round every 10 s of event time), with a regime change: at
 ``--change-at`` seconds every server becomes ``--slowdown`` times slower. For each per-stratum quota
-(records/s; 0 sends every record) a :class:`router.telemetry_sampler.TelemetrySampler` decides, per
+(records/s; 0 sends every record) a :class:`router.control.telemetry_sampler.TelemetrySampler` decides, per
 record at its completion, whether the router would send it; only those are learned from, but *every*
 record is predicted by the models live at its completion and scored (what each request would have got),
 and carries that prediction as a router using the models would send it. Drift: the worker's detectors see
@@ -24,7 +24,7 @@ import numpy as np
 from headroom.benchmarks.pipeline_accuracy import LOADERS, prequential
 from headroom.contract.settings import from_env
 from headroom.contract.strata import stratum_of
-from headroom.router.telemetry_sampler import TelemetrySampler
+from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, slow_down, uniform_pool

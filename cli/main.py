@@ -26,7 +26,7 @@ COMMANDS = (
     "headroom.streams.cli",
     "headroom.trainer.cli",
     "headroom.autoscale.cli",
-    "headroom.router.cli",
+    "headroom.router.app.cli",
     "headroom.sim.cli",
     "headroom.backtest.cli",
     "headroom.benchmarks.cli",

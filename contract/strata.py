@@ -3,7 +3,7 @@
 Queue buckets are 0 | 1–2 | 3–5 | 6–10 | 11+, KV utilization is cut in 5% steps and prefix match in
 quartiles: 5 × 20 × 4 = 400 strata, each kept as its own capped, aged window so a few hot regions of
 the state space cannot crowd out the rest. The router knows a request's stratum at dispatch, so it can
-sample telemetry per stratum (:mod:`router.telemetry_sampler`).
+sample telemetry per stratum (:mod:`router.control.telemetry_sampler`).
 
 >>> stratum_key(num_waiting=4, kv_cache_usage=0.37, prefix_match=0.5)
 'q3-5/kv35/pm2'

@@ -18,7 +18,7 @@ Counts and latencies have plausible upper bounds (:data:`contract.server_state.K
 claiming a request of more than an hour, or a billion tokens, is refused like a negative one.
 :func:`check_field` applies a field's rule on its own, for the APIs that take measurements in.
 
-A router may send only a sample of its records, per stratum (:mod:`router.telemetry_sampler`); each record
+A router may send only a sample of its records, per stratum (:mod:`router.control.telemetry_sampler`); each record
 sent then carries ``sample_weight``, the number of completed requests it stands for (1 / the probability
 it was sent; 1 when every record is sent), so the requests behind the telemetry can still be counted.
 """

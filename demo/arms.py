@@ -40,7 +40,7 @@ from headroom.kafka_topics import end_offsets
 from headroom.localkafka import broker
 from headroom.localkafka.cli import start as start_broker
 from headroom.localkafka.settings import BrokerSettings
-from headroom.router.headers import OPT_OUT
+from headroom.router.control.headers import OPT_OUT
 from headroom.sim.profile import profile
 from headroom.sim.request import SimRequest
 from headroom.sim.scenarios import KvShrink, Replace, Scenario, Slowdown, server_type

@@ -19,7 +19,7 @@ from functools import partial
 
 import aiohttp
 
-from headroom.router.headers import PRIORITY, SLO_TPOT, SLO_TTFT
+from headroom.router.control.headers import PRIORITY, SLO_TPOT, SLO_TTFT
 from headroom.sim.request import SimRequest
 
 

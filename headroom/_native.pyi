@@ -1,5 +1,5 @@
 """headroom's compiled parts (``native/``, Rust), built by ``pip install``: the ext_proc front that
-:mod:`headroom.router.ext_proc_front` drives."""
+:mod:`headroom.router.fronts.ext_proc_front` drives."""
 
 DECIDE: int  # (DECIDE, token, headers, body | None, to_body, trusted): awaits answer() or fail()
 TOO_LARGE: int  # (TOO_LARGE, token, size): the request body grew over max_body_bytes; awaits answer() or fail()

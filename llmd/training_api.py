@@ -23,7 +23,7 @@ Routes (the reference's paths, fields and status codes):
   strata; what became of them; the intake; models published and refused); ``GET /``; the model routes of
   :mod:`llmd.model_routes`.
 
-With bearer tokens (``HEADROOM_LLMD_TRAINING_AUTH_TOKENS_FILE``, :class:`router.auth.BearerTokens`) every
+With bearer tokens (``HEADROOM_LLMD_TRAINING_AUTH_TOKENS_FILE``, :class:`router.fronts.auth.BearerTokens`) every
 route but ``/healthz`` and ``/readyz`` requires one (401 otherwise, counted).
 """
 
@@ -58,8 +58,8 @@ from headroom.predictor.llmd_schema import (
     row_dict,
     timestamp_of,
 )
-from headroom.router.auth import HEADER, BearerTokens
-from headroom.router.telemetry_sink import TelemetrySink
+from headroom.router.control.telemetry_sink import TelemetrySink
+from headroom.router.fronts.auth import HEADER, BearerTokens
 from headroom.streams.settings import RecordTimes
 
 LISTED_REFUSALS = 100  # refused entries named in one answer (all are counted)

@@ -26,8 +26,8 @@ from headroom.llmd.intake import Intake
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.settings import TrainingApiSettings
 from headroom.llmd.training_api import TrainingApi
-from headroom.router.auth import BearerTokens
-from headroom.router.telemetry_sink import KafkaTelemetry
+from headroom.router.control.telemetry_sink import KafkaTelemetry
+from headroom.router.fronts.auth import BearerTokens
 from headroom.threads import serve_until_signal
 from headroom.tls import ssl_server_context
 

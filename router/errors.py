@@ -32,7 +32,7 @@ class InvalidJson(RequestError):
 
 
 class RequestTooLarge(RequestError):
-    """A request body is over the size limit (router.limits)."""
+    """A request body is over the size limit (router.control.limits)."""
 
 
 class AdmissionRejected(RouterError):

@@ -1,4 +1,4 @@
-//! Whether an ext_proc caller is the gateway, as `router.auth.GatewayCheck` decides it for the grpcio servicer:
+//! Whether an ext_proc caller is the gateway, as `router.fronts.auth.GatewayCheck` decides it for the grpcio servicer:
 //! `authorization: Bearer <token>` in its call metadata for one of the gateway's tokens (compared through their
 //! SHA-256 digests, every one of them, in constant time), or a client certificate naming one of the gateway's
 //! identities (a subject alternative name — DNS, URI, e-mail or IP address — or the common name).

@@ -1,4 +1,4 @@
-//! One HTTP request passing through Envoy: the ext_proc protocol as `router/ext_proc.py` speaks it, with the
+//! One HTTP request passing through Envoy: the ext_proc protocol as `router/fronts/ext_proc.py` speaks it, with the
 //! router's own work — scheduling, metering, completion — handed to the event loop ([`crate::handoff`]).
 //!
 //! Body modes come from the stream's `protocol_config` (else the listener's default): a `FULL_DUPLEX_STREAMED`

@@ -1,7 +1,7 @@
 //! headroom's compiled parts, as the Python extension `headroom._native`.
 //!
 //! [`ExtProcFront`]: Envoy's ext_proc gRPC server on a thread of its own (tokio, h2, rustls), which hands each
-//! request's scheduling and completion to the Python event loop ([`handoff`]); `router/ext_proc_front.py`
+//! request's scheduling and completion to the Python event loop ([`handoff`]); `router/fronts/ext_proc_front.py`
 //! drives it. No Python object is touched off the event loop's thread: events become Python objects when the
 //! loop takes them.
 

@@ -2,7 +2,7 @@
 each server has likely encoded and holds in its encoder cache.
 
 When the router sends a request to a server it records the hashes of the request's media items there
-(:func:`router.prompt.media_hashes`); a later request's ``encoder_matched_size`` on that server is how many
+(:func:`router.control.prompt.media_hashes`); a later request's ``encoder_matched_size`` on that server is how many
 of its items the server has seen. Each server keeps at most ``max_items``, least recently used evicted
 first (a stand-in for the server's own cache eviction).
 

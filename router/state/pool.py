@@ -1,5 +1,5 @@
 """The pool as the router sees it: server list, latest scraped metrics, in-flight load and prefix index,
-combined into one :class:`~router.server_table.ServerTable` of candidates at scheduling time (with the
+combined into one :class:`~router.framework.server_table.ServerTable` of candidates at scheduling time (with the
 encoder index: which of the request's media items each server likely holds).
 
 A server is a candidate once it has been scraped successfully and for as long as its last success is at
@@ -32,8 +32,8 @@ from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
 from headroom.contract.targets import TARGETS
 from headroom.feedback.latency_corrections import LatencyCorrections
 from headroom.output_lengths import OutputLengths
-from headroom.router.roles import Request, ServerSnapshot
-from headroom.router.server_table import ServerTable
+from headroom.router.framework.roles import Request, ServerSnapshot
+from headroom.router.framework.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
 from headroom.router.state.inflight import Inflight
 from headroom.router.state.outliers import OutlierPolicy, Outliers

@@ -2,7 +2,7 @@
 
 Each round fetches all servers concurrently, each within ``timeout_s``; a failure (connection, HTTP status,
 unparseable text) is recorded on the server and never stops the loop. A plain ``http://`` URL is fetched on the
-proxy's own HTTP client (:class:`~router.upstream_client.UpstreamPool`: one kept-alive connection per server,
+proxy's own HTTP client (:class:`~router.http.client.UpstreamPool`: one kept-alive connection per server,
 httptools' C parser), which costs a fraction of a general client's CPU per scrape — every server is scraped
 every 50 ms by default, whatever the traffic; any other URL (``https://``) goes through aiohttp.
 """
@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from headroom.router.http.client import UpstreamPool
 from headroom.router.state.pool import PoolState
 from headroom.router.state.server_metrics import MetricsFormatError, parse_metrics
 from headroom.router.state.servers import ServerSpec
-from headroom.router.upstream_client import UpstreamPool
 
 _HEADERS = [("accept", "text/plain")]
 

@@ -13,7 +13,7 @@ from headroom.contract.scaling_signals import (
     pool_signals,
     server_signals,
 )
-from headroom.router.autoscale_signals import SignalExporter
+from headroom.router.app.autoscale_signals import SignalExporter
 from headroom.sim.records import MetricsSnapshot
 
 GIB = 2**30

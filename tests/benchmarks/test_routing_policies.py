@@ -3,7 +3,7 @@
 import pytest
 
 from headroom.benchmarks.routing_policies import BASELINES, LLM_D, LLM_D_ARGMAX, headroom
-from headroom.router.pipeline import load_pipeline
+from headroom.router.framework.pipeline import load_pipeline
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.synthetic import synthetic_load
 from tests.router.routercases import TablePredictor

@@ -16,7 +16,7 @@ from headroom.demo.settings import DemoSettings
 from headroom.llmd.settings import TrainingApiSettings
 from headroom.localkafka.settings import BrokerSettings
 from headroom.predictor.settings import PredictorSettings
-from headroom.router.settings import RouterSettings
+from headroom.router.app.settings import RouterSettings
 from headroom.sim.settings import SimSettings
 from headroom.streams.settings import PipelineSettings
 

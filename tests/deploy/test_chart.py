@@ -17,8 +17,8 @@ from headroom.contract.signing import SigningSettings
 from headroom.contract.topics import KafkaSettings
 from headroom.localkafka.settings import BrokerSettings
 from headroom.predictor.settings import PredictorSettings
-from headroom.router.config import load_config
-from headroom.router.settings import RouterSettings
+from headroom.router.app.config import load_config
+from headroom.router.app.settings import RouterSettings
 from headroom.sim.traces import TraceSettings
 from headroom.streams.settings import PipelineSettings
 from tests.deploy.resources import CHART, KUBE_VERSION, REQUIRED, ROOT, RenderError, problems, render

@@ -12,8 +12,8 @@ import pytest
 import headroom.streams.metrics  # noqa: F401 - registers the worker's metrics in the default registry
 from headroom.predictor.metrics import PredictorMetrics
 from headroom.predictor.runtime import ModelRuntime
-from headroom.router.metrics import RouterMetrics
-from headroom.router.telemetry_sink import TelemetryCounts
+from headroom.router.control.metrics import RouterMetrics
+from headroom.router.control.telemetry_sink import TelemetryCounts
 from tests.deploy.resources import CHART
 from tests.keys import TRUST
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from headroom.contract.topics import KafkaSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.conftest import free_port
 from tests.faults.test_request_faults import post
 from tests.router.routercases import router_config, wait_for
@@ -87,7 +87,7 @@ def test_telemetry_counts_a_record_when_the_broker_acknowledges_it_and_logs_what
             await router.stop(flush_s=10.0 if broker is kafka else 0.5)
             return statuses, router
 
-    with caplog.at_level(logging.WARNING, logger="headroom.router.telemetry_sink"):
+    with caplog.at_level(logging.WARNING, logger="headroom.router.control.telemetry_sink"):
         statuses, lost = run(lambda: scenario(down, 200))
     assert statuses == [200] * 200
     assert metric(lost, 'headroom_router_telemetry_delivery_total{outcome="delivered"}') == 0

@@ -22,8 +22,8 @@ from headroom.llmd.intake import Intake
 from headroom.llmd.model_shelf import ModelShelf
 from headroom.llmd.training_api import TrainingApi
 from headroom.model_files import file_name
-from headroom.router.auth import BearerTokens
-from headroom.router.telemetry_sink import MemoryTelemetry
+from headroom.router.control.telemetry_sink import MemoryTelemetry
+from headroom.router.fronts.auth import BearerTokens
 from headroom.streams.settings import RecordTimes
 from tests.keys import TRUST
 from tests.llmd.http import call

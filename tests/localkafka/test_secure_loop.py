@@ -16,7 +16,7 @@ from headroom.cli.main import main
 from headroom.contract.settings import from_env
 from headroom.contract.signing import SigningSettings
 from headroom.predictor.server import PredictorServer
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.keys import TEST_KEY, write_public_key
 from tests.predictor.conftest import local_settings
 from tests.predictor.test_service import request, stub_of

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from headroom.router.errors import PredictionUnavailable
-from headroom.router.roles import Candidate, Context, Prediction, PredictionBatch, Request, ServerSnapshot
+from headroom.router.framework.roles import Candidate, Context, Prediction, PredictionBatch, Request, ServerSnapshot
 
 
 def server(name: str, **state) -> ServerSnapshot:
@@ -70,7 +70,7 @@ ROUTER_SETTINGS = {"httpPort": 0, "pickPort": 0, "extProcPort": 0, "telemetry": 
 def router_config(addresses, *, scheduling=None, environ=None, **settings):
     """A router config over live servers at ``addresses``: free ports, no Kafka, no model tailing; ``environ``
     holds the settings that come from the environment only (TLS, model signing)."""
-    from headroom.router.config import load_config
+    from headroom.router.app.config import load_config
     base = {**ROUTER_SETTINGS, **settings}
     data = {"settings": base, "servers": [{"id": f"s{i}", "address": a} for i, a in enumerate(addresses)]}
     if scheduling is not None:

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from headroom.router.candidate_set import CandidateSet, ScoredSet, score_column
-from headroom.router.roles import Prediction, Scored
+from headroom.router.framework.candidate_set import CandidateSet, ScoredSet, score_column
+from headroom.router.framework.roles import Prediction, Scored
 from tests.router.routercases import cand, server
 
 CANDIDATES = [

@@ -5,11 +5,11 @@ import random
 import pytest
 
 from headroom.predictor.runtime import ModelRuntime
-from headroom.router.engine import Engine
 from headroom.router.errors import PredictionUnavailable
-from headroom.router.pipeline import load_pipeline
-from headroom.router.predictors import EmbeddedPredictor
-from headroom.router.roles import Context
+from headroom.router.framework.engine import Engine
+from headroom.router.framework.pipeline import load_pipeline
+from headroom.router.framework.predictors import EmbeddedPredictor
+from headroom.router.framework.roles import Context
 from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, message, train
 from tests.router.routercases import req, server

@@ -14,8 +14,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from headroom.contract.prompt import count_tokens
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, ExtProcServicer
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
+from headroom.router.fronts.ext_proc import DESTINATION_HEADER, MAX_ROUTED_REPLIES, ExtProcServicer
 from tests.router.routercases import GATEWAY_TOKEN, TablePredictor, gateway_environ, in_flight, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 

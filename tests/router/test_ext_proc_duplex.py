@@ -13,8 +13,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.ext_proc import DESTINATION_HEADER
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
+from headroom.router.fronts.ext_proc import DESTINATION_HEADER
 from tests.router.routercases import TablePredictor, router_config
 from tests.router.test_ext_proc import ext_proc_channel, header_map, request_messages, sse, with_router
 

@@ -11,8 +11,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.app.server import RouterServer
 from headroom.router.errors import ConfigError
-from headroom.router.server import RouterServer
 from tests.router.routercases import gateway_environ, router_config, wait_for
 from tests.router.test_ext_proc import ext_proc_channel
 from tests.router.test_ext_proc_parity import ANSWER, PROMPT, body, headers, response

@@ -12,8 +12,8 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from headroom.router.config import ConfigError
-from headroom.router.ext_proc import DESTINATION_HEADER
+from headroom.router.app.config import ConfigError
+from headroom.router.fronts.ext_proc import DESTINATION_HEADER
 from tests.router.routercases import router_config
 from tests.router.test_ext_proc import MODES, ext_proc_channel, request_messages, with_router
 from tests.router.test_ext_proc_duplex import duplex_request, duplex_response, send_all, streamed_of
@@ -79,7 +79,7 @@ def test_unserved_request_body_modes_are_refused_with_failed_precondition(mode, 
             call = ep_grpc.ExternalProcessorStub(channel).Process()
             await call.write(request_messages({}, {"prompt": "x"}, config=config)[0])
             return await call.code(), await call.details()
-    with caplog.at_level(logging.ERROR, logger="headroom.router.ext_proc"):
+    with caplog.at_level(logging.ERROR, logger="headroom.router.fronts.ext_proc"):
         (code, details), router = asyncio.run(asyncio.wait_for(with_router(scenario), 60))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and mode in details
     assert any(mode in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.router.routercases import (
     GATEWAY_TOKEN,
     OPEN_TELEMETRY,

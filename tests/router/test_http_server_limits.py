@@ -1,25 +1,24 @@
 """What the router's HTTP server bounds per client: the answers a pipelining client leaves unread, the size
 of a request's head, the time a request may take to arrive, what a request may not smuggle in, and how long
 a connection whose client reads nothing is kept (stalled, closing, past a stop's grace or a refusal's
-linger). The real :class:`~router.http_server.HttpServer` on 127.0.0.1, raw sockets."""
+linger). The real :class:`~router.http.server.HttpServer` on 127.0.0.1, raw sockets."""
 
 import asyncio
 import gc
 
 import pytest
 
-from headroom.router import http_connection
-from headroom.router.http_connection import MAX_PENDING
-from headroom.router.http_messages import Reply, Request, Routes
-from headroom.router.http_server import MIN_SWEEP_S, HttpServer
+from headroom.router.http.connection import MAX_PENDING
+from headroom.router.http.messages import HttpRequest, Reply, Routes
+from headroom.router.http.server import MIN_SWEEP_S, HttpServer
 from tests.router.test_proxy_e2e import run
 
 ANSWER = b"x" * 65536
 
 
-def routes(seen: list[Request] | None = None) -> Routes:
+def routes(seen: list[HttpRequest] | None = None) -> Routes:
     """``GET /`` and ``POST /`` answer 64 KiB; errors answer their status and message."""
-    async def answer(request: Request, reply: Reply) -> None:
+    async def answer(request: HttpRequest, reply: Reply) -> None:
         if seen is not None:
             seen.append(request)
         reply.send(200, {"content-type": "text/plain"}, ANSWER)
@@ -92,10 +91,10 @@ def test_a_request_that_trickles_in_for_longer_than_request_s_is_answered_408_th
         assert answer.startswith(b"HTTP/1.1 408 ") and cut
 
 
-def served(request: bytes) -> tuple[bytes, list[Request]]:
+def served(request: bytes) -> tuple[bytes, list[HttpRequest]]:
     """The answer to ``request`` and the requests the handler was given."""
     async def scenario():
-        seen: list[Request] = []
+        seen: list[HttpRequest] = []
         server, port = await serving(seen=seen)
         try:
             answer, _ = await answer_to(port, request)
@@ -132,7 +131,7 @@ def test_a_body_announced_over_max_body_is_refused_before_100_continue():
 
 def test_a_client_leaving_while_its_answer_waits_in_the_buffer_leaves_no_unretrieved_error():
     async def scenario():
-        async def big_then_busy(request: Request, reply: Reply) -> None:
+        async def big_then_busy(request: HttpRequest, reply: Reply) -> None:
             reply.send(200, {"content-type": "text/plain"}, ANSWER * 64)  # 4 MiB: writing pauses
             await asyncio.sleep(5)  # busy with something else: nobody drains
         server = HttpServer(Routes(lambda request, status: big_then_busy, big_then_busy, lambda s, m: b""), 1024)
@@ -177,7 +176,7 @@ def test_a_pipelined_request_cut_while_the_server_paused_reading_is_not_answered
     async def scenario():
         server, port = await serving(request_s=0.4, keep_alive_s=5.0)
 
-        async def slow(request: Request, reply: Reply) -> None:
+        async def slow(request: HttpRequest, reply: Reply) -> None:
             await asyncio.sleep(1.5)  # a long answer ahead: reading stays paused meanwhile
             reply.send(200, {}, b"slow")
         server.routes.add("GET", "/slow", slow)
@@ -199,7 +198,7 @@ def test_head_on_a_streaming_route_is_answered_with_its_headers_and_no_chunks():
     async def scenario():
         server, port = await serving()
 
-        async def stream(request: Request, reply: Reply) -> None:
+        async def stream(request: HttpRequest, reply: Reply) -> None:
             reply.start(200, {"content-type": "text/event-stream"})
             for _ in range(3):
                 await reply.write(b"data: x\n\n")
@@ -220,7 +219,7 @@ async def endless_stream_unread(server: HttpServer, port: int) -> tuple[asyncio.
     """A client asks ``GET /endless`` and reads none of it; the event is set once the handler has ended."""
     ended = asyncio.Event()
 
-    async def endless(request: Request, reply: Reply) -> None:
+    async def endless(request: HttpRequest, reply: Reply) -> None:
         try:
             reply.start(200, {"content-type": "text/event-stream"})
             for _ in range(100_000):  # 6 GiB at most: writing pauses long before
@@ -271,7 +270,7 @@ def test_a_stop_past_its_grace_aborts_a_connection_whose_client_reads_nothing():
 
 
 def test_a_refused_connection_whose_client_never_closes_is_aborted_after_the_linger(monkeypatch):
-    monkeypatch.setattr(http_connection, "LINGER_S", 0.3)
+    monkeypatch.setattr("headroom.router.http.connection.LINGER_S", 0.3)
 
     async def scenario():
         server, port = await serving(max_headers=10)
@@ -293,7 +292,7 @@ def test_a_client_reading_a_large_answer_slowly_for_longer_than_keep_alive_s_get
     async def scenario():
         server, port = await serving(keep_alive_s=1.0)
 
-        async def large(request: Request, reply: Reply) -> None:
+        async def large(request: HttpRequest, reply: Reply) -> None:
             reply.send(200, {"content-type": "application/octet-stream"}, b"x" * size)
         server.routes.add("GET", "/large", large)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -317,7 +316,7 @@ def test_a_closed_connection_whose_client_never_reads_the_end_is_cut_after_keep_
     async def scenario():
         server, port = await serving(keep_alive_s=0.5)
 
-        async def large(request: Request, reply: Reply) -> None:
+        async def large(request: HttpRequest, reply: Reply) -> None:
             reply.send(200, {"content-type": "application/octet-stream"}, b"x" * 16 * 1024 * 1024)
         server.routes.add("GET", "/large", large)
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -335,7 +334,7 @@ def test_a_closed_connection_whose_client_never_reads_the_end_is_cut_after_keep_
 
 
 def test_a_refused_connection_with_a_request_begun_behind_it_is_closed_after_keep_alive_s(monkeypatch):
-    monkeypatch.setattr(http_connection, "LINGER_S", 60.0)  # not the linger's abort: the keep-alive limit's close
+    monkeypatch.setattr("headroom.router.http.connection.LINGER_S", 60.0)  # not the linger's abort: the keep-alive limit's close
 
     async def scenario():
         server, port = await serving(max_headers=10, keep_alive_s=0.5, request_s=0.2)

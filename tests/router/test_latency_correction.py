@@ -5,14 +5,14 @@ import math
 import pytest
 
 from headroom.contract.server_metrics import ServerMetrics
-from headroom.router.engine import Engine
-from headroom.router.metering import Completion
-from headroom.router.metrics import RouterMetrics
-from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
-from headroom.router.service import RouterService
+from headroom.router.control.metering import Completion
+from headroom.router.control.metrics import RouterMetrics
+from headroom.router.control.service import RouterService
+from headroom.router.control.telemetry_sink import MemoryTelemetry
+from headroom.router.framework.engine import Engine
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.state.pool import PoolState
 from headroom.router.state.servers import ServerSpec
-from headroom.router.telemetry_sink import MemoryTelemetry
 from tests.router.routercases import TablePredictor, req, server
 
 

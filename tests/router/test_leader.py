@@ -10,8 +10,8 @@ from kubernetes import client
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.leader import ElectionTiming, LeaderElector, lease_api
-from headroom.router.server import RouterServer
+from headroom.router.app.leader import ElectionTiming, LeaderElector, lease_api
+from headroom.router.app.server import RouterServer
 from tests.router.routercases import router_config
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first use builds the API server

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headroom.contract.prompt import token_block_hashes
+from headroom.router.control.limits import RequestLimits, json_depth
+from headroom.router.control.prompt import OFF_LOOP_BYTES, parse_body_off_loop
 from headroom.router.errors import RequestError, RequestTooLarge
-from headroom.router.limits import RequestLimits, json_depth
-from headroom.router.prompt import OFF_LOOP_BYTES, parse_body_off_loop
 
 TRICKY_TEXT = st.text(alphabet='[]{}"\\ab\u00e9\n', max_size=12)
 DOCUMENTS = st.recursive(st.none() | st.booleans() | st.integers() | TRICKY_TEXT,

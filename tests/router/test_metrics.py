@@ -1,5 +1,5 @@
-from headroom.router.metrics import RouterMetrics
-from headroom.router.telemetry_sink import TelemetryCounts
+from headroom.router.control.metrics import RouterMetrics
+from headroom.router.control.telemetry_sink import TelemetryCounts
 
 
 def test_telemetry_delivery_outcomes_are_read_at_scrape_time():

@@ -11,9 +11,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from headroom.contract.server_state import SERVER_FIELDS, ServerState
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.app.server import RouterServer
+from headroom.router.framework.roles import ServerSnapshot
 from headroom.router.proto import router_pb2, router_pb2_grpc
-from headroom.router.roles import ServerSnapshot
-from headroom.router.server import RouterServer
 from tests.router.routercases import OPEN_TELEMETRY, TablePredictor, router_config
 
 

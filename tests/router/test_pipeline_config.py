@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from headroom.router.errors import ConfigError
-from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
 from tests.router.routercases import req
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins.latency_slo_admitter import build
+from headroom.router.framework.plugins.latency_slo_admitter import build
 from tests.router.routercases import cand, req
 
 SLO = {"slo_ttft": 500.0}

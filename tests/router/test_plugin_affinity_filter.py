@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins.prefix_cache_affinity_filter import build
+from headroom.router.framework.plugins.prefix_cache_affinity_filter import build
 from tests.router.routercases import cand, ctx, req
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins import kv_cache_free_scorer, prefix_match_scorer, queue_scorer
+from headroom.router.framework.plugins import kv_cache_free_scorer, prefix_match_scorer, queue_scorer
 from tests.router.routercases import cand, req
 
 CASES = [

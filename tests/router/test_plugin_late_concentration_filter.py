@@ -1,7 +1,7 @@
 import pytest
 
 from headroom.router.errors import ConfigError
-from headroom.router.plugins.late_concentration_filter import build
+from headroom.router.framework.plugins.late_concentration_filter import build
 from tests.router.routercases import cand, ctx, req
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins.latency_scorer import POSITIVE_FLOOR, build
+from headroom.router.framework.plugins.latency_scorer import POSITIVE_FLOOR, build
 from tests.router.routercases import cand, req
 
 SLO = {"slo_ttft": 1000.0}

@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from headroom.router.plugins.max_score_picker import build
-from headroom.router.roles import Context, Scored
+from headroom.router.framework.plugins.max_score_picker import build
+from headroom.router.framework.roles import Context, Scored
 from tests.router.routercases import cand
 
 

@@ -5,8 +5,8 @@ import pytest
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.router.errors import ConfigError
-from headroom.router.plugins.predicted_latency_producer import build
-from headroom.router.roles import Candidate, Context, PredictionBatch
+from headroom.router.framework.plugins.predicted_latency_producer import build
+from headroom.router.framework.roles import Candidate, Context, PredictionBatch
 from headroom.tpot_ratios import TpotRatios
 from tests.router.routercases import TablePredictor, ctx, req, server
 

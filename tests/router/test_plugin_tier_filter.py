@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins.slo_headroom_tier_filter import build
+from headroom.router.framework.plugins.slo_headroom_tier_filter import build
 from tests.router.routercases import cand, ctx, req
 
 SLO = {"slo_ttft": 500.0}

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.router.plugins.tpot_protection_filter import build
+from headroom.router.framework.plugins.tpot_protection_filter import build
 from tests.router.routercases import cand, ctx, req
 
 

@@ -18,8 +18,8 @@ from kubernetes import client
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.config import load_config
-from headroom.router.server import RouterServer
+from headroom.router.app.config import load_config
+from headroom.router.app.server import RouterServer
 from headroom.sim.live import LiveServer
 from headroom.sim.profile import profile
 from tests.conftest import free_port

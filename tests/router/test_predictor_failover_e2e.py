@@ -19,7 +19,7 @@ from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.demo.processes import Supervisor
 from headroom.predictor.server import SERVICE_NAME
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.conftest import free_port
 from tests.predictor.models import message, train
 from tests.predictor.test_kafka_e2e import publish

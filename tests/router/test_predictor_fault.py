@@ -10,7 +10,7 @@ from headroom.contract.topics import KafkaSettings
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.keys import TRUST
 from tests.predictor.models import message, train
 from tests.router.routercases import router_config, wait_for

@@ -1,9 +1,9 @@
 import pytest
 
+from headroom.router.control.headers import parse_headers
+from headroom.router.control.metering import StreamMeter, meter_json
+from headroom.router.control.prompt import read_body
 from headroom.router.errors import RequestError
-from headroom.router.headers import parse_headers
-from headroom.router.metering import StreamMeter, meter_json
-from headroom.router.prompt import read_body
 
 
 @pytest.mark.parametrize("body, chat, tokens, blocks", [

@@ -9,8 +9,8 @@ import uvloop
 from headroom.contract.server_state import NO_TOKEN_AGE_MS
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.pipeline import DEFAULT_PIPELINE
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE
 from tests.router.routercases import TablePredictor, in_flight, req, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
@@ -204,7 +204,7 @@ def test_server_file_changes_reach_the_running_router(tmp_path):
         async with upstreams(Upstream("a"), Upstream("b")) as servers:
             path = tmp_path / "pool.yaml"
             path.write_text(f"servers: [{{id: a, address: '{servers[0].address}'}}]\n")
-            from headroom.router.config import load_config
+            from headroom.router.app.config import load_config
             config = load_config({"settings": {"httpPort": 0, "pickPort": -1, "extProcPort": -1, "telemetry": False,
                                                "predictor": "none", "serverFilePollS": 0.02},
                                   "serversFile": str(path)}, environ={})

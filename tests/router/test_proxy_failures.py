@@ -6,8 +6,8 @@ import time
 
 import aiohttp
 
-from headroom.router.proxy import MODELS_TIMEOUT_S
-from headroom.router.upstreams import MAX_ERROR_BODY
+from headroom.router.fronts.proxy import MODELS_TIMEOUT_S
+from headroom.router.fronts.upstreams import MAX_ERROR_BODY
 from tests.router.routercases import in_flight, wait_for
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams

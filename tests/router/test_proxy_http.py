@@ -5,8 +5,8 @@ import asyncio
 
 import aiohttp
 
-from headroom.router.http_messages import Reply, Request, Routes
-from headroom.router.http_server import HttpServer
+from headroom.router.http.messages import HttpRequest, Reply, Routes
+from headroom.router.http.server import HttpServer
 from tests.router.routercases import wait_for
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams
@@ -121,7 +121,7 @@ def test_a_client_leaving_mid_stream_or_before_the_answer_releases_its_server_at
 
 def test_a_connection_idle_for_keep_alive_s_is_closed():
     async def scenario():
-        async def hello(request: Request, reply: Reply) -> None:
+        async def hello(request: HttpRequest, reply: Reply) -> None:
             reply.send(200, {"content-type": "text/plain"}, b"hi")
         routes = Routes(lambda request, status: hello, hello, lambda status, message: b"")
         routes.add("GET", "/", hello)

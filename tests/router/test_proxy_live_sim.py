@@ -6,7 +6,7 @@ import aiohttp
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from headroom.sim.live import LiveServer
 from headroom.sim.profile import profile
 from tests.router.routercases import TablePredictor, router_config, wait_for

@@ -4,7 +4,7 @@ Real aiohttp model servers, the real router, a real HTTP client."""
 import aiohttp
 import pytest
 
-from headroom.router.openai_api import error_type
+from headroom.router.fronts.openai_api import error_type
 from tests.router.routercases import TablePredictor
 from tests.router.test_proxy_e2e import run, started
 from tests.router.upstream import Upstream, upstreams

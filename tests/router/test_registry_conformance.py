@@ -6,9 +6,9 @@ import importlib
 import pytest
 
 from headroom.router.errors import ConfigError
-from headroom.router.params import camel
-from headroom.router.registry import REGISTRY
-from headroom.router.roles import Scored, role_of
+from headroom.router.framework.params import camel
+from headroom.router.framework.registry import REGISTRY
+from headroom.router.framework.roles import Scored, role_of
 from tests.router.routercases import TablePredictor, cand, ctx, req
 
 CANDIDATES = (cand("a", 120, slo_ttft=500.0, prefix_match=0.9, kv_cache_usage=0.3, num_waiting=2),

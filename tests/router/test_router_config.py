@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom.router.config import load_config
+from headroom.router.app.config import load_config
 from headroom.router.errors import ConfigError
 
 HEADROOM = str(Path(sys.executable).parent / "headroom")

@@ -1,8 +1,8 @@
 import pytest
 
-from headroom.router.engine import Engine
 from headroom.router.errors import NoCandidates
-from headroom.router.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.framework.engine import Engine
+from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
 from tests.router.routercases import TablePredictor, ctx, req, server
 
 NO_EXPLORATION = {**DEFAULT_PIPELINE, "plugins": [

@@ -15,9 +15,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.app.server import RouterServer
 from headroom.router.errors import ConfigError
 from headroom.router.proto import router_pb2, router_pb2_grpc
-from headroom.router.server import RouterServer
 from tests.predictor.conftest import start_server  # noqa: F401  (a fixture)
 from tests.predictor.test_service import boosters, runtime_with  # noqa: F401  (a fixture)
 from tests.router.routercases import TablePredictor, router_config, wait_for

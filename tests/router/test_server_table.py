@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from headroom.router.server_table import ServerTable
+from headroom.router.framework.server_table import ServerTable
 from tests.router.routercases import server
 
 SNAPS = (server("a", kv_cache_usage=0.5, num_waiting=2, num_running=3, prefix_match=0.25, inflight_requests=1,

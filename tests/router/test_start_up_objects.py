@@ -7,7 +7,7 @@ import signal
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.router.routercases import router_config, wait_for
 
 

@@ -15,7 +15,7 @@ from headroom.contract.telemetry import decode
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
-from headroom.router.server import RouterServer
+from headroom.router.app.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 

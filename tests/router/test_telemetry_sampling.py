@@ -8,9 +8,9 @@ import pytest
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.router.app.server import RouterServer
+from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.proto import router_pb2, router_pb2_grpc
-from headroom.router.server import RouterServer
-from headroom.router.telemetry_sampler import TelemetrySampler
 from tests.router.routercases import OPEN_TELEMETRY, router_config
 
 BUSY, RARE = "q0/kv10/pm0", "q11+/kv95/pm3"

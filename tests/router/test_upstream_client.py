@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from headroom.router.metrics import RouterMetrics
-from headroom.router.upstream_client import UpstreamConnection, UpstreamPool
+from headroom.router.control.metrics import RouterMetrics
+from headroom.router.http.client import UpstreamConnection, UpstreamPool
 from tests.router.test_proxy_e2e import run
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

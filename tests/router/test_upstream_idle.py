@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from headroom.router.upstreams import IdleWatch, TotalTimeout, Upstreams, UpstreamTimeouts
+from headroom.router.fronts.upstreams import IdleWatch, TotalTimeout, Upstreams, UpstreamTimeouts
 from tests.conftest import free_port
 
 IDLE_S = 0.3
@@ -90,9 +90,9 @@ def test_a_cancelled_read_is_a_cancellation_not_a_timeout():
 
 
 def _dispatch(slo_ttft_ms=None, stream=True, ttft=None, e2e=None):
-    from headroom.router.engine import Decision
-    from headroom.router.roles import Candidate, Prediction
-    from headroom.router.service import Dispatch
+    from headroom.router.control.service import Dispatch
+    from headroom.router.framework.engine import Decision
+    from headroom.router.framework.roles import Candidate, Prediction
     from tests.router.routercases import req, server
 
     request = req(slo_ttft_ms=slo_ttft_ms, stream=stream)

@@ -1,0 +1,1 @@
+"""Built-in scheduling plugins, one per module; :mod:`router.framework.registry` lists them."""

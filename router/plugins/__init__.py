@@ -1,1 +1,0 @@
-"""Built-in scheduling plugins, one per module; :mod:`router.registry` lists them."""
