@@ -1,4 +1,4 @@
-"""The floors of docs/architecture.md: the tree keeps them, and the import-linter run of `make lint` fails on an
+"""The floors of docs/architecture.md, and the router's rooms: the tree keeps them, and the import-linter run of `make lint` fails on an
 import against them (on a copy of the tree laid out as `make lint` lays it out, with the import added)."""
 
 from __future__ import annotations
@@ -24,14 +24,20 @@ def test_the_tree_keeps_its_floors(tmp_path):
     lay_out(tmp_path)
     result = lint_imports(tmp_path)
     assert result.returncode == 0 and "floors KEPT" in result.stdout, result.stdout + result.stderr
+    assert "router rooms KEPT" in result.stdout, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("module, imported", [
-    pytest.param("contract/slo.py", "headroom.kafka_clients", id="contract-imports-the-base-above-it"),
-    pytest.param("predictor/runtime.py", "headroom.llmd.sidecar", id="a-room-imports-a-floor-above"),
-    pytest.param("router/framework/engine.py", "headroom.sim.pool", id="independent-rooms-of-one-floor"),
+@pytest.mark.parametrize("module, imported, contract", [
+    pytest.param("router/framework/engine.py", "headroom.router.control.service", "router rooms",
+                 id="the-framework-imports-request-control"),
+    pytest.param("router/state/pool.py", "headroom.router.fronts.proxy", "router rooms", id="state-imports-a-front"),
+    pytest.param("router/http/client.py", "headroom.router.framework.roles", "router rooms",
+                 id="independent-router-rooms"),
+    pytest.param("contract/slo.py", "headroom.kafka_clients", "floors", id="contract-imports-the-base-above-it"),
+    pytest.param("predictor/runtime.py", "headroom.llmd.sidecar", "floors", id="a-room-imports-a-floor-above"),
+    pytest.param("router/framework/engine.py", "headroom.sim.pool", "floors", id="independent-rooms-of-one-floor"),
 ])
-def test_an_import_against_the_floors_fails_the_lint(tmp_path, module, imported):
+def test_an_import_against_the_floors_fails_the_lint(tmp_path, module, imported, contract):
     lay_out(tmp_path)
     copy = tmp_path / "headroom" / module
     source = copy.read_text()
@@ -39,7 +45,7 @@ def test_an_import_against_the_floors_fails_the_lint(tmp_path, module, imported)
     copy.write_text(f"{source}\nimport {imported}  # against the floors\n")
     result = lint_imports(tmp_path)
     importer = "headroom." + module.removesuffix(".py").replace("/", ".")
-    assert result.returncode == 1 and "floors BROKEN" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1 and f"{contract} BROKEN" in result.stdout, result.stdout + result.stderr
     assert f"{importer} -> {imported}" in result.stdout, result.stdout
 
 
