@@ -22,7 +22,7 @@ from headroom.sim.settings import SimSettings, settings_from
 from headroom.sim.traces import FORMATS
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("sim", help="a calibrated simulator of an LLM model-server pool")
     commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
 

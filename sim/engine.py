@@ -30,8 +30,9 @@ import math
 import random
 from collections import deque
 
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.sim.kvcache import BlockCache
-from headroom.sim.profile import BLOCK_TOKENS, ServerProfile
+from headroom.sim.profile import ServerProfile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.sequence import SeqState
@@ -77,7 +78,7 @@ class ServerEngine:
         self._g = 0  # decode steps so far
         self._phase = [0] * BLOCK_TOKENS  # decoders by (kv - g) mod 16: who needs a block at which step
         self._finish: list[tuple[int, int, int, SeqState]] = []  # (finish step, uid, epoch, seq)
-        self._hit_memo: tuple = (None, 0, 0)
+        self._hit_memo: tuple[SeqState | None, int, int] = (None, 0, 0)
         self._dirty = True
         self._kind = _IDLE
         self._k = 0
@@ -112,7 +113,7 @@ class ServerEngine:
                                         f"needs {blocks} KV blocks, server has {capacity}"))
             return False
         self._uid += 1
-        self._waiting.append(SeqState(request, self._uid, now, self.record_tokens))
+        self._waiting.append(SeqState(request, self._uid, now))
         if self._kind != _STEP or self._dirty:
             self._dirty = True
         return True
@@ -170,7 +171,8 @@ class ServerEngine:
             last = self.clock + self._span(done)
         g = self._g + done
         return [(seq.request.request_id, seq.first_token_s, tokens, last if tokens > 1 else seq.first_token_s)
-                for seq in self._running.values() if seq.decoding and seq.request.stream
+                for seq in self._running.values()
+                if seq.decoding and seq.request.stream and seq.first_token_s is not None  # set once decoding
                 for tokens in (seq.gen_join + g - seq.g_join,)]
 
     def set_slowdown(self, factor: float, now: float) -> None:
@@ -509,7 +511,7 @@ class ServerEngine:
                 if seq.request.stream:  # only a streamed first token reaches the router before the end
                     self.first_tokens.append((seq.request, end))
                     streamed = True
-            if seq.times is not None:
+            if self.record_tokens:
                 seq.times.append(end)
             if seq.generated >= seq.request.output_tokens:
                 del self._running[seq.uid]
@@ -555,4 +557,4 @@ class ServerEngine:
     def _finish_seq(self, seq: SeqState) -> None:
         self.finished.append(_new_tuple(Outcome, (
             seq.request, self.server_id, seq.submitted_s, seq.first_token_s, self.clock, seq.generated,
-            seq.cached_tokens, seq.preemptions, tuple(seq.times) if seq.times is not None else ())))
+            seq.cached_tokens, seq.preemptions, tuple(seq.times))))

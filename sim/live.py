@@ -64,7 +64,7 @@ class LiveServer:
         self._load_delay = profile.load_delay_s if load_delay else 0.0
         self._start = 0.0
         self._runner: web.AppRunner | None = None
-        self._driver: asyncio.Task | None = None
+        self._driver: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._progress = asyncio.Event()
         self._dropped: dict[int, str] = {}  # id of a request the engine dropped -> why
@@ -219,7 +219,7 @@ class LiveServer:
         kind = "chat.completion.chunk" if chat else "text_completion"
         created = int(time.time())
 
-        async def send(payload: dict) -> None:
+        async def send(payload: dict[str, Any]) -> None:
             await response.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
 
         for i in range(req.output_tokens):
@@ -272,8 +272,8 @@ class LiveServer:
                 tokens, hashes = len(prompt), token_block_hashes(prompt)
             else:
                 raise BadRequest("'prompt' must be a string or a list of token ids (batches are not supported)")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", DEFAULT_MAX_TOKENS))
-        _positive(max_tokens, "max_tokens")
+        max_tokens = _positive(body.get("max_tokens", body.get("max_completion_tokens", DEFAULT_MAX_TOKENS)),
+                               "max_tokens")
         tokens = _positive(ext.get("prompt_tokens", tokens), "headroom.prompt_tokens")
         output = _positive(ext.get("output_tokens", max_tokens), "headroom.output_tokens")
         if "hash_ids" in ext:
@@ -286,7 +286,7 @@ class LiveServer:
                        max_tokens=max_tokens, prefix_hashes=hashes, stream=bool(body.get("stream")))
 
 
-def _positive(value: Any, name: str) -> int:
+def _positive(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadRequest(f"'{name}' must be a positive integer, got {value!r}")
     return value

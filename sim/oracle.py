@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from headroom.sim.engine import ServerEngine
 from headroom.sim.request import SimRequest
+from headroom.sim.view import PoolView
 
 MAX_FORWARD_WAKES = 1_000_000
 
@@ -34,12 +35,12 @@ def true_ttft_ms(engine: ServerEngine, request: SimRequest, now: float) -> float
     raise RuntimeError(f"oracle: request {request.request_id!r} got no first token on {engine.server_id}")
 
 
-def oracle_ttfts(view, request: SimRequest) -> list[float]:
+def oracle_ttfts(view: PoolView, request: SimRequest) -> list[float]:
     """True TTFT (ms) of ``request`` on every server of a :class:`~sim.view.PoolView`, in view order."""
     return [true_ttft_ms(engine, request, view.now) for engine in view.engines()]
 
 
-def oracle_pick(request: SimRequest, view) -> str:
+def oracle_pick(request: SimRequest, view: PoolView) -> str:
     """A pick function that sends each request where its true TTFT is lowest (the benchmark's ceiling)."""
     ttfts = oracle_ttfts(view, request)
     best = min(range(len(ttfts)), key=lambda i: (ttfts[i], view.inflight_requests[i]))

@@ -18,7 +18,7 @@ scrapes. Factories take a seed where the policy is random, so runs repeat.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from headroom.sim.request import SimRequest
 from headroom.sim.view import PickFunction, PoolView
@@ -74,7 +74,7 @@ def least_kv(seed: int = 0) -> PickFunction:
     return pick
 
 
-def _argmin(view: PoolView, values: list) -> str:
+def _argmin(view: PoolView, values: Sequence[float]) -> str:
     """The server with the lowest value, then the fewest in-flight requests, then the lowest index."""
     low = min(values)
     inflight = view.inflight_requests

@@ -64,7 +64,8 @@ class _Server:
     __slots__ = ("spec", "engine", "state", "index", "inflight", "inflight_tokens", "prefill_tokens", "prefilling",
                  "decode_tokens", "tpot_slos", "known", "wake", "version", "snapshot")
 
-    def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str, routers: int):
+    def __init__(self, spec: SimServerSpec, engine: ServerEngine, state: str, routers: int,
+                 snapshot: MetricsSnapshot):
         self.spec, self.engine, self.state = spec, engine, state
         self.index = -1
         self.inflight, self.inflight_tokens = [0] * routers, [0] * routers
@@ -75,7 +76,7 @@ class _Server:
         self.known: list[set[int]] = [set() for _ in range(routers)]  # prefix blocks each router sent here
         self.wake: float | None = None
         self.version = 0
-        self.snapshot: MetricsSnapshot | None = None
+        self.snapshot = snapshot
 
 
 _WAKE, _DONE, _READY, _ACTION, _FIRST = 0, 1, 2, 3, 4
@@ -140,7 +141,7 @@ def slow_down(server_id: str, factor: float) -> Controller:
     return lambda control: control.set_slowdown(server_id, factor)
 
 
-def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: PickFunction, *,
+def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: PickFunction | Sequence[PickFunction], *,
         scrape_interval_s: float = 0.05, seed: int = 0, controller: Controller | None = None,
         control_interval_s: float = 10.0, actions: Iterable[Action] = (), epoch_unix: float = 1_700_000_000.0,
         record_tokens: bool = False, telemetry: bool = True,
@@ -170,8 +171,11 @@ def run(requests: Sequence[SimRequest], pool: Iterable[SimServerSpec], pick: Pic
 
 
 class _Run:
-    def __init__(self, requests, pool, pick, scrape_interval_s, seed, controller, control_interval_s, actions,
-                 epoch_unix, record_tokens, telemetry, on_record, routers, prefix_knowledge):
+    def __init__(self, requests: Sequence[SimRequest], pool: Iterable[SimServerSpec],
+                 pick: PickFunction | Sequence[PickFunction], scrape_interval_s: float, seed: int,
+                 controller: Controller | None, control_interval_s: float, actions: Iterable[Action],
+                 epoch_unix: float, record_tokens: bool, telemetry: bool,
+                 on_record: Callable[[TelemetryRecord], Any] | None, routers: int, prefix_knowledge: str):
         if scrape_interval_s <= 0 or control_interval_s <= 0:
             raise SimulationError("scrape_interval_s and control_interval_s must be positive")
         picks = list(pick) if isinstance(pick, Sequence) else [pick] * routers
@@ -221,14 +225,14 @@ class _Run:
         engine = ServerEngine(spec.profile, spec.server_id, pool_key=spec.key,
                               seed=zlib.crc32(f"{self.seed}:{spec.server_id}".encode()),
                               record_tokens=self.record_tokens, start_s=self.now)
-        srv = _Server(spec, engine, state, self.routers)
-        srv.snapshot = engine.snapshot(self.now)
+        snapshot = engine.snapshot(self.now)
         if state != "ready":
-            srv.snapshot = srv.snapshot._replace(ready=False)
+            snapshot = snapshot._replace(ready=False)
+        srv = _Server(spec, engine, state, self.routers, snapshot)
         self.servers[spec.server_id] = srv
         return srv
 
-    def add_server(self, server_type, server_id, pool_key) -> str:
+    def add_server(self, server_type: str | ServerProfile, server_id: str | None, pool_key: str) -> str:
         prof = profile(server_type) if isinstance(server_type, str) else server_type
         if server_id is None:
             n = len(self.servers)
@@ -330,24 +334,24 @@ class _Run:
         return r
 
     def _complete(self, srv: _Server, outcome: Outcome) -> None:
-        seen = self.dispatched.get(outcome.request.request_id)
+        seen = self.dispatched[outcome.request.request_id]  # every request that completes was dispatched
         r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
         view, stream = self.views[r], outcome.request.stream
         if stream:
             view.lengths.add(outcome.output_tokens)
-        pick = seen.decision if seen and type(seen.decision) is Pick else None
+        pick = seen.decision if type(seen.decision) is Pick else None
         if pick is not None:
             used_tpot = pick.used_tpot_ms()
             if stream and used_tpot is not None and outcome.tpot_ms is not None:
-                view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)  # type: ignore[union-attr]
+                view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)
             versions = pick.model_versions or {}
             for target, predicted, actual in (("ttft", pick.predicted_ttft_ms, outcome.ttft_ms),
                                               ("tpot", pick.predicted_tpot_ms, outcome.tpot_ms),
                                               ("e2e", pick.predicted_e2e_ms, outcome.e2e_ms)):
                 version = versions.get(target)
                 if trains(target, stream) and predicted is not None and actual is not None and version is not None:
-                    view.corrections.observe(outcome.server_id, seen.pool_key, target, predicted, actual,  # type: ignore[union-attr]
+                    view.corrections.observe(outcome.server_id, seen.pool_key, target, predicted, actual,
                                              version, self.now)
         if self.telemetry:
             self.seen.append(seen)
@@ -375,10 +379,10 @@ class _Run:
             return
         view._start(request, self.now)
         decision = self.picks[r](request, view)
-        if type(decision) is Shed:
+        if isinstance(decision, Shed):
             self.dropped.append(Dropped(request, "", self.now, decision.reason))
             return
-        server_id = decision if type(decision) is str else decision.server_id
+        server_id = decision if isinstance(decision, str) else decision.server_id
         srv = self.servers.get(server_id)
         if srv is None or srv.state != "ready":
             raise SimulationError(f"pick chose {server_id!r}, which is not a routable server")
@@ -425,7 +429,8 @@ class _Run:
                     next_scrape += self.scrape_interval
                 else:
                     self.now = next_control
-                    self.controller(self.control)
+                    if self.controller is not None:  # else next_control stays infinite
+                        self.controller(self.control)
                     next_control += self.control_interval
                 continue
             self.now = t

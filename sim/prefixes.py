@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from headroom.sim.profile import BLOCK_TOKENS
+from headroom.contract.prompt import BLOCK_TOKENS
 
 
 @dataclass(frozen=True)

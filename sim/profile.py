@@ -18,6 +18,7 @@ BLIS's measured ``total_kv_blocks`` for Llama-3.1-8B TP1 (29,205 on both GPUs).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from headroom.contract.prompt import BLOCK_TOKENS  # KV blocks and prefix-hash blocks are the same 16 tokens
 
@@ -60,7 +61,7 @@ class ServerProfile:
         """Accelerator memory in use: weights plus the whole preallocated KV cache, constant while serving."""
         return self.weights_bytes + self.kv_blocks * BLOCK_TOKENS * KV_BYTES_PER_TOKEN
 
-    def with_(self, **changes: object) -> ServerProfile:
+    def with_(self, **changes: Any) -> ServerProfile:  # each checked by replace() when called
         return replace(self, **changes)
 
 

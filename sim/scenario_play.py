@@ -49,7 +49,7 @@ def served(result: RunResult, slo: tuple[float, float]) -> list[tuple[float, flo
     """Each request of a run as ``(arrival s, TTFT ms or None if not served, SLO met)``."""
     def met(o: Outcome) -> bool:
         return o.ttft_ms <= slo[0] and (o.tpot_ms is None or o.tpot_ms <= slo[1])
-    rows = [(o.request.arrival_s, o.ttft_ms, met(o)) for o in result.outcomes]
+    rows: list[tuple[float, float | None, bool]] = [(o.request.arrival_s, o.ttft_ms, met(o)) for o in result.outcomes]
     rows += [(d.request.arrival_s, None, False) for d in result.dropped]
     return sorted(rows, key=lambda row: row[0])
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import Any
 
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.profile import ServerProfile, profile
@@ -89,6 +90,17 @@ class Burst:
 Change = Slowdown | KvShrink | PromptShift | Replace | Burst
 
 
+def _servers_named(change: Change | None) -> tuple[str, ...]:
+    """The pool's servers a change names."""
+    if isinstance(change, Slowdown):
+        return change.servers
+    if isinstance(change, KvShrink):
+        return (change.server,)
+    if isinstance(change, Replace):
+        return (change.remove,)
+    return ()
+
+
 def server_type(server_id: str) -> str:
     """A scenario server's type: its id up to the last '-' (``h100-2`` → ``h100``)."""
     return server_id.rpartition("-")[0]
@@ -112,8 +124,7 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: needs 0 < change_at_s < duration_s, a positive load and "
                              f"time scale")
         known = set(self.pool)
-        named = {Slowdown: lambda c: c.servers, KvShrink: lambda c: (c.server,),
-                 Replace: lambda c: (c.remove,)}.get(type(self.change), lambda c: ())(self.change)
+        named = _servers_named(self.change)
         if not set(named) <= known:
             raise ValueError(f"scenario {self.name!r} changes {sorted(set(named) - known)}, not in its pool")
 
@@ -124,8 +135,8 @@ class Scenario:
                 f"at {self.change_at_s:g} s of {self.duration_s:g} s, {change} (then at {after:.0%} of the capacity "
                 f"left)")
 
-    def with_(self, **changes: object) -> Scenario:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Scenario:  # each checked by replace() when called
+        return replace(self, **changes)
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -179,7 +190,7 @@ class Scenario:
         if not times or times[-1] < self.duration_s:
             raise ValueError(f"scenario {self.name!r}: the {len(loaded)} requests of the trace past row {skip} "
                              f"end before its {self.duration_s:g} s")
-        out = []
+        out: list[SimRequest] = []
         for request, t in zip(loaded, times):
             if t >= self.duration_s:
                 break

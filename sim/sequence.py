@@ -17,7 +17,7 @@ class SeqState:
                  "g_join", "kv_join", "gen_join", "epoch", "submitted_s", "first_token_s", "cached_tokens",
                  "preemptions", "queried", "times")
 
-    def __init__(self, request: SimRequest, uid: int, now: float, record: bool):
+    def __init__(self, request: SimRequest, uid: int, now: float):
         self.request = request
         self.uid = uid
         self.target = request.prompt_tokens  # tokens to prefill (prompt, plus generated ones after preemption)
@@ -34,12 +34,12 @@ class SeqState:
         self.cached_tokens = 0
         self.preemptions = 0
         self.queried = False
-        self.times: list[float] | None = [] if record else None
+        self.times: list[float] = []  # every token's time, when the engine records them
 
     def clone(self) -> SeqState:
         twin = object.__new__(SeqState)
         for name in SeqState.__slots__:
             setattr(twin, name, getattr(self, name))
         twin.held = list(self.held)
-        twin.times = None if self.times is None else list(self.times)
+        twin.times = list(self.times)
         return twin

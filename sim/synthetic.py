@@ -21,9 +21,10 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.sim.prefixes import SharedPrefixes
-from headroom.sim.profile import BLOCK_TOKENS
 from headroom.sim.request import SimRequest
 
 
@@ -100,7 +101,7 @@ def bursty_arrivals(rate: float, duration_s: float, seed: int = 0, burst_factor:
 
 def generate(arrivals: Sequence[float], prompts: Lengths = Lengths(1024, 0.8), outputs: Lengths = Lengths(128, 1.0),
              *, seed: int = 0, prefixes: SharedPrefixes | None = SharedPrefixes(), stream_fraction: float = 1.0,
-             id_prefix: str = "syn", **fields: object) -> list[SimRequest]:
+             id_prefix: str = "syn", **fields: Any) -> list[SimRequest]:
     """One request per arrival time, with drawn lengths, shared prefixes and stream flags."""
     rng = random.Random(seed)
     sampler = prefixes.sampler(seed + 1) if prefixes else None

@@ -30,11 +30,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.settings import from_env, setting
 from headroom.errors import HeadroomError
 from headroom.sim import trace_files
 from headroom.sim.prefixes import SharedPrefixes
-from headroom.sim.profile import BLOCK_TOKENS
 from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import LOADS, synthetic_load
 
@@ -120,7 +120,7 @@ def load_mooncake(path: Path | str | None = None, *, rate: float | None = None, 
     """The Mooncake trace with its prefix hashes mapped onto 16-token blocks; see the module docstring."""
     path = Path(path) if path is not None else from_env(TraceSettings).path("mooncake")
     per_block = MOONCAKE_BLOCK_TOKENS // BLOCK_TOKENS
-    rows = []
+    rows: list[tuple[float, int, int, list[int]]] = []
     try:
         with path.open() as handle:
             for line, text in enumerate(handle, start=1):

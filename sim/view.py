@@ -114,9 +114,12 @@ class PoolView:
         """Fraction (0-1) of the current request's prompt cached on server ``i``."""
         value = self._matches[i]
         if value is None:
-            value = self._engines[i].prefix_match(self.request)
+            request = self.request
+            if request is None:
+                raise RuntimeError("prefix_match is asked outside a routing decision")
+            value = self._engines[i].prefix_match(request)
             if self._known is not None and value > 0.0:
-                value = min(value, known_prefix(self.request, self._known[i]))
+                value = min(value, known_prefix(request, self._known[i]))
             self._matches[i] = value
         return value
 
