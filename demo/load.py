@@ -131,6 +131,10 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
                     tokens = payload.get("usage", {}).get("completion_tokens", 0)
         except (TimeoutError, aiohttp.ClientError) as err:
             return outcome(status=0, error=f"{type(err).__name__}: {err}")
+        except RuntimeError as err:  # aiohttp's answer to reading a stream whose connection closed (on Ctrl-C)
+            if str(err) != "Connection closed.":
+                raise
+            return outcome(status=0, error=f"{type(err).__name__}: {err}")
         if first is None or last is None:
             return outcome(status=200, error="stream carried no token")
         ttft = (first - sent) * 1000
