@@ -48,7 +48,8 @@ def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None 
         servers = [ServerSnapshot(server_id=s.server_id, pool_key=s.pool_key,
                                   running_tpot_slos_ms=view.running_tpot_slos[i], tpot_at_risk=view.tpot_at_risk(i),
                                   metrics_age_s=max(0.0, view.now - s.time_s),
-                                  latency_correction=view.latency_correction(i), **state_values(view.server_state(i)))
+                                  latency_correction=view.latency_correction(i),
+                                  prefill_ms_per_token=view.prefill_pace(i), **state_values(view.server_state(i)))
                    for i, s in enumerate(view.snapshots)]
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
         decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,

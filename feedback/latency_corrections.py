@@ -19,6 +19,15 @@ It fades, so it never outlives what it knew:
 - by ``version_fade`` when the pool's model of that target changes (:meth:`model_version`): the new model has
   learned part of what the correction held. Ratios measured against an older model are left out.
 
+Beside the corrections, each server's **prefill pace**: how many ms its streams waited for their first token per
+prompt token of prefill work at dispatch (the prompts queued ahead of them, :data:`inflight_prefill_tokens`, and
+their own uncached part). The models learn TTFT from the queues the pool has shown them; a queue deeper than any
+they were trained on is priced as the deepest they saw, and a multiplier learned on short queues cannot stretch
+it. The pace can: ``pace × work`` bounds a stream's TTFT from below on any queue (:meth:`prefill_pace`). A sample
+counts once its work is at least :data:`PACE_MIN_WORK` tokens (below, fixed costs dominate); the pace is the
+lower quartile of the last :data:`RING` samples, so that it bounds rather than predicts, and it fades as the
+corrections do.
+
 Times are the caller's (monotonic seconds in the router, virtual ones in the simulator).
 
 >>> corrections = LatencyCorrections()
@@ -32,12 +41,17 @@ Times are the caller's (monotonic seconds in the router, virtual ones in the sim
 >>> corrections.model_version("h100", "ttft", 2)  # a new model
 >>> factors(now=10.0)
 [1.3, 1.0]
+>>> for ttft_ms in (300.0, 320.0, 400.0, 280.0):  # s2: 2,000 tokens of prefill ahead of each stream
+...     corrections.observe_prefill("s2", ttft_ms, work_tokens=2000, now=10.0)
+>>> corrections.prefill_pace(slots, now=10.0).round(2).tolist()  # ms per token of work
+[0.0, 0.14]
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +63,15 @@ MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
 PRIOR = 1.0  # shrinkage: the mean counts n / (n + PRIOR), n the ratios observed so far
 MAX_SERVERS = 4096  # servers observed at once; one more is left out until another is forgotten
 TARGET_INDEX = {target: i for i, target in enumerate(TARGETS)}
+PACE_MIN_WORK = 1024  # prompt tokens of prefill work a pace sample needs
+PACE_LEAST = 3  # samples before a server has a pace
+MAX_PACE_MS = 100.0  # ms per token: one sample counts at most this (a forged or broken report)
+
+
+def prefill_work(prompt_tokens: Any, inflight_prefill_tokens: Any, prefix_match: Any) -> Any:
+    """Prompt tokens of prefill a request has ahead of its first token on a server: the prompts queued there,
+    and its own part not cached (numbers or NumPy columns)."""
+    return inflight_prefill_tokens + prompt_tokens * (1.0 - prefix_match)
 
 
 class LatencyCorrections:
@@ -67,7 +90,11 @@ class LatencyCorrections:
         self._estimate = np.zeros((len(TARGETS), 0))  # the log of the shrunk trimmed mean, per target and slot
         self._at = np.full((len(TARGETS), 0), -math.inf)  # when each was last observed
         self._versions: dict[tuple[str, str], int] = {}  # (pool, target) -> the newest model version seen
-        self._observed = False  # any ratio ever: until then every factor is 0, without reading the columns
+        self._observed = False  # any ratio or pace ever: until then all are 0, without reading the columns
+        self._paces = np.zeros((0, RING))  # per slot, a ring of ms per token of prefill work
+        self._pace_count = np.zeros(0, dtype=np.int64)
+        self._pace = np.zeros(0)  # per slot, the lower quartile of its ring (0: none yet)
+        self._pace_at = np.full(0, -math.inf)
 
     def slots(self, server_ids: Sequence[str]) -> np.ndarray:
         """The slots of ``server_ids`` (new servers get empty ones), to read :meth:`log_factors` with."""
@@ -113,6 +140,42 @@ class LatencyCorrections:
         self._estimate[t, slot] = self._trimmed_mean(slot, t)
         self._observed = True
 
+    def observe_prefill(self, server_id: str, ttft_ms: float, work_tokens: float, now: float) -> None:
+        """A stream on ``server_id`` got its first token ``ttft_ms`` after dispatch, with ``work_tokens`` of
+        prefill to go through first (queued ahead, and its own uncached prompt)."""
+        if not (work_tokens >= PACE_MIN_WORK and ttft_ms > 0 and math.isfinite(ttft_ms) and math.isfinite(work_tokens)):
+            return
+        if server_id not in self._slot and len(self._slot) >= MAX_SERVERS:
+            return
+        slot = self._slot_of(server_id)
+        count = int(self._pace_count[slot])
+        self._paces[slot, count % RING] = min(ttft_ms / work_tokens, MAX_PACE_MS)
+        self._pace_count[slot] = count = count + 1
+        self._pace_at[slot] = now
+        if count >= PACE_LEAST:
+            samples = np.sort(self._paces[slot, :min(count, RING)])
+            self._pace[slot] = samples[(len(samples) - 1) // 4]
+            self._observed = True
+
+    def prefill_pace(self, slots: np.ndarray, now: float) -> np.ndarray:
+        """Per slot, ms per token of prefill work at ``now`` (0 where none is known)."""
+        if not self._observed:
+            return np.zeros(len(slots))
+        pace, at = self._pace[slots], self._pace_at[slots]
+        if not pace.any():
+            return np.zeros_like(pace)
+        faded: np.ndarray = pace * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s))
+        return faded
+
+    def prefill_pace_of(self, server_ids: Sequence[str], now: float) -> np.ndarray:
+        """:meth:`prefill_pace` by server id (0 for a server never observed)."""
+        slots = np.array([self._slot.get(sid, -1) for sid in server_ids], dtype=np.intp)
+        pace = np.zeros(len(slots))
+        known = slots >= 0
+        if known.any():
+            pace[known] = self.prefill_pace(slots[known], now)
+        return pace
+
     def model_version(self, pool_key: str, target: str, version: int) -> None:
         """The pool's model of ``target`` is now ``version``: a newer one fades what its servers' corrections hold."""
         key = (pool_key, target)
@@ -135,6 +198,7 @@ class LatencyCorrections:
             return
         self._ratios[slot], self._count[slot] = 1.0, 0
         self._estimate[:, slot], self._at[:, slot] = 0.0, -math.inf
+        self._pace_count[slot], self._pace[slot], self._pace_at[slot] = 0, 0.0, -math.inf
         self._pool[slot] = ""
         self._free.append(slot)
 
@@ -165,3 +229,7 @@ class LatencyCorrections:
         self._count = np.concatenate((self._count, np.zeros((size - old, len(TARGETS)), dtype=np.int64)))
         self._estimate = np.concatenate((self._estimate, np.zeros((len(TARGETS), size - old))), axis=1)
         self._at = np.concatenate((self._at, np.full((len(TARGETS), size - old), -math.inf)), axis=1)
+        self._paces = np.concatenate((self._paces, np.zeros((size - old, RING))))
+        self._pace_count = np.concatenate((self._pace_count, np.zeros(size - old, dtype=np.int64)))
+        self._pace = np.concatenate((self._pace, np.zeros(size - old)))
+        self._pace_at = np.concatenate((self._pace_at, np.full(size - old, -math.inf)))

@@ -29,6 +29,7 @@ from typing import Any
 from headroom.contract.targets import trains
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.errors import HeadroomError
+from headroom.feedback.latency_corrections import prefill_work
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
@@ -340,6 +341,10 @@ class _Run:
         view, stream = self.views[r], outcome.request.stream
         if stream:
             view.lengths.add(outcome.output_tokens)
+            if outcome.ttft_ms is not None:
+                state = seen.state
+                work = prefill_work(outcome.request.prompt_tokens, state.inflight_prefill_tokens, state.prefix_match)
+                view.corrections.observe_prefill(outcome.server_id, outcome.ttft_ms, work, self.now)
         pick = seen.decision if type(seen.decision) is Pick else None
         if pick is not None:
             used_tpot = pick.used_tpot_ms()

@@ -19,7 +19,8 @@ each routable server ``i`` (ready, not draining), in the same order:
   (:class:`~headroom.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
 - ``corrections`` — how far each server's latencies have lately departed from the models' predictions
   (:class:`~feedback.latency_corrections.LatencyCorrections`, fed as requests complete, as a router's own is), and
-  ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now;
+  ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now, and
+  ``prefill_pace(i)`` the pace server ``i`` lately went through prefill at;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
   quantity from an index of its own past decisions, so this is the upper bound of that estimate — unless
@@ -86,7 +87,8 @@ class PoolView:
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
                  "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios",
-                 "corrections", "_engines", "_matches", "_tpot_slos", "_known", "_correction_slots", "_corrections")
+                 "corrections", "_engines", "_matches", "_tpot_slos", "_known", "_correction_slots", "_corrections",
+                 "_paces")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -102,6 +104,7 @@ class PoolView:
         self.corrections = LatencyCorrections()
         self._correction_slots = np.zeros(0, dtype=np.intp)
         self._corrections: np.ndarray | None = None  # this arrival's, once read
+        self._paces: np.ndarray | None = None
         self._engines: list[ServerEngine] = []
         self._matches: list[float | None] = []
         self._tpot_slos: list[dict[str, float]] = []  # per server: request id -> the TPOT SLO it is held to
@@ -144,6 +147,12 @@ class PoolView:
             self._corrections = self.corrections.log_factors(self._correction_slots, self.now)
         return tuple(self._corrections[:, i].tolist())
 
+    def prefill_pace(self, i: int) -> float:
+        """Server ``i``'s prefill pace now: ms per prompt token of prefill work ahead of a first token (0: unknown)."""
+        if self._paces is None:
+            self._paces = self.corrections.prefill_pace(self._correction_slots, self.now)
+        return float(self._paces[i])
+
     def tpot_at_risk(self, i: int) -> float:
         """The expected number of misses among the router's streams on server ``i`` that are at risk of missing
         their TPOT SLO now, should they get no step without a prefill before they end."""
@@ -161,7 +170,7 @@ class PoolView:
     def _start(self, request: SimRequest, now: float) -> None:
         self.request, self.now = request, now
         self._matches = [None] * len(self.snapshots)
-        self._corrections = None
+        self._corrections = self._paces = None
 
     def _servers_changed(self) -> None:
         """The routable servers changed (``snapshots`` is the new list): their correction slots."""

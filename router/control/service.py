@@ -30,6 +30,7 @@ from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
 from headroom.contract.targets import response_ms, trains
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
+from headroom.feedback.latency_corrections import prefill_work
 from headroom.router.control.headers import SchedulingHeaders
 from headroom.router.control.limits import RequestLimits
 from headroom.router.control.metering import Completion
@@ -39,7 +40,7 @@ from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
 from headroom.router.errors import AdmissionRejected
 from headroom.router.framework.engine import Decision, Engine
-from headroom.router.framework.roles import Context, LatencyPredictor, Prediction, Request, ServerSnapshot
+from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 
 log = logging.getLogger(__name__)
@@ -154,9 +155,8 @@ class RouterService:
         self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
-        prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
-        if prediction is not None and trusted:  # a caller's own say on latencies teaches the router nothing
-            self._learn(dispatch, prediction, completion)
+        if trusted:  # a caller's own say on latencies teaches the router nothing
+            self._learn(dispatch, completion)
         if not measured or not trusted:
             self.metrics.telemetry.labels("no_body" if not measured else "unauthenticated").inc()
             return None
@@ -171,13 +171,19 @@ class RouterService:
             self.telemetry.send(record)
         return record
 
-    def _learn(self, dispatch: Dispatch, prediction: Prediction, done: Completion) -> None:
-        """How the request's latencies compared with the predictions it was placed with."""
-        server, stream = dispatch.server, dispatch.request.stream
+    def _learn(self, dispatch: Dispatch, done: Completion) -> None:
+        """The pace the server went through prefill at, and how the request's latencies compared with the
+        predictions it was placed with."""
+        server, stream, now = dispatch.server, dispatch.request.stream, self.monotonic()
+        if stream and done.ttft_ms is not None:
+            work = prefill_work(dispatch.request.prompt_tokens, server.inflight_prefill_tokens, server.prefix_match)
+            self.pool.corrections.observe_prefill(server.server_id, done.ttft_ms, work, now)
+        prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        if prediction is None:
+            return
         if stream and done.tpot_ms is not None:
             self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
         observed = {"ttft": done.ttft_ms, "tpot": done.tpot_ms, "e2e": done.e2e_ms}
-        now = self.monotonic()
         for target, predicted in prediction.model_ms().items():
             version, actual = prediction.versions.get(target), observed[target]
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:

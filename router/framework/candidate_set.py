@@ -43,7 +43,9 @@ class CandidateSet(Sequence[Candidate]):
     fallback_reason_by_row: tuple[str | None, ...]
     versions_by_row: tuple[Mapping[str, int], ...]
     originals: tuple[Candidate, ...] | None = field(default=None, repr=False)  # per row of ``servers``
-    corrected: bool = False  # the predictions include each server's ``latency_correction``
+    # per target (rows) and row of ``servers``, the log factor the models' predictions were corrected by (the
+    # server's latency correction and, where it bound, its prefill pace); None: not corrected
+    correction: np.ndarray | None = None
 
     @classmethod
     def unpredicted(cls, servers: Sequence[ServerSnapshot]) -> CandidateSet:
@@ -78,18 +80,18 @@ class CandidateSet(Sequence[Candidate]):
     def with_predictions(self, predicted: np.ndarray, ttft_ms: np.ndarray, tpot_ms: np.ndarray,
                          e2e_ms: np.ndarray, ttft_headroom_ms: np.ndarray, tpot_headroom_ms: np.ndarray,
                          fallback_reasons: tuple[str | None, ...], versions: tuple[Mapping[str, int], ...],
-                         corrected: bool = False) -> CandidateSet:
-        """The same members with new prediction columns (each one value per row of ``servers``), ``corrected``
-        when they include each server's ``latency_correction``."""
+                         correction: np.ndarray | None = None) -> CandidateSet:
+        """The same members with new prediction columns (each one value per row of ``servers``), and the log
+        factors per target they were corrected by (:attr:`correction`)."""
         return CandidateSet(self.servers, self.rows, predicted, ttft_ms, tpot_ms, e2e_ms, ttft_headroom_ms,
-                            tpot_headroom_ms, fallback_reasons, versions, corrected=corrected)
+                            tpot_headroom_ms, fallback_reasons, versions, correction=correction)
 
     def take(self, positions: np.ndarray) -> CandidateSet:
         """The members at ``positions`` (indices into this set), in that order."""
         rows = positions if self.rows is None else self.rows[positions]
         return CandidateSet(self.servers, rows, self.predicted, self.ttft_ms, self.tpot_ms, self.e2e_ms,
                             self.ttft_headroom_ms_by_row, self.tpot_headroom_ms_by_row,
-                            self.fallback_reason_by_row, self.versions_by_row, self.originals, self.corrected)
+                            self.fallback_reason_by_row, self.versions_by_row, self.originals, self.correction)
 
     def member_rows(self) -> np.ndarray:
         """Row numbers of ``servers`` of the members, in candidate order."""
@@ -159,7 +161,7 @@ class CandidateSet(Sequence[Candidate]):
         prediction = None
         if self.predicted.item(row):  # .item: Python values, without a NumPy scalar each
             e2e = self.e2e_ms.item(row)
-            correction = tuple(self.servers.latency_correction[:, row].tolist()) if self.corrected else NO_CORRECTION
+            correction = NO_CORRECTION if self.correction is None else tuple(self.correction[:, row].tolist())
             prediction = Prediction(self.ttft_ms.item(row), self.tpot_ms.item(row), None if math.isnan(e2e) else e2e,
                                     self.versions_by_row[row], correction)
         return Candidate(self.servers[row], prediction, _optional(self.ttft_headroom_ms_by_row.item(row)),

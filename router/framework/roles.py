@@ -74,6 +74,9 @@ class ServerSnapshot(ServerState):
     # per target (contract.targets.TARGETS order), the log factor its predictions are corrected by: how far its
     # latencies have lately departed from the models' (feedback.latency_corrections)
     latency_correction: tuple[float, ...] = NO_CORRECTION
+    # ms its streams lately waited per prompt token of prefill work ahead of their first token (0: unknown;
+    # feedback.latency_corrections): bounds a TTFT from below on queues deeper than the models were trained on
+    prefill_ms_per_token: float = 0.0
 
     @property
     def is_idle(self) -> bool:

@@ -7,7 +7,7 @@ holds one float64 column (counts too) per field of the contract's
 columns of their own. ``tightest_tpot_slo_ms`` is NaN where no request with a TPOT SLO is running;
 ``tpot_at_risk`` counts the running streams at risk of missing their TPOT SLO, each weighted by the chance
 that it ends soon; ``latency_correction`` holds, per target (rows in ``TARGETS`` order) and server, the log factor
-its predictions are corrected by. A table is a value: its columns are copies, never views of state that changes later.
+its predictions are corrected by, and ``prefill_ms_per_token`` its prefill pace. A table is a value: its columns are copies, never views of state that changes later.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class ServerTable(Sequence[ServerSnapshot]):
     metrics_age_s: np.ndarray
     tpot_at_risk: np.ndarray
     latency_correction: np.ndarray  # (len(TARGETS), servers)
+    prefill_ms_per_token: np.ndarray
     originals: tuple[ServerSnapshot, ...] | None = field(default=None, repr=False)
 
     @classmethod
@@ -56,7 +57,8 @@ class ServerTable(Sequence[ServerSnapshot]):
                                           dtype=np.float64).reshape(len(snaps)),
             metrics_age_s=column("metrics_age_s"), tpot_at_risk=column("tpot_at_risk"),
             latency_correction=np.array([s.latency_correction for s in snaps], dtype=np.float64).reshape(
-                len(snaps), len(NO_CORRECTION)).T, originals=snaps)
+                len(snaps), len(NO_CORRECTION)).T, prefill_ms_per_token=column("prefill_ms_per_token"),
+            originals=snaps)
 
     def take(self, rows: np.ndarray) -> ServerTable:
         """The servers at ``rows`` (row numbers), in that order."""
@@ -68,11 +70,14 @@ class ServerTable(Sequence[ServerSnapshot]):
             running_tpot_slos_ms=tuple(self.running_tpot_slos_ms[i] for i in picked),
             tightest_tpot_slo_ms=self.tightest_tpot_slo_ms[rows], metrics_age_s=self.metrics_age_s[rows],
             tpot_at_risk=self.tpot_at_risk[rows], latency_correction=self.latency_correction[:, rows],
+            prefill_ms_per_token=self.prefill_ms_per_token[rows],
             originals=None if self.originals is None else tuple(self.originals[i] for i in picked))
 
-    def with_correction(self, latency_correction: np.ndarray) -> ServerTable:
-        """The same servers with another ``latency_correction`` (e.g. the router's own, for a caller's candidates)."""
-        return replace(self, latency_correction=latency_correction, originals=None)
+    def with_correction(self, latency_correction: np.ndarray, prefill_ms_per_token: np.ndarray) -> ServerTable:
+        """The same servers with another ``latency_correction`` and prefill pace (e.g. the router's own, for a
+        caller's candidates)."""
+        return replace(self, latency_correction=latency_correction, prefill_ms_per_token=prefill_ms_per_token,
+                       originals=None)
 
     @property
     def is_idle(self) -> np.ndarray:
@@ -107,4 +112,4 @@ class ServerTable(Sequence[ServerSnapshot]):
             running_tpot_slos_ms=self.running_tpot_slos_ms[i], metrics_age_s=float(self.metrics_age_s.item(i)),
             tpot_at_risk=float(self.tpot_at_risk.item(i)),
             latency_correction=tuple(self.latency_correction[:, i].tolist()),
-            **state)
+            prefill_ms_per_token=float(self.prefill_ms_per_token.item(i)), **state)

@@ -14,8 +14,7 @@ many of its streams are at risk of missing their TPOT SLO (from :meth:`PoolState
 the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). How the
 TPOT of completed streams compared with their predictions is kept per pool in ``tpot_ratios``, and how far each
 server's latencies have lately departed from the models' in ``corrections`` (each candidate's
-``latency_correction``, faded to the decision's time). Expired
-in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
+``latency_correction`` and ``prefill_ms_per_token``, faded to the decision's time). Expired in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
 from __future__ import annotations
@@ -150,18 +149,21 @@ class PoolState:
             "inflight_decode_tokens": column(self._decode_tokens),
             "encoder_matched_size": self.encoder.matched(request.media_hashes, names(self._ids))}
         state = {name: measured[name] for name in SERVER_FIELDS}  # in the declared order
+        slots = self._correction_slots if rows is None else self._correction_slots[rows]
         return ServerTable(
             server_id=names(self._ids), address=names(self._addresses), pool_key=names(self._pools), state=state,
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
             metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
             tpot_at_risk=column(self._at_risk(now)),
-            latency_correction=self.corrections.log_factors(
-                self._correction_slots if rows is None else self._correction_slots[rows], now))
+            latency_correction=self.corrections.log_factors(slots, now),
+            prefill_ms_per_token=self.corrections.prefill_pace(slots, now))
 
     def with_corrections(self, servers: Sequence[ServerSnapshot], now: float) -> ServerTable:
-        """A caller's candidate ``servers`` with the corrections this router learned for them (by server id)."""
+        """A caller's candidate ``servers`` with the corrections and prefill paces this router learned for them (by
+        server id)."""
         table = ServerTable.of(servers)
-        return table.with_correction(self.corrections.log_factors_of(table.server_id, now))
+        return table.with_correction(self.corrections.log_factors_of(table.server_id, now),
+                                     self.corrections.prefill_pace_of(table.server_id, now))
 
     def latency_corrections(self, now: float) -> Iterator[tuple[str, str, float]]:
         """``(server id, target, factor)`` of every server: what its predictions are multiplied by at ``now``."""

@@ -111,8 +111,10 @@ def test_report_unknown_request():
 
 def test_the_candidate_message_carries_the_snapshot_fields_by_name():
     message = {f.name: f for f in router_pb2.ServerState.DESCRIPTOR.fields}
-    # but the latency correction, which the router learns itself from the reports (with_corrections)
-    assert set(message) == {f.name for f in dataclasses.fields(ServerSnapshot)} - {"latency_correction"}
+    # but the latency correction and the prefill pace, which the router learns itself from the reports
+    # (with_corrections)
+    assert set(message) == {f.name for f in dataclasses.fields(ServerSnapshot)} - {"latency_correction",
+                                                                                   "prefill_ms_per_token"}
     for field in dataclasses.fields(ServerState):
         kind = SERVER_FIELDS[field.name].kind
         assert message[field.name].type == (FieldDescriptor.TYPE_INT64 if kind == "count"

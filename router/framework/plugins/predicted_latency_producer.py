@@ -17,7 +17,12 @@ API's reports included, as its telemetry does; ``tpotFactorCap`` bounds what any
 A model is retrained every so often; a server can change within seconds. With ``latencyCorrection`` (the
 default), each candidate's predictions are multiplied by its ``latency_correction``: how far that server's latencies
 have lately departed from the models' predictions, learned by the router from its own completions
-(:mod:`feedback.latency_corrections`).
+(:mod:`feedback.latency_corrections`). A queue deeper than any the models were trained on is priced as the
+deepest they saw, however slow it is to drain: with ``prefillFloor`` (the default), each candidate's TTFT (and E2E)
+is at least its ``prefill_ms_per_token`` — the pace its streams lately went through prefill at, learned the same
+way — times the prefill work ahead of this request there (the prompts queued ahead, ``inflight_prefill_tokens``,
+and its own uncached part). Where that bound is above the prediction, it is the prediction, and the correction the
+request's prediction records includes it.
 
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
 that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
@@ -33,6 +38,7 @@ Parameters:
     tpotLeast (50): ratios needed before it applies.
     tpotFactorFloor (1.0), tpotFactorCap (2.0): the bounds of the factor.
     latencyCorrection (true): multiply each server's predictions by its latency correction.
+    prefillFloor (true): bound each TTFT and E2E from below by the server's prefill pace times the work ahead.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.targets import TARGETS, response_ms
+from headroom.feedback.latency_corrections import prefill_work
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.candidate_features import table_features
 from headroom.router.framework.candidate_set import NO_VERSIONS, CandidateSet
@@ -66,6 +73,7 @@ class Params:
     tpot_factor_floor: float = 1.0
     tpot_factor_cap: float = 2.0
     latency_correction: bool = True
+    prefill_floor: bool = True
 
     def __post_init__(self) -> None:
         check_range("slo_buffer_factor", self.slo_buffer_factor, 0.01, 10.0)
@@ -138,14 +146,17 @@ class PredictedLatencyProducer:
             else:
                 for i in group.tolist():
                     reasons[i], versions[i] = None, versions_used
-        corrected = self.params.latency_correction
-        if corrected and table.latency_correction.any():
-            factors = np.exp(table.latency_correction)
+        correction = None
+        if self.params.latency_correction and table.latency_correction.any():
+            correction = table.latency_correction
+            factors = np.exp(correction)
             ttft, tpot, e2e = ttft * factors[0], tpot * factors[1], e2e * factors[2]
+        if self.params.prefill_floor and table.prefill_ms_per_token.any():
+            ttft, e2e, correction = _prefill_floor(request, table, ttft, e2e, correction)
         ttft_headroom, tpot_headroom = self._headroom(request, table, predicted, ttft, tpot, e2e,
                                                       1.0 if tpot_factor is None else tpot_factor)
         return cands.with_predictions(predicted, ttft, tpot, e2e, ttft_headroom, tpot_headroom, tuple(reasons),
-                                      tuple(versions), corrected)
+                                      tuple(versions), correction)
 
     def _headroom(self, request: Request, table: ServerTable, predicted: np.ndarray, ttft: np.ndarray,
                   tpot: np.ndarray, e2e: np.ndarray, tpot_factor: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
@@ -163,6 +174,23 @@ class PredictedLatencyProducer:
             slo = np.fmin(own, table.tightest_tpot_slo_ms)  # NaN only where neither applies
             tpot_headroom = np.where(predicted, slo * self.params.slo_buffer_factor / tpot_factor - tpot, math.nan)
         return ttft_headroom, tpot_headroom
+
+
+def _prefill_floor(request: Request, table: ServerTable, ttft: np.ndarray, e2e: np.ndarray,
+                   correction: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """TTFT and E2E raised to the prefill pace times the work ahead where they were below it, and the log
+    factors per target that include what was raised."""
+    state = table.state
+    floor = table.prefill_ms_per_token * prefill_work(request.prompt_tokens, state["inflight_prefill_tokens"],
+                                                      state["prefix_match"])
+    raised_ttft, raised_e2e = (floor > ttft) & (ttft > 0), (floor > e2e) & (e2e > 0)  # NaN compares False
+    if not (raised_ttft.any() or raised_e2e.any()):
+        return ttft, e2e, correction
+    log_factors = np.zeros((len(TARGETS), len(table))) if correction is None else correction.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):  # the rows not raised are left out
+        log_factors[0] += np.where(raised_ttft, np.log(floor / ttft), 0.0)
+        log_factors[2] += np.where(raised_e2e, np.log(floor / e2e), 0.0)
+    return np.where(raised_ttft, floor, ttft), np.where(raised_e2e, floor, e2e), log_factors
 
 
 def _by_pool(table: ServerTable, rows: np.ndarray) -> list[tuple[str, np.ndarray]]:
