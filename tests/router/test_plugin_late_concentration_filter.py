@@ -52,6 +52,18 @@ CASES = [  # the request's TTFT SLO is 1,000 ms
                                   cand("b", 3000, inflight_prefill_tokens=9_000),
                                   cand("c", 2100, inflight_prefill_tokens=4_000)], ["a", "c"],
                  id="none-within-the-cap-goes-where-least-late"),
+    pytest.param({"lateSlack": 0.5}, [cand("a", 1200, inflight_prefill_tokens=2_000),
+                                      cand("b", 3000, inflight_prefill_tokens=9_000),
+                                      cand("c", 1600, inflight_prefill_tokens=4_000)], ["c"],
+                 id="the-most-queued-within-the-slack-of-the-fastest-takes-it"),
+    pytest.param({"lateSlack": 0.5}, [cand("a", 1200, inflight_prefill_tokens=2_000),
+                                      cand("b", 3000, inflight_prefill_tokens=9_000),
+                                      cand("c", 1800, inflight_prefill_tokens=4_000)], ["a"],
+                 id="none-but-the-fastest-within-the-slack-keeps-the-fastest"),
+    pytest.param({"lateSlack": 2, "lateCap": 3}, [cand("a", 2000, inflight_prefill_tokens=2_000),
+                                                  cand("b", 3500, inflight_prefill_tokens=9_000),
+                                                  cand("c", 2900, inflight_prefill_tokens=4_000)], ["c"],
+                 id="the-cap-bounds-the-slack"),
 ]
 
 
@@ -64,6 +76,11 @@ def test_by_default_the_cap_is_five_times_the_slo():
     late = [cand("a", 4000, inflight_prefill_tokens=2_000), cand("b", 6000, inflight_prefill_tokens=9_000)]
     assert names(build("concentrate").filter(SLO, late, ctx())) == ["a"]
     assert names(build("concentrate", {"lateCap": float("inf")}).filter(SLO, late, ctx())) == ["b"]
+
+
+def test_rejects_a_negative_slack():
+    with pytest.raises(ConfigError, match="lateSlack"):
+        build("concentrate", {"lateSlack": -0.1})
 
 
 def test_without_a_ttft_slo_keeps_all():

@@ -26,6 +26,9 @@ Parameters:
         The cap bounds the p99 TTFT past capacity (≈ cap × TTFT SLO) at a cost in attainment; 5 is the least
         that kept attainment at or above every baseline's at every load measured (``.inf``: no bound;
         docs/benchmarks.md, "Bounded sacrifice").
+    lateSlack (.inf): a multiple of the request's TTFT SLO, at least 0: the servers it may be concentrated onto
+        must also be predicted to start it within ``lateSlack`` × its TTFT SLO of the fastest candidate, so
+        the delay a late request is given is bounded by how late it is anyway, not only by the cap.
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ class Params:
     include_tpot: bool = True
     only_in_a_burst: bool = True
     late_cap: float = 5.0
+    late_slack: float = math.inf
 
     def __post_init__(self) -> None:
         check_range("late_margin", self.late_margin, -1.0, math.inf)
+        check_range("late_slack", self.late_slack, 0.0, math.inf)
         if not self.late_cap > 1.0 + self.late_margin:
             raise ValueError(
                 f"parameter 'lateCap' ({self.late_cap}) must exceed 1 + 'lateMargin' ({self.late_margin}): "
@@ -79,7 +84,7 @@ class LateConcentrationFilter:
         backlog = everyone.server_column("inflight_prefill_tokens")
         if self.params.only_in_a_burst and backlog.min() == 0:
             return everyone
-        capped = ttft <= self.params.late_cap * slo
+        capped = ttft <= min(self.params.late_cap * slo, ttft.min() + self.params.late_slack * slo)
         if capped.any():
             keep = capped & (backlog == backlog[capped].max())
         else:  # late past the cap everywhere: where it will be least late, so the backlog grows evenly
