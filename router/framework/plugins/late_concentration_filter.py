@@ -28,7 +28,10 @@ Parameters:
         docs/benchmarks.md, "Bounded sacrifice").
     lateSlack (.inf): a multiple of the request's TTFT SLO, at least 0: the servers it may be concentrated onto
         must also be predicted to start it within ``lateSlack`` × its TTFT SLO of the fastest candidate, so
-        the delay a late request is given is bounded by how late it is anyway, not only by the cap.
+        the delay a late request is given is bounded by how late it is anyway, not only by the cap. Off by
+        default: 1 meets the p99 TTFT goal at capacity on the code loads but spreads the late requests past
+        capacity and falls behind least-KV there (docs/benchmarks.md, "Bounding a late request by the fastest
+        server instead").
 """
 
 from __future__ import annotations
