@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="how often the router scrapes each server (a long one leaves the scraping's cost out)")
     ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
                           help="instead: the router's own work per exchange without gRPC, over this many exchanges")
+    ext_proc.add_argument("--decision", choices=("compiled", "python"), default="compiled",
+                          help="--in-process: the heuristic profile scored and picked by its compiled twin, when it "
+                               "has one, or always by the Python plugins")
     ext_proc.add_argument("--versus-epp", nargs="*", metavar="ARM",
                           help="instead: headroom against GIE's endpoint picker (infra/build-tool epp) on the same "
                                "servers, one process each, and client, in interleaved --rounds of --seconds; arms: "
@@ -168,7 +171,8 @@ def _ext_proc(args: argparse.Namespace) -> int:
         from headroom.benchmarks.ext_proc_in_process import bench_in_process
         if args.in_process < 1:
             raise CommandError("--in-process must be positive (exchanges to run)")
-        print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor, args.front)))
+        print(json.dumps(bench_in_process(args.servers, args.in_process, args.predictor, args.front,
+                                          args.decision)))
         return 0
     if args.versus_epp is not None:
         from headroom.benchmarks.ext_proc_versus import ARMS, GRPCIO_ARMS, bench_versus_epp, print_report, ratios

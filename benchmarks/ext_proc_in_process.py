@@ -27,7 +27,7 @@ SCRAPE_EVERY = 200
 
 
 def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str = "embedded",
-                     front: str = "grpcio") -> dict[str, object]:
+                     front: str = "grpcio", decision: str = "compiled") -> dict[str, object]:
     from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
     from headroom.benchmarks.router import embedded_predictor
@@ -50,7 +50,7 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
             pool.scraped(spec.server_id, ServerMetrics(rng.uniform(0, 0.9), rng.randrange(8), rng.randrange(1, 40)),
                          time.monotonic())
 
-    service = RouterService(Engine(load_pipeline(None)), pool, MemoryTelemetry(limit=1), RouterMetrics(),
+    service = RouterService(Engine(load_pipeline(None), compiled=decision == "compiled"), pool, MemoryTelemetry(limit=1), RouterMetrics(),
                             predictor=embedded_predictor() if predictor == "embedded" else None, rng=rng)
     servicer = ExtProcServicer(service)
     raw = [message.SerializeToString() for message in exchange_messages()]
@@ -76,7 +76,7 @@ def bench_in_process(servers: int = 16, exchanges: int = 20_000, predictor: str 
     asyncio.run(run(500))  # warm-up: caches, compiled kernels
     refused[0] = 0
     cpu = asyncio.run(run(exchanges))
-    return {"servers": servers, "predictor": predictor, "front": front, "exchanges": exchanges, "refused": refused[0],
+    return {"servers": servers, "predictor": predictor, "front": front, "decision": decision, "exchanges": exchanges, "refused": refused[0],
             "cpu_ms_per_exchange": round(1000 * cpu / exchanges, 4), "exchanges_per_cpu_s": round(exchanges / cpu),
             "load_average": f"{load} → {load_average()}"}
 

@@ -1,5 +1,10 @@
 """headroom's compiled parts (``native/``, Rust), built by ``pip install``: the ext_proc front that
-:mod:`headroom.router.fronts.ext_proc_front` drives."""
+:mod:`headroom.router.fronts.ext_proc_front` drives, and the heuristic profile's default pipeline that
+:mod:`headroom.router.framework.compiled` runs."""
+
+import random
+
+import numpy as np
 
 DECIDE: int  # (DECIDE, token, headers, body | None, to_body, trusted): awaits answer() or fail()
 TOO_LARGE: int  # (TOO_LARGE, token, size): the request body grew over max_body_bytes; awaits answer() or fail()
@@ -23,3 +28,8 @@ class ExtProcFront:
     def fail(self, token: int, message: str) -> bool: ...
     def stop(self, grace_s: float) -> None: ...
     def join(self) -> None: ...
+
+class HeuristicProfile:
+    def __init__(self, scorers: list[tuple[str, float]]) -> None: ...
+    def pick(self, kv_cache_usage: np.ndarray, num_waiting: np.ndarray, prefix_match: np.ndarray, scores: np.ndarray,
+             rng: random.Random) -> int: ...

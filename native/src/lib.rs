@@ -4,10 +4,14 @@
 //! request's scheduling and completion to the Python event loop ([`handoff`]); `router/fronts/ext_proc_front.py`
 //! drives it. No Python object is touched off the event loop's thread: events become Python objects when the
 //! loop takes them.
+//!
+//! [`heuristic::HeuristicProfile`]: the heuristic profile's default pipeline (scorers and picker) as one call, which
+//! `router/framework/compiled.py` takes over from the Python plugins when a profile is exactly that pipeline.
 
 mod auth;
 mod exchange;
 mod handoff;
+mod heuristic;
 mod proto;
 mod server;
 mod tls;
@@ -183,6 +187,7 @@ impl Drop for ExtProcFront {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<ExtProcFront>()?;
+    module.add_class::<heuristic::HeuristicProfile>()?;
     module.add("DECIDE", DECIDE)?;
     module.add("TOO_LARGE", TOO_LARGE)?;
     module.add("FEED", FEED)?;

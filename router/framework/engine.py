@@ -17,7 +17,8 @@ filter never causes a rejection.
 Candidates travel through the pipeline as one :class:`~router.framework.candidate_set.CandidateSet` (columns over
 the servers' :class:`~router.framework.server_table.ServerTable`), scores as arrays: no object is built per
 candidate. A :class:`~router.framework.roles.Candidate` is built for the chosen server, and for any other only when
-someone reads the decision's ``candidates`` or ``scored``.
+someone reads the decision's ``candidates`` or ``scored``. A heuristic profile that is the default pipeline's
+shape is scored and picked by its compiled twin (:mod:`router.framework.compiled`), with the same scores and picks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 
 from headroom.router.errors import NoCandidates
 from headroom.router.framework.candidate_set import CandidateSet, ScoredSet
+from headroom.router.framework.compiled import compiled_heuristic
 from headroom.router.framework.pipeline import Pipeline, Profile
 from headroom.router.framework.roles import Candidate, Context, Request, Scored, ServerSnapshot
 
@@ -60,8 +62,10 @@ _RANK = {reason: i for i, reason in enumerate(HEURISTIC_REASONS)}
 class Engine:
     """Schedules requests with a :class:`~router.framework.pipeline.Pipeline`."""
 
-    def __init__(self, pipeline: Pipeline):
+    def __init__(self, pipeline: Pipeline, compiled: bool = True):
         self.pipeline = pipeline
+        # the heuristic profile's compiled twin, when it has one (``compiled=False``: always the Python plugins)
+        self.compiled = compiled_heuristic(pipeline.heuristic) if compiled else None
 
     def wants_prediction(self, opted_in: bool, opted_out: bool) -> bool:
         """Whether a request with these header choices takes the predicted profile: every request unless it
@@ -90,6 +94,10 @@ class Engine:
              context: Context, **outcome: Any) -> Decision:
         """The decision of ``profile`` (``heuristic`` scoring its unpredicted candidates); ``outcome``: the
         :class:`Decision`'s fallback fields."""
+        if profile is heuristic and self.compiled is not None:  # no filter, scorer or admitter of its own to run
+            scores, index = self.compiled.pick(candidates, context)
+            return Decision(request, profile.name, candidates, ScoredSet(candidates, scores), candidates[index],
+                            **outcome)
         survivors = candidates
         for plugin in profile.filters:
             kept = plugin.filter(request, survivors, context)
