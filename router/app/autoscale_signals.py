@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from headroom.contract.scaling_signals import (
     ReportedMetrics,
@@ -40,29 +40,39 @@ from headroom.contract.scaling_signals import (
     pool_signals,
     pool_signals_by_server,
 )
+from headroom.metric_table import MetricTable, gauge
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.candidate_features import candidate_features
 from headroom.router.framework.roles import Candidate, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 
 GIB = 2**30
-PER_POD = (Signal.TTFT_SLO_RATIO, Signal.TTFT_HEADROOM_MS, Signal.ACCELERATOR_MEMORY)
 POD_LABELS = ("server", "namespace", "pod")
-_HELP = {Signal.TTFT_SLO_RATIO: "Predicted TTFT of a reference request over the TTFT SLO, per model-server pod.",
-         Signal.TTFT_HEADROOM_MS: "TTFT SLO minus a reference request's predicted TTFT (ms), per model-server pod.",
-         Signal.ACCELERATOR_MEMORY: "Accelerator memory in use over capacity, per model-server pod."}
+
+
+class SignalMetrics(MetricTable):
+    """The scaling signals' gauges, declared once."""
+
+    ttft_slo_ratio = gauge(Signal.TTFT_SLO_RATIO.value, "Predicted TTFT of a reference request over the TTFT SLO, "
+                           "per model-server pod.", *POD_LABELS)
+    ttft_headroom_ms = gauge(Signal.TTFT_HEADROOM_MS.value, "TTFT SLO minus a reference request's predicted TTFT "
+                             "(ms), per model-server pod.", *POD_LABELS)
+    accelerator_memory = gauge(Signal.ACCELERATOR_MEMORY.value, "Accelerator memory in use over capacity, per "
+                               "model-server pod.", *POD_LABELS)
+    pool_signal = gauge("headroom_autoscale_pool_signal", "Autoscaling signal over the pool's ready servers.",
+                        "signal", "stat")
+    pool_servers = gauge("headroom_autoscale_pool_servers", "Servers in the pool, by state.", "state")
 
 
 class SignalExporter:
-    """Holds the gauges in ``registry`` and refreshes them from server snapshots."""
+    """Holds the gauges (:class:`SignalMetrics`) in ``registry`` and refreshes them from server snapshots."""
 
     def __init__(self, registry: CollectorRegistry, context: SignalContext = SignalContext()) -> None:
         self.context = context
-        self._per_pod = {s: Gauge(s.value, _HELP[s], list(POD_LABELS), registry=registry) for s in PER_POD}
-        self._pool = Gauge("headroom_autoscale_pool_signal", "Autoscaling signal over the pool's ready servers.",
-                           ["signal", "stat"], registry=registry)
-        self._servers = Gauge("headroom_autoscale_pool_servers", "Servers in the pool, by state.",
-                              ["state"], registry=registry)
+        self.metrics = metrics = SignalMetrics(registry)
+        self._per_pod = {Signal.TTFT_SLO_RATIO: metrics.ttft_slo_ratio, Signal.TTFT_HEADROOM_MS:
+                         metrics.ttft_headroom_ms, Signal.ACCELERATOR_MEMORY: metrics.accelerator_memory}
+        self._pool, self._servers = metrics.pool_signal, metrics.pool_servers
         self._labels: set[tuple[Signal, tuple[str, str, str]]] = set()
 
     def update(self, servers: Sequence[ReportedMetrics], pods: Mapping[str, tuple[str, str]] = {}) -> None:
@@ -71,7 +81,7 @@ class SignalExporter:
         by_server = pool_signals_by_server(servers, self.context)
         for sid, values in by_server.items():
             identity = (sid, *pods.get(sid, ("", "")))
-            for signal in PER_POD:
+            for signal in self._per_pod:
                 if signal in values:
                     self._per_pod[signal].labels(*identity).set(values[signal])
                     labels.add((signal, identity))
