@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from headroom.streams import metrics
+from headroom.streams.metrics import WORKER
 from headroom.streams.retrain import Retrainer, RoundJob, fit_round, round_samples
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.windows import WindowKey
@@ -179,7 +179,7 @@ class RoundPool:
         except BrokenProcessPool:
             raise
         except Exception:  # as the worker's retrainer does: the round fails, the replay goes on
-            metrics.TRAINING_FAILURES.labels(*started.job.window).inc()
+            WORKER.training_failures.labels(*started.job.window).inc()
             log.exception("training %s/%s failed", *started.job.window)
             return
         self.cpu_seconds += result.cpu_seconds

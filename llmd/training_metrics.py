@@ -24,11 +24,12 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from headroom.contract.features import FEATURE_NAMES
 from headroom.contract.strata import KV_BUCKETS, PREFIX_BUCKETS, QUEUE_BUCKETS
 from headroom.llmd_terms import RAW_COLUMN_OF
+from headroom.metric_table import MetricTable, read_counter, read_gauge
 
 if TYPE_CHECKING:
     from headroom.llmd.training_api import TrainingApi
@@ -37,46 +38,56 @@ LLMD_NAME = {headroom: llmd for llmd, headroom in RAW_COLUMN_OF.items()}
 TARGETS = ("ttft", "tpot")
 
 
+class TrainingApiMetrics(MetricTable):
+    """headroom's metrics of a training API, read at scrape time (:class:`Collector`)."""
+
+    samples = read_counter("headroom_llmd_samples", "Training samples by where they went.", "outcome")
+    refused_samples = read_counter("headroom_llmd_refused_samples", "Samples refused at once (sent to the "
+                                   "dead-letter topic, listed in the answer), by reason kind.", "reason")
+    refused_calls = read_counter("headroom_llmd_refused_calls", "Bulk calls refused whole, by status: 422 (invalid "
+                                 "body), 429 (intake full), 401 (no valid token).", "status")
+    pending_samples = read_gauge("headroom_llmd_pending_samples", "Samples admitted and not yet sent.")
+    deliveries = read_counter("headroom_llmd_deliveries", "What became of the records and dead letters sent to "
+                              "Kafka.", "outcome")
+    bucket_samples = read_counter("headroom_llmd_bucket_samples", "Samples sent per target and stratum (the "
+                                  "reference's queue × KV-cache × prefix buckets).",
+                                  "model", "queue_bucket", "cache_bucket", "prefix_bucket")
+    model_version = read_gauge("headroom_llmd_model_version", "Newest listed version per model key.", "model_key")
+    model_holdout = read_gauge("headroom_llmd_model_holdout", "Holdout metrics of the newest version.",
+                               "model_key", "metric")
+
+
 class Collector:
-    """headroom's metrics of a training API, for a ``prometheus_client`` registry."""
+    """headroom's metrics of a training API (:class:`TrainingApiMetrics`), for a ``prometheus_client`` registry."""
 
     def __init__(self, api: TrainingApi) -> None:
         self.api = api
 
     def collect(self) -> Iterator[Metric]:
-        api = self.api
+        api, table = self.api, TrainingApiMetrics
         with api.lock:
             outcomes, refusals = dict(api.outcomes), sorted(api.refused.items())
-        samples = CounterMetricFamily("headroom_llmd_samples", "Training samples by where they went.",
-                                      labels=["outcome"])
+        samples = table.samples.make()
         for outcome in ("telemetry", "dead_letter"):
             samples.add_metric([outcome], outcomes.get(outcome, 0))
-        refused = CounterMetricFamily("headroom_llmd_refused_samples", "Samples refused at once (sent to the "
-                                      "dead-letter topic, listed in the answer), by reason kind.", labels=["reason"])
+        refused = table.refused_samples.make()
         for reason, count in refusals:
             refused.add_metric([reason], count)
-        calls = CounterMetricFamily("headroom_llmd_refused_calls", "Bulk calls refused whole, by status: 422 "
-                                    "(invalid body), 429 (intake full), 401 (no valid token).", labels=["status"])
+        calls = table.refused_calls.make()
         for status, count in (("422", api.rejected_bodies), ("429", api.intake.refused_calls),
                               ("401", api.unauthenticated)):
             calls.add_metric([status], count)
-        pending = GaugeMetricFamily("headroom_llmd_pending_samples", "Samples admitted and not yet sent.")
+        pending = table.pending_samples.make()
         pending.add_metric([], api.intake.pending)
-        deliveries = CounterMetricFamily("headroom_llmd_deliveries", "What became of the records and dead letters "
-                                         "sent to Kafka.", labels=["outcome"])
+        deliveries = table.deliveries.make()
         for outcome, count in sorted(api.deliveries().items()):
             deliveries.add_metric([outcome], count)
-        buckets = CounterMetricFamily("headroom_llmd_bucket_samples", "Samples sent per target and stratum "
-                                      "(the reference's queue × KV-cache × prefix buckets).",
-                                      labels=["model", "queue_bucket", "cache_bucket", "prefix_bucket"])
+        buckets = table.bucket_samples.make()
         with api.lock:
             totals = sorted(api.buckets_total.items())
         for (model, q, c, p), n in totals:
             buckets.add_metric([model, str(q), str(c), str(p)], n)
-        version = GaugeMetricFamily("headroom_llmd_model_version", "Newest listed version per model key.",
-                                    labels=["model_key"])
-        holdout = GaugeMetricFamily("headroom_llmd_model_holdout", "Holdout metrics of the newest version.",
-                                    labels=["model_key", "metric"])
+        version, holdout = table.model_version.make(), table.model_holdout.make()
         for key, shelved in sorted(api.shelf.models.items()):
             version.add_metric([key], shelved.update.version)
             for metric, value in sorted(shelved.update.holdout_metrics.items()):

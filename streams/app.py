@@ -42,10 +42,10 @@ from headroom.contract.signing import SigningKey, TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.kafka_auth import faust_credentials
 from headroom.model_topic import read_latest
-from headroom.streams import metrics
 from headroom.streams.consume import Entries, IngestLoop, Letters
 from headroom.streams.dead_letters import Letter, letter_of, refused_for_size, without_original
 from headroom.streams.ingest import Ingestor, build_ingestor
+from headroom.streams.metrics import WORKER
 from headroom.streams.model_guard import ModelGuard
 from headroom.streams.ownership import FencedPublisher, Message, PartitionOwnership
 from headroom.streams.reader import TelemetryReader
@@ -120,7 +120,7 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         except PublishError as err:
             if dead and not isinstance(err, PublishFenced) and refused_for_size(err):
                 refused.update(sources)  # the loop writes them again at its next flush, smaller
-                metrics.DEAD_LETTER_FAILURES.labels("too_large").inc()
+                WORKER.dead_letter_failures.labels("too_large").inc()
                 log.warning("telemetry partition %d: the dead-letter topic refused a dead letter for its size; its "
                             "reason, source, size and checksum are written again without the original's bytes",
                             partition)
@@ -131,7 +131,7 @@ def create_topology(kafka: KafkaSettings, settings: PipelineSettings, live: Live
         return Message(kafka.dlq_topic, letter.key, letter.value, headers=letter.headers)
 
     def on_drift(window: WindowKey) -> None:
-        metrics.DRIFTS.labels(*window).inc()
+        WORKER.drifts.labels(*window).inc()
         log.info("drift on %s/%s: %s", *window, ingestor.policy(window).drift_reason)
         retrainer.wake()
 

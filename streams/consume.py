@@ -19,8 +19,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from headroom.streams import metrics
 from headroom.streams.ingest import Ingestor
+from headroom.streams.metrics import WORKER
 from headroom.streams.reader import Delivery, TelemetryReader
 from headroom.streams.windows import WindowKey
 from headroom.trainer.publish import PublishError, PublishFenced
@@ -115,12 +115,12 @@ class IngestLoop:
                 oldest[partition] = now
             unflushed[partition] = unflushed.get(partition, 0) + 1
             if result.rejection is not None:
-                metrics.DEAD_LETTERS.inc()
+                WORKER.dead_letters.inc()
                 if result.record is not None:
-                    metrics.IMPLAUSIBLE.labels("future" if result.record.completion_ts > wall else "past").inc()
+                    WORKER.implausible.labels("future" if result.record.completion_ts > wall else "past").inc()
                 self._letters.setdefault(partition, []).append((delivery, result.rejection))
             elif result.record is None:  # a request to forget (llm-d's /flush)
-                metrics.FORGOTTEN.inc(result.forgotten)
+                WORKER.forgotten.inc(result.forgotten)
             else:
                 ingested += 1
                 unadmitted += not result.admitted
@@ -128,12 +128,12 @@ class IngestLoop:
             for window in result.drifted:
                 self._on_drift(window)
         if ingested:
-            metrics.INGESTED.inc(ingested)
-            metrics.REPRESENTED.inc(represented)
+            WORKER.ingested.inc(ingested)
+            WORKER.represented.inc(represented)
         if duplicates:
-            metrics.DUPLICATES.inc(duplicates)
+            WORKER.duplicates.inc(duplicates)
         if unadmitted:
-            metrics.UNADMITTED.inc(unadmitted)
+            WORKER.unadmitted.inc(unadmitted)
 
     async def flush(self, *, force: bool = False) -> dict[int, int]:
         """Write every partition that is due (all with ``force``); returns, per partition written, the next

@@ -31,7 +31,7 @@ from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import CAUGHT_UP, follow, received
-from headroom.streams import metrics
+from headroom.streams.metrics import WORKER
 from headroom.threads import BackgroundThread
 from headroom.trainer.live import LiveModels, live_model
 from headroom.trainer.publish import PublishError
@@ -94,7 +94,7 @@ class ModelGuard(BackgroundThread):
                 log.warning("model %s: could not publish v%d again: %s", key, held.version, err)
                 continue
             del self.pending[key]
-            metrics.MODEL_REPAIRS.labels(reason).inc()
+            WORKER.model_repairs.labels(reason).inc()
             log.warning("model %s: the last message under its key was %s; published v%d again so that compaction "
                         "keeps it", key, reason, held.version)
             done += 1

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
 from headroom.contract.model_update import ModelUpdate
-from headroom.streams import metrics
 from headroom.streams.ingest import Ingestor
+from headroom.streams.metrics import WORKER
 from headroom.streams.settings import PipelineSettings
 from headroom.streams.window_rules import Row, snapshot
 from headroom.streams.windows import WindowKey
@@ -64,7 +64,7 @@ class Retrainer:
         self._gauged: set[WindowKey] = set()  # windows whose size gauges are set
         for key, version in live.versions().items():
             pool_key, target, objective = key.rsplit("/", 2)
-            metrics.MODEL_VERSION.labels(pool_key, target, objective).set(version)
+            WORKER.model_version.labels(pool_key, target, objective).set(version)
 
     def wake(self) -> None:
         """Ask for a check now (a drift detector fired)."""
@@ -91,12 +91,12 @@ class Retrainer:
         windows = self.ingestor.windows
         held = set(windows.keys())
         for window in self._gauged - held:  # moved to another worker in a rebalance
-            metrics.WINDOW_ROWS.remove(*window)
-            metrics.WINDOW_STRATA.remove(*window)
+            WORKER.window_rows.remove(*window)
+            WORKER.window_strata.remove(*window)
         self._gauged = held
         for window in windows.keys():
-            metrics.WINDOW_ROWS.labels(*window).set(windows.size(window))
-            metrics.WINDOW_STRATA.labels(*window).set(len(windows.strata_counts(window)))
+            WORKER.window_rows.labels(*window).set(windows.size(window))
+            WORKER.window_strata.labels(*window).set(len(windows.strata_counts(window)))
             if not self.publisher.owns(window[0]):
                 continue
             job = self.start(window)
@@ -107,9 +107,9 @@ class Retrainer:
             try:
                 outcomes += await loop.run_in_executor(self._executor, self._train, job)
             except Exception:  # a failed round must not stop the worker; the next one retries
-                metrics.TRAINING_FAILURES.labels(*window).inc()
+                WORKER.training_failures.labels(*window).inc()
                 log.exception("training %s/%s failed", *window)
-            metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
+            WORKER.training_seconds.observe(time.perf_counter() - started)
         return outcomes
 
     def train_due(self) -> list[RoundOutcome]:
@@ -124,9 +124,9 @@ class Retrainer:
             try:
                 outcomes += self._train(job)
             except Exception:  # as in run_due: the round fails, the replay goes on
-                metrics.TRAINING_FAILURES.labels(*window).inc()
+                WORKER.training_failures.labels(*window).inc()
                 log.exception("training %s/%s failed", *window)
-            metrics.TRAINING_SECONDS.observe(time.perf_counter() - started)
+            WORKER.training_seconds.observe(time.perf_counter() - started)
         return outcomes
 
     def start(self, window: WindowKey) -> RoundJob | None:
@@ -138,7 +138,7 @@ class Retrainer:
         if trigger is None:
             return None
         drift_reason = policy.trained(now)
-        metrics.RETRAINS.labels(*window, trigger).inc()
+        WORKER.retrains.labels(*window, trigger).inc()
         return RoundJob(window, windows.copy(window), windows.clock, now, drift_reason)
 
     def _train(self, job: RoundJob) -> list[RoundOutcome]:
@@ -154,7 +154,7 @@ class Retrainer:
         for index, outcome in enumerate(outcomes):
             labels = (pool_key, target, outcome.objective)
             if outcome.update is None:
-                metrics.REJECTIONS.labels(*labels).inc()
+                WORKER.rejections.labels(*labels).inc()
                 log.info("rejected %s candidate over %d rows: %s", outcome.key, outcome.train_rows,
                          outcome.decision.reason)
                 continue
@@ -162,15 +162,15 @@ class Retrainer:
             try:
                 self.publisher.publish(outcome.update)
             except PublishFenced as fenced:
-                metrics.PUBLISH_FENCED.labels(*labels).inc()
+                WORKER.publish_fenced.labels(*labels).inc()
                 log.warning("not publishing %s v%d or the rest of its round: %s", outcome.key,
                             outcome.update.version, fenced)
                 settled = outcomes[:index]
                 break
             self.live.offer(live_model(outcome.update, outcome.booster))
-            metrics.PROMOTIONS.labels(*labels).inc()
-            metrics.MODEL_VERSION.labels(*labels).set(outcome.update.version)
-            metrics.MODEL_HOLDOUT_MAPE.labels(*labels).set(outcome.candidate.mape)
+            WORKER.promotions.labels(*labels).inc()
+            WORKER.model_version.labels(*labels).set(outcome.update.version)
+            WORKER.model_holdout_mape.labels(*labels).set(outcome.candidate.mape)
             log.info("promoted %s v%d over %d rows (%s; holdout MAE %.2f ms, MAPE %.1f%%, coverage %.2f)%s",
                      outcome.key, outcome.update.version, outcome.train_rows, outcome.decision.reason,
                      outcome.candidate.mae, 100 * outcome.candidate.mape, outcome.candidate.coverage,

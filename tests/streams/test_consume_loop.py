@@ -147,11 +147,11 @@ def test_a_fenced_write_gives_the_partition_up_and_keeps_the_others():
 def test_the_requests_behind_sampled_records_are_counted_by_their_weights():
     from dataclasses import replace
 
-    from headroom.streams import metrics
+    from headroom.streams.metrics import WORKER
     loop, _, _, _ = loop_for({0}, flush_records=1000, flush_interval_s=60.0)
     records = synthetic_records(30, seed=5, rate_per_s=100.0)
     weighted = [replace(r, sample_weight=4.0 if i % 3 else 1.0) for i, r in enumerate(records)]
-    before, records_before = metrics.REPRESENTED._value.get(), metrics.INGESTED._value.get()
+    before, records_before = WORKER.represented._value.get(), WORKER.ingested._value.get()
     loop.process([Delivery(0, i, None, encode(r)) for i, r in enumerate(weighted)])
-    assert metrics.INGESTED._value.get() - records_before == 30
-    assert metrics.REPRESENTED._value.get() - before == 10 * 1.0 + 20 * 4.0
+    assert WORKER.ingested._value.get() - records_before == 30
+    assert WORKER.represented._value.get() - before == 10 * 1.0 + 20 * 4.0
