@@ -32,10 +32,11 @@ from headroom.autoscale.pipelines import Pipeline, adapter_name
 from headroom.autoscale.podlist import described_pods, pods_from_yaml
 from headroom.autoscale.pods import PodPhase, PodSample
 from headroom.autoscale.quantity import to_milli
-from headroom.autoscale.servers import KINDS, ModelServer
+from headroom.autoscale.servers import ModelServer
 from headroom.autoscale.spec import MetricSpec, SourceType
 from headroom.autoscale.traps import find_traps
 from headroom.cli.environment import reads
+from headroom.contract.server_metrics import KINDS
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
 

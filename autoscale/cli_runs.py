@@ -29,8 +29,10 @@ from headroom.autoscale.errors import AutoscaleError
 from headroom.autoscale.manifest import INITIAL_REPLICAS
 from headroom.autoscale.pipelines import GMP_QUERY_URL, Pipeline, Workload
 from headroom.autoscale.progress import StepProgress
-from headroom.autoscale.servers import KINDS, ModelServer
+from headroom.autoscale.servers import ModelServer
 from headroom.cli.environment import reads
+from headroom.contract.scaling_signals import Signal
+from headroom.contract.server_metrics import KINDS, VLLM
 from headroom.contract.settings import from_env
 from headroom.errors import CommandError
 
@@ -90,10 +92,10 @@ def _loop_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", required=True, type=Path, help="Azure CSV or Mooncake JSON-lines trace")
     parser.add_argument("--speedup", type=float, default=1.0, help=SPEEDUP_HELP)
     parser.add_argument("--limit", type=int, default=None, help="use at most the first N requests")
-    parser.add_argument("--model-server", choices=KINDS, default="vllm",
+    parser.add_argument("--model-server", choices=KINDS, default=VLLM,
                         help="what the pool runs, which decides the metrics it exports (default vllm)")
     parser.add_argument("--vllm-version", default=ModelServer().version,
-                        help="vLLM release (major.minor): 0.9 and older export vllm:gpu_cache_usage_perc")
+                        help=f"vLLM release (major.minor): 0.9 and older export {Signal.GPU_CACHE_USAGE.value}")
     parser.add_argument("--server-type", default="h100", help="simulated accelerator profile (default h100)")
     parser.add_argument("--load-delay-s", type=float, default=None, help="override the model load time")
     parser.add_argument("--scrape-interval-s", type=float, default=15.0, help="metric scrape interval")

@@ -5,16 +5,18 @@ is a scrape of a real vLLM / JetStream ``/metrics`` endpoint mapped to those fie
 loading the model (``ready`` false) expose no metrics, so they report no signal: the HPA counts them
 as missing pods.
 
-Each :class:`Signal` is one Prometheus series (its value is the series name); which model server
-exports which is :mod:`autoscale.servers`' business:
+Each :class:`Signal` is one Prometheus series (its value is the series name); a model server's are named
+by their declaration (:data:`contract.server_metrics.SERIES`, looked up by server kind and field), and which
+model server release exports which is :mod:`autoscale.servers`' business:
 
-- ``vllm:num_requests_waiting`` / ``jetstream_prefill_backlog_size`` — queue size / prefill backlog,
-  the guide's throughput signal (Pods AverageValue target 3–5 to start);
-- ``vllm:num_requests_running`` — batch size; ``jetstream_slots_used_percentage`` — decode slots in use
-  (0–1), the latency signal (start just below a full batch, "just below 1" for slots);
-- ``vllm:kv_cache_usage_perc`` (``vllm:gpu_cache_usage_perc`` before vLLM 0.10) — KV-cache usage (0–1);
-- ``memory_used`` — accelerator memory in use, bytes (the TPU device plugin's series): weights plus the
-  KV cache in use. vLLM and TGI preallocate the KV cache, so their memory bytes are flat while serving;
+- ``QUEUE_SIZE`` / ``PREFILL_BACKLOG`` — vLLM's waiting requests / JetStream's prefill backlog, the guide's
+  throughput signal (Pods AverageValue target 3–5 to start);
+- ``BATCH_SIZE`` — vLLM's running requests; ``SLOTS_USED`` — JetStream's decode slots in use (0–1), the
+  latency signal (start just below a full batch, "just below 1" for slots);
+- ``KV_CACHE_USAGE`` (``GPU_CACHE_USAGE``, its older name, before vLLM 0.10) — KV-cache usage (0–1);
+- ``memory_used`` — accelerator memory in use, bytes (the TPU device plugin's series, not the model
+  server's): weights plus the KV cache in use. vLLM and TGI preallocate the KV cache, so their memory bytes
+  are flat while serving;
 - ``headroom_accelerator_memory_used_ratio`` — the router's memory-in-use over capacity;
 - ``headroom_predicted_ttft_slo_ratio`` — predicted TTFT over the TTFT SLO (1.0 = at the SLO), from a
   :class:`TtftPredictor` (the learned model); ``headroom_predicted_ttft_headroom_ms`` is the SLO minus
@@ -27,6 +29,8 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from headroom.contract.server_metrics import JETSTREAM, VLLM, series_name
 
 
 class ReportedMetrics(Protocol):
@@ -60,13 +64,13 @@ class TtftPredictor(Protocol):
 class Signal(enum.Enum):
     """A scalable signal, valued by the Prometheus series it is served under."""
 
-    QUEUE_SIZE = "vllm:num_requests_waiting"
-    BATCH_SIZE = "vllm:num_requests_running"
-    KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
-    GPU_CACHE_USAGE = "vllm:gpu_cache_usage_perc"
-    PREFILL_BACKLOG = "jetstream_prefill_backlog_size"
-    SLOTS_USED = "jetstream_slots_used_percentage"
-    HBM_USED_BYTES = "memory_used"
+    QUEUE_SIZE = series_name(VLLM, "num_waiting")
+    BATCH_SIZE = series_name(VLLM, "num_running")
+    KV_CACHE_USAGE = series_name(VLLM, "kv_cache_usage")
+    GPU_CACHE_USAGE = series_name(VLLM, "kv_cache_usage", older=True)
+    PREFILL_BACKLOG = series_name(JETSTREAM, "prefill_backlog")
+    SLOTS_USED = series_name(JETSTREAM, "slots_used")
+    HBM_USED_BYTES = "memory_used"  # the TPU device plugin's
     ACCELERATOR_MEMORY = "headroom_accelerator_memory_used_ratio"
     TTFT_SLO_RATIO = "headroom_predicted_ttft_slo_ratio"
     TTFT_HEADROOM_MS = "headroom_predicted_ttft_headroom_ms"

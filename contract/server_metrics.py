@@ -85,3 +85,12 @@ SCRAPED_STATE = tuple(dict.fromkeys(s.feeds for s in SERIES if s.feeds))  # the 
 READ = tuple(s for s in SERIES if s.read)  # what the router scrapes
 SAMPLE_NAMES = tuple(s.name for s in READ)
 
+
+def series_name(server: str, field: str, *, older: bool = False) -> str:
+    """The name of the series a ``server`` of its kind exports ``field`` by (``older``: the older name still
+    read, not exposed)."""
+    for series in SERIES:
+        if series.server == server and series.field == field and series.exposed != older:
+            return series.name
+    raise LookupError(f"no {'older ' if older else ''}series of {server} carries {field}")
+
