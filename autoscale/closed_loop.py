@@ -225,8 +225,8 @@ class _Loop:
         pods, objects, external = {}, {}, {}
         for metric in self.spec.metrics:
             if metric.source in (SourceType.RESOURCE, SourceType.CONTAINER_RESOURCE):
-                values = {s.server_id: s.memory_used_bytes * 1000 for s in snapshots
-                          if s.ready and s.memory_used_bytes is not None}
+                values = {s.server_id: s.metrics.memory_used_bytes * 1000 for s in snapshots
+                          if s.ready and s.metrics.memory_used_bytes is not None}
             else:
                 bound = self.bound[metric.label]
                 values = {sid: int(v[bound.signal] * 1000) for sid, v in by_server.items() if bound.signal in v}

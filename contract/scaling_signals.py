@@ -1,9 +1,9 @@
 """The signals an LLM pool can scale on, per server and pool-wide, from server metric snapshots.
 
-Input is any object shaped like :class:`ReportedMetrics` — ``sim.records.MetricsSnapshot`` is one, and so
-is a scrape of a real vLLM / JetStream ``/metrics`` endpoint mapped to those fields. Servers still
-loading the model (``ready`` false) expose no metrics, so they report no signal: the HPA counts them
-as missing pods.
+Input is any object shaped like :class:`ReportedMetrics`: a server, whether it is ready and its
+:class:`~contract.server_metrics.ServerMetrics` — the simulator's ``sim.records.MetricsSnapshot`` is one,
+and so is the router's scrape of a real vLLM / JetStream ``/metrics`` endpoint. Servers still loading the
+model (``ready`` false) expose no metrics, so they report no signal: the HPA counts them as missing pods.
 
 Each :class:`Signal` is one Prometheus series (its value is the series name); a model server's are named
 by their declaration (:data:`contract.server_metrics.SERIES`, looked up by server kind and field), and which
@@ -30,26 +30,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from headroom.contract.server_metrics import JETSTREAM, VLLM, series_name
+from headroom.contract.server_metrics import JETSTREAM, SERIES_BY_NAME, VLLM, ServerMetrics, series_name
 
 
 class ReportedMetrics(Protocol):
-    """What one server reports at one moment (the fields of ``sim.records.MetricsSnapshot``)."""
+    """What one server reports at one moment (a field of its metrics that is None: not reported, the signal
+    left out)."""
 
     @property
     def server_id(self) -> str: ...
     @property
-    def num_waiting(self) -> int: ...
-    @property
-    def num_running(self) -> int: ...
-    @property
-    def kv_cache_usage(self) -> float: ...
-    @property
-    def prefill_backlog(self) -> int | None: ...  # None: not reported (the signal is left out)
-    @property
-    def slots_used(self) -> float | None: ...
-    @property
-    def memory_used_bytes(self) -> int | None: ...
+    def metrics(self) -> ServerMetrics: ...
     @property
     def ready(self) -> bool: ...
 
@@ -79,6 +70,11 @@ class Signal(enum.Enum):
     def headroom_own(self) -> bool:
         """Computed by headroom's router rather than exported by the model server."""
         return self.value.startswith("headroom_")
+
+
+# each signal that is a model server's series, and the field of ServerMetrics that series carries
+_SERIES_FIELDS = tuple((signal, SERIES_BY_NAME[signal.value].field) for signal in Signal
+                       if signal.value in SERIES_BY_NAME)
 
 
 @dataclass(frozen=True)
@@ -112,13 +108,12 @@ def server_signals(server: ReportedMetrics, context: SignalContext = SignalConte
 
 
 def _signals(server: ReportedMetrics, context: SignalContext, predicted_ms: float | None) -> dict[Signal, float]:
-    usage = server.kv_cache_usage
-    reported = ((Signal.QUEUE_SIZE, server.num_waiting), (Signal.BATCH_SIZE, server.num_running),
-                (Signal.KV_CACHE_USAGE, usage), (Signal.GPU_CACHE_USAGE, usage),
-                (Signal.PREFILL_BACKLOG, server.prefill_backlog), (Signal.SLOTS_USED, server.slots_used))
+    metrics = server.metrics
+    reported = ((signal, getattr(metrics, field)) for signal, field in _SERIES_FIELDS)
     values = {signal: float(value) for signal, value in reported if value is not None}  # unreported: left out
-    if server.memory_used_bytes is not None:
-        values[Signal.ACCELERATOR_MEMORY] = server.memory_used_bytes / context.memory_capacity_bytes
+    usage = metrics.kv_cache_usage
+    if metrics.memory_used_bytes is not None:
+        values[Signal.ACCELERATOR_MEMORY] = metrics.memory_used_bytes / context.memory_capacity_bytes
     if context.weights_bytes is not None and context.kv_capacity_bytes is not None:
         values[Signal.HBM_USED_BYTES] = float(context.weights_bytes + int(usage * context.kv_capacity_bytes))
     if predicted_ms is not None and context.ttft_slo_ms is not None:

@@ -2,16 +2,16 @@
 
 Each :class:`Series` is one Prometheus series a model server exposes: its name, type, help and label, the server
 kind that exports it (vLLM, JetStream, or any), how its label sets combine (several models on one server), the
-field it carries (of :class:`ServerMetrics` when the router reads it), and the :class:`~contract.server_state.ServerState` field it feeds on
+field of :class:`ServerMetrics` it carries, and the :class:`~contract.server_state.ServerState` field it feeds on
 a server of its kind. From :data:`SERIES`, by name: the simulator's exposition (:mod:`sim.exposition` writes
-every exposed series from the same-named fields of its snapshot) and the router's scrape
+every exposed series from the same-named fields of its snapshot's metrics) and the router's scrape
 (:func:`router.state.server_metrics.parse_metrics`); the router's pool and the simulator's view copy the fed
 fields (:data:`SCRAPED_STATE`) into the server state by name.
 
 A server is of the first kind (:data:`KINDS`) whose series it exposes: a server exposing both vLLM's and
 JetStream's series is read by vLLM's, its JetStream ones kept apart (for the autoscaling signals). Adding a
 scraped server feature: a :class:`Series` here and the field of :class:`ServerMetrics` it carries, the field of
-``ServerState`` it feeds, and its value in the simulator (``sim.records.MetricsSnapshot``, ``sim.engine``).
+``ServerState`` it feeds, and its value in the simulator (``sim.engine.ServerEngine.snapshot``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Series:
     and ``doc``, the ``server`` kind that exports it, the :class:`ServerMetrics` ``field`` it carries, the
     ``ServerState`` field it ``feeds`` on a server of its kind, how label sets ``combine``, the ``label`` naming the model, and
     whether the simulator ``exposed`` it (False: an older name the router still reads) and the router ``read`` it
-    (False: the field is the simulator's, not scraped)."""
+    (False: only the simulator fills the field)."""
 
     name: str
     type: str
@@ -68,8 +68,9 @@ SERIES = (
 
 @dataclass(frozen=True, slots=True)
 class ServerMetrics:
-    """One server's ``/metrics``, as the router reads it: the fields the series it reads carry. The ``ServerState`` fields
-    (usage, waiting, running) are 0 when the server reports none of their series; the others are None then."""
+    """One server's ``/metrics``: the field each series carries. The ``ServerState`` fields (usage, waiting,
+    running) are 0 when the server reports none of their series; the others are None then, and always in the
+    router's scrape for a series it does not read. The simulator fills every field."""
 
     kv_cache_usage: float
     num_waiting: int
@@ -77,12 +78,15 @@ class ServerMetrics:
     slots_used: float | None = None  # JetStream's decode slots in use, 0-1
     prefill_backlog: int | None = None  # JetStream's prefill queue
     memory_used_bytes: int | None = None
+    prefix_cache_queries: int | None = None  # vLLM's prefix-cache counters, in prompt tokens
+    prefix_cache_hits: int | None = None
 
 
 # each field of ServerMetrics and whether it counts (an int) rather than measures
 METRIC_FIELDS: dict[str, bool] = {f.name: str(f.type).startswith("int") for f in fields(ServerMetrics)}
 SCRAPED_STATE = tuple(dict.fromkeys(s.feeds for s in SERIES if s.feeds))  # the ServerState fields scraped
 READ = tuple(s for s in SERIES if s.read)  # what the router scrapes
+SERIES_BY_NAME = {s.name: s for s in SERIES}
 SAMPLE_NAMES = tuple(s.name for s in READ)
 
 

@@ -31,6 +31,7 @@ import random
 from collections import deque
 
 from headroom.contract.prompt import BLOCK_TOKENS
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.sim.kvcache import BlockCache
 from headroom.sim.profile import ServerProfile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
@@ -212,12 +213,11 @@ class ServerEngine:
             used += self._blocks_needed(self._steps_before(now - self.clock))
         running, waiting = len(self._running), len(self._waiting)
         usage = used / self.cache.capacity
-        return MetricsSnapshot(
-            server_id=self.server_id, server_type=self._type, pool_key=self.pool_key, time_s=now,
+        return MetricsSnapshot(self.server_id, self._type, self.pool_key, now, ServerMetrics(
             num_waiting=waiting, num_running=running, kv_cache_usage=usage if usage < 1.0 else 1.0,
             prefix_cache_queries=self.prefix_queries, prefix_cache_hits=self.prefix_hits,
             prefill_backlog=waiting + len(self._prefilling), slots_used=running / self._slots,
-            memory_used_bytes=self._memory)
+            memory_used_bytes=self._memory))
 
     def fork(self) -> ServerEngine:
         """An independent copy of this server's state (for what-if simulation, e.g. an oracle)."""

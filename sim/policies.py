@@ -46,7 +46,7 @@ def random_choice(seed: int = 0) -> PickFunction:
 
 def least_queue(seed: int = 0) -> PickFunction:
     def pick(request: SimRequest, view: PoolView) -> str:
-        return _argmin(view, [s.num_waiting for s in view.snapshots])
+        return _argmin(view, [s.metrics.num_waiting for s in view.snapshots])
 
     return pick
 
@@ -54,12 +54,12 @@ def least_queue(seed: int = 0) -> PickFunction:
 def prefix_least_queue(seed: int = 0, queue_slack: int = 1) -> PickFunction:
     def pick(request: SimRequest, view: PoolView) -> str:
         snaps, inflight = view.snapshots, view.inflight_requests
-        shortest = min(s.num_waiting for s in snaps)
+        shortest = min(s.metrics.num_waiting for s in snaps)
         best, best_key = 0, None
         for i, s in enumerate(snaps):
-            if s.num_waiting > shortest + queue_slack:
+            if s.metrics.num_waiting > shortest + queue_slack:
                 continue
-            key = (-view.prefix_match(i) if request.prefix_hashes else 0.0, inflight[i], s.num_waiting)
+            key = (-view.prefix_match(i) if request.prefix_hashes else 0.0, inflight[i], s.metrics.num_waiting)
             if best_key is None or key < best_key:
                 best, best_key = i, key
         return snaps[best].server_id
@@ -69,7 +69,7 @@ def prefix_least_queue(seed: int = 0, queue_slack: int = 1) -> PickFunction:
 
 def least_kv(seed: int = 0) -> PickFunction:
     def pick(request: SimRequest, view: PoolView) -> str:
-        return _argmin(view, [s.kv_cache_usage for s in view.snapshots])
+        return _argmin(view, [s.metrics.kv_cache_usage for s in view.snapshots])
 
     return pick
 
@@ -89,12 +89,12 @@ def composite(seed: int = 0, kv_weight: float = 1.0, queue_weight: float = 1.0,
               prefix_weight: float = 1.0) -> PickFunction:
     def pick(request: SimRequest, view: PoolView) -> str:
         snaps, inflight = view.snapshots, view.inflight_requests
-        queues = [s.num_waiting for s in snaps]
+        queues = [s.metrics.num_waiting for s in snaps]
         low, high = min(queues), max(queues)
         spread = (high - low) or 1
         best, best_key = 0, None
         for i, s in enumerate(snaps):
-            score = kv_weight * (1.0 - s.kv_cache_usage) + queue_weight * (1.0 - (queues[i] - low) / spread)
+            score = kv_weight * (1.0 - s.metrics.kv_cache_usage) + queue_weight * (1.0 - (queues[i] - low) / spread)
             if prefix_weight and request.prefix_hashes:
                 score += prefix_weight * view.prefix_match(i)
             key = (-score, inflight[i])

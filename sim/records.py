@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.sim.request import SimRequest
 
 
@@ -48,26 +49,15 @@ class Dropped:
 
 
 class MetricsSnapshot(NamedTuple):
-    """One server's metrics at one moment, with vLLM's and JetStream's semantics.
-
-    ``kv_cache_usage`` is ``vllm:kv_cache_usage_perc`` (0-1); the prefix-cache counters count prompt
-    tokens, as vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` do; ``prefill_backlog`` is
-    ``jetstream_prefill_backlog_size`` (requests waiting for prefill) and ``slots_used`` is
-    ``jetstream_slots_used_percentage`` (0-1). The metric fields carry the names of
-    :class:`contract.server_metrics.ServerMetrics`' fields, which the simulator's ``/metrics`` exposes
-    (:mod:`sim.exposition`). Immutable (a named tuple: cheap to make, one per scrape).
-    """
+    """One server at one moment: which server, and its ``metrics``, every field of
+    :class:`~contract.server_metrics.ServerMetrics` filled with vLLM's and JetStream's semantics at once, as
+    the series :mod:`contract.server_metrics` declares them carry (the simulator's ``/metrics`` exposes them,
+    :mod:`sim.exposition`). ``ready`` is false while the server loads. Immutable (a named tuple: cheap to
+    make, one per scrape)."""
 
     server_id: str
     server_type: str
     pool_key: str
     time_s: float
-    num_waiting: int
-    num_running: int
-    kv_cache_usage: float
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    prefill_backlog: int
-    slots_used: float
-    memory_used_bytes: int
+    metrics: ServerMetrics
     ready: bool = True

@@ -134,7 +134,7 @@ class PoolView:
         if prefix_match is None:
             prefix_match = self.prefix_match(i)
         return ServerState(
-            **{name: getattr(snapshot, name) for name in SCRAPED_STATE}, prefix_match=prefix_match,
+            **{name: getattr(snapshot.metrics, name) for name in SCRAPED_STATE}, prefix_match=prefix_match,
             inflight_requests=self.inflight_requests[i], inflight_prompt_tokens=self.inflight_prompt_tokens[i],
             inflight_prefill_tokens=self.inflight_prefill_tokens[i],
             inflight_decode_tokens=self.inflight_decode_tokens[i],

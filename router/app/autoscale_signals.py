@@ -40,6 +40,7 @@ from headroom.contract.scaling_signals import (
     pool_signals,
     pool_signals_by_server,
 )
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.metric_table import MetricTable, gauge
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.candidate_features import candidate_features
@@ -98,15 +99,10 @@ class SignalExporter:
 
 @dataclass(frozen=True, slots=True)
 class ServerSignals:
-    """One server's state in the shape :mod:`contract.scaling_signals` reads."""
+    """One server's scrape in the shape :mod:`contract.scaling_signals` reads."""
 
     server_id: str
-    num_waiting: int
-    num_running: int
-    kv_cache_usage: float
-    prefill_backlog: int | None
-    slots_used: float | None
-    memory_used_bytes: int | None
+    metrics: ServerMetrics
     ready: bool
 
 
@@ -134,8 +130,7 @@ class RouterSignals:
         """The pool's state for a refresh, and each server's pod; call it where the pool is updated."""
         snapshots = pool.snapshots(self.reference, now)
         healthy = {s.server_id for s in snapshots}
-        servers = [ServerSignals(sid, m.num_waiting, m.num_running, m.kv_cache_usage, m.prefill_backlog,
-                                 m.slots_used, m.memory_used_bytes, sid in healthy)
+        servers = [ServerSignals(sid, m, sid in healthy)
                    for sid, m in ((sid, pool.scrapes[sid].metrics) for sid in pool.servers) if m is not None]
         pods = {sid: (spec.namespace, spec.pod) for sid, spec in pool.servers.items() if spec.pod}
         return servers, snapshots, pods

@@ -28,6 +28,7 @@ from headroom.autoscale.spec import (
 from headroom.contract.scaling_signals import Signal, pool_signals_by_server
 from headroom.sim.records import MetricsSnapshot
 from headroom.sim.request import SimRequest
+from tests.autoscale.test_signals import vllm_metrics
 
 QUEUE = MetricSpec(SourceType.PODS, "vllm:num_requests_waiting", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
 SETTINGS = LoopSettings(load_delay_s=30.0)
@@ -77,7 +78,7 @@ def test_loading_server_is_a_missing_pod() -> None:
     loop.created["server-1"] = 10.0
 
     def snap(sid: str, ready: bool) -> MetricsSnapshot:
-        return MetricsSnapshot(sid, "h100", "default", 20.0, 9, 3, 0.1, 0, 0, 9, 3 / 256, 1, ready=ready)
+        return MetricsSnapshot(sid, "h100", "default", 20.0, vllm_metrics(9, 3), ready=ready)
 
     snapshots = [snap("server-0", True), snap("server-1", False)]
     metrics = loop._metrics(snapshots, pool_signals_by_server(snapshots), 20.0)
@@ -96,7 +97,7 @@ def test_external_metric_is_its_query_over_the_ready_servers(query: str, expecte
     metric = MetricSpec(SourceType.EXTERNAL, "s0-prometheus", MetricTarget(TargetType.AVERAGE_VALUE, 5000))
     autoscaler = Autoscaler(HpaSpec(max_replicas=4, metrics=(metric,)), queries={"s0-prometheus": parse_query(query)})
     loop = _Loop(autoscaler.spec, {metric.label: autoscaler.binding(metric)}, SETTINGS, ["a", "b"], None, 60.0, None)
-    snapshots = [MetricsSnapshot(sid, "h100", "default", 0.0, waiting, 1, 0.1, 0, 0, waiting, 0.0, 1, ready=ready)
+    snapshots = [MetricsSnapshot(sid, "h100", "default", 0.0, vllm_metrics(waiting, 1), ready=ready)
                  for sid, waiting, ready in (("a", 12, True), ("b", 9, True), ("c", 40, False))]
     metrics = loop._metrics(snapshots, pool_signals_by_server(snapshots), 0.0)
     assert metrics.external.get(metric.label) == (None if expected is None else [expected])

@@ -13,24 +13,29 @@ from headroom.contract.scaling_signals import (
     pool_signals,
     server_signals,
 )
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.router.app.autoscale_signals import SignalExporter
 from headroom.sim.records import MetricsSnapshot
 
 GIB = 2**30
 
 
+def vllm_metrics(waiting: int, running: int, kv: float = 0.1) -> ServerMetrics:
+    """A simulated server's metrics: every series filled, JetStream's from the same queue and batch."""
+    return ServerMetrics(num_waiting=waiting, num_running=running, kv_cache_usage=kv, prefix_cache_queries=0,
+                         prefix_cache_hits=0, prefill_backlog=waiting, slots_used=running / 256,
+                         memory_used_bytes=72 * GIB)
+
+
 def snapshot(server_id: str, waiting: int, running: int, kv: float, ready: bool = True) -> MetricsSnapshot:
-    return MetricsSnapshot(server_id=server_id, server_type="h100", pool_key="default", time_s=0.0,
-                          num_waiting=waiting, num_running=running, kv_cache_usage=kv, prefix_cache_queries=0,
-                          prefix_cache_hits=0, prefill_backlog=waiting, slots_used=running / 256,
-                          memory_used_bytes=72 * GIB, ready=ready)
+    return MetricsSnapshot(server_id, "h100", "default", 0.0, vllm_metrics(waiting, running, kv), ready=ready)
 
 
 class QueueDrain:
     """A stand-in predictor for these tests: 40 ms per request queued ahead, this one included."""
 
     def predict_ttft_ms(self, servers):
-        return {s.server_id: (s.num_waiting + 1) * 40.0 for s in servers}
+        return {s.server_id: (s.metrics.num_waiting + 1) * 40.0 for s in servers}
 
 
 POOL = [snapshot("s0", 12, 128, 0.5), snapshot("s1", 8, 64, 0.25), snapshot("s2", 0, 0, 0.0, ready=False)]

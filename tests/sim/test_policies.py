@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from headroom.contract.server_metrics import ServerMetrics
 from headroom.sim.engine import ServerEngine
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.profile import H100
@@ -21,7 +22,8 @@ def _view(waiting: list[int], kv: list[float], inflight: list[int],
         for h in range(blocks):
             engine.cache.register(h)
         engines.append(engine)
-    view.snapshots = [MetricsSnapshot(f"s{i}", "h100", "h100", 0.0, w, 0, k, 0, 0, w, 0.0, 0)
+    view.snapshots = [MetricsSnapshot(f"s{i}", "h100", "h100", 0.0, ServerMetrics(num_waiting=w, num_running=0,
+                                                                                 kv_cache_usage=k))
                       for i, (w, k) in enumerate(zip(waiting, kv))]
     view.inflight_requests = list(inflight)
     view.inflight_prompt_tokens = [0] * len(waiting)

@@ -36,7 +36,7 @@ def test_features_are_what_the_router_saw_at_dispatch() -> None:
     seen = {}
 
     def pick(request: SimRequest, view: PoolView) -> Pick:
-        seen[request.request_id] = (view.snapshots[0].num_running, view.inflight_requests[0])
+        seen[request.request_id] = (view.snapshots[0].metrics.num_running, view.inflight_requests[0])
         return Pick(view.snapshots[0].server_id, predicted_ttft_ms=12.5, model_versions={"ttft": 3})
 
     result = run(_load(30.0, 5.0), uniform_pool(1), pick)
@@ -126,7 +126,7 @@ def test_rising_load_brings_queueing_and_a_longer_ttft_tail() -> None:
         result = run(_load(rate, 30.0, seed=1), uniform_pool(1), policy("round-robin"))
         ttfts = sorted(o.ttft_ms for o in result.outcomes)
         p99.append(ttfts[int(0.99 * len(ttfts))])
-        waiting.append(sum(s.num_waiting for s in result.metrics) / len(result.metrics))
+        waiting.append(sum(s.metrics.num_waiting for s in result.metrics) / len(result.metrics))
     assert p99[0] < p99[1] < p99[2]
     assert waiting[2] > 10 * waiting[0] and waiting[2] > 0.5
 

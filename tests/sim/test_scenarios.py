@@ -97,7 +97,7 @@ def test_the_kv_cache_of_one_server_shrinks_to_a_quarter() -> None:
     from headroom.sim.scenario_play import pool
     result = run(s.requests(), pool(s), policy("round-robin"), actions=[*actions(s), *probe])
     assert seen == {"before": 29_205, "after": 29_205 // 4, "other": 29_205}
-    usage = {t: [m.kv_cache_usage for m in result.metrics if m.server_id == "h100-0" and t <= m.time_s < t + 15]
+    usage = {t: [m.metrics.kv_cache_usage for m in result.metrics if m.server_id == "h100-0" and t <= m.time_s < t + 15]
              for t in (5.0, 25.0)}
     assert max(usage[25.0]) > 3 * max(usage[5.0])  # the same kind of load fills a quarter of the blocks
 
