@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import msgspec
 import polars as pl
@@ -125,8 +125,9 @@ _EXPECTED_QUOTES = _expected_quotes()
 _DEFAULTS = _defaults()
 
 
-def records_frame(values: Sequence[bytes]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
-    """Valid records as a DataFrame (columns :data:`COLUMNS`, input order) and ``(index, reason)`` of the rest."""
+def records_frame(values: Sequence[bytes | None]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """Valid records as a DataFrame (columns :data:`COLUMNS`, input order) and ``(index, reason)`` of the rest
+    (None, a record without a value, among them)."""
     frames: list[pl.DataFrame] = []
     others: list[int] = []
     _columnar(values, list(range(len(values))), frames, others)
@@ -137,13 +138,13 @@ def records_frame(values: Sequence[bytes]) -> tuple[pl.DataFrame, list[tuple[int
     return pl.concat([parsed, general]).sort("_row").select(COLUMNS), rejected
 
 
-def _columnar(values: Sequence[bytes], rows: list[int], frames: list[pl.DataFrame], others: list[int]) -> None:
+def _columnar(values: Sequence[bytes | None], rows: list[int], frames: list[pl.DataFrame], others: list[int]) -> None:
     """Parse the values at ``rows`` column by column; the rows it cannot vouch for are added to ``others``."""
     if not rows:
         return
     chunk = values if len(rows) == len(values) else [values[row] for row in rows]
-    lines = _plain_lines(chunk)
-    if lines is None:  # one by one: the plain values are parsed, the rest take the general path
+    if not _all_bytes(chunk) or (lines := _plain_lines(chunk)) is None:
+        # one by one: the plain values are parsed, the rest take the general path
         plain = [_is_plain(value) for value in chunk]
         others += [row for row, ok in zip(rows, plain) if not ok]
         _columnar(values, [row for row, ok in zip(rows, plain) if ok], frames, others)
@@ -175,14 +176,15 @@ def _columnar(values: Sequence[bytes], rows: list[int], frames: list[pl.DataFram
 
 def _plain_lines(chunk: Sequence[bytes]) -> bytes | None:
     """The values as NDJSON lines, or None when one is not plain."""
-    try:
-        lines = b"\n".join(chunk)
-    except TypeError:
-        return None
-    if (lines.count(b"\n") != len(chunk) - 1 or b"\\" in lines or b"\r" in lines or set(map(type, chunk)) != {bytes}
+    lines = b"\n".join(chunk)
+    if (lines.count(b"\n") != len(chunk) - 1 or b"\\" in lines or b"\r" in lines
             or max(map(len, chunk)) > MAX_RECORD_BYTES or min(map(len, chunk)) < 2):
         return None
     return lines
+
+
+def _all_bytes(values: Sequence[bytes | None]) -> TypeGuard[Sequence[bytes]]:
+    return set(map(type, values)) == {bytes}  # exactly bytes: a subclass may not join or count as bytes do
 
 
 def _is_plain(value: object) -> bool:
@@ -205,13 +207,13 @@ def _texts_are_strings(frame: pl.DataFrame, chunk: Sequence[bytes]) -> pl.Series
     return (~doubtful).scatter(rows, spelled)
 
 
-def _general(values: Sequence[bytes], rows: list[int]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+def _general(values: Sequence[bytes | None], rows: list[int]) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
     """The values at ``rows`` (ascending) through msgspec and, where it refuses, the scalar validator."""
     chunk = [values[row] for row in rows]
     kept: list[int] = []
     wires: list[Any] = []
     suspect: list[int] = []
-    if all(type(value) is bytes for value in chunk):
+    if _all_bytes(chunk):
         _decode(chunk, 0, kept, wires, suspect)
     else:
         suspect = list(range(len(chunk)))
