@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from headroom.backtest.scalars import number
 from headroom.sim.pool import Action, SimServerSpec, run, slow_down
 from headroom.sim.profile import PROFILES, profile
 from headroom.sim.request import SimRequest
@@ -69,8 +70,8 @@ def calibrate(records: pl.DataFrame, requests: Sequence[SimRequest], server_type
               period_s: float = 15.0, rounds: int = 3, tolerance: float = 1.5) -> Calibration:
     """Fit per-server, per-period speed factors to ``records`` (see the module docstring)."""
     pool = recorded_pool(records, server_type)
-    start = records.get_column("arrival_ts").min()
-    span = records.get_column("completion_ts").max() - start
+    start = number(records.get_column("arrival_ts").min(), "the first arrival_ts")
+    span = number(records.get_column("completion_ts").max(), "the last completion_ts") - start
     periods = [i * period_s for i in range(max(1, math.ceil(span / period_s)))]
     recorded = _per_token(records, start, period_s)
     factors = {(spec.server_id, p): 1.0 for spec in pool for p in periods}

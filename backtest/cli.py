@@ -9,15 +9,22 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headroom.cli.environment import environment_help
 from headroom.contract.settings import SettingsError, describe, from_env
-from headroom.contract.signing import SigningSettings
+from headroom.contract.signing import SigningSettings, TrustedKeys
 from headroom.contract.topics import KafkaSettings
 from headroom.errors import CommandError
 
+if TYPE_CHECKING:  # the command's modules are imported when it runs, not when the CLI starts
+    from headroom.backtest.replay import Source
+    from headroom.backtest.result import Backtest
+    from headroom.backtest.settings import BacktestSettings
+    from headroom.streams.settings import PipelineSettings
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from headroom.backtest.settings import BacktestSettings
     from headroom.streams.settings import PipelineSettings
 
@@ -108,7 +115,7 @@ def _time_ms(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def pipeline_settings(overrides: list[tuple[str, str]]):
+def pipeline_settings(overrides: list[tuple[str, str]]) -> PipelineSettings:
     """Pipeline settings from the environment, with ``NAME=VALUE`` overrides parsed as the environment's are."""
     from headroom.streams.settings import PipelineSettings
 
@@ -132,11 +139,11 @@ def quiet_clients() -> None:
     LIBRDKAFKA_LOG.setLevel(logging.CRITICAL + 1)
 
 
-def _settings(args: argparse.Namespace, reads_models: bool = True):
+def _settings(args: argparse.Namespace,
+              reads_models: bool = True) -> tuple[KafkaSettings, BacktestSettings, TrustedKeys]:
     """The Kafka settings, backtest settings and trusted keys of a command, with its flags laid over (a command
     that does not read the model topic needs no trusted keys)."""
     from headroom.backtest.settings import BacktestSettings
-    from headroom.contract.signing import TrustedKeys
 
     try:
         kafka = from_env(KafkaSettings)
@@ -154,7 +161,7 @@ def _settings(args: argparse.Namespace, reads_models: bool = True):
     return kafka, settings, trust
 
 
-def _source(args: argparse.Namespace, kafka, trust):
+def _source(args: argparse.Namespace, kafka: KafkaSettings, trust: TrustedKeys) -> Source:
     from headroom.backtest.replay import Range, Source
 
     if args.start is not None and args.start_offset is not None:
@@ -163,13 +170,13 @@ def _source(args: argparse.Namespace, kafka, trust):
                   dict(args.kafka_option))
 
 
-def _failures():
+def _failures() -> tuple[type[Exception], ...]:
     from confluent_kafka import KafkaException
 
     return KafkaException, TimeoutError, ValueError
 
 
-def _summary(result, out: Path) -> str:
+def _summary(result: Backtest, out: Path) -> str:
     rounds = result.prequential.rounds
     promoted = int(rounds["promoted"].sum()) if rounds.height else 0
     return (f"{result.prequential.records} records; {promoted} versions promoted, {rounds.height - promoted} "

@@ -4,6 +4,7 @@ policy, predicted against actual."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import matplotlib
 
@@ -11,7 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
+from headroom.backtest.scalars import number
 from headroom.trainer.drift import RELATIVE_ERROR_FLOOR_MS
 
 ROLLING = 200  # records per point of the rolling error
@@ -76,17 +80,17 @@ def predicted_vs_actual(errors: pl.DataFrame, path: Path, limit: int = 20_000) -
     return _save(fig, path)
 
 
-def _legend(ax, **kwargs) -> None:
+def _legend(ax: Axes, loc: Literal["best", "upper right"] = "best") -> None:
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", **kwargs)
+        ax.legend(fontsize="small", loc=loc)
 
 
 def _start(errors: pl.DataFrame, drifts: pl.DataFrame) -> float:
-    times = [f.get_column("event_ts").min() for f in (errors, drifts) if f.height]
+    times = [number(f.get_column("event_ts").min(), "the first event_ts") for f in (errors, drifts) if f.height]
     return min(times) if times else 0.0
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

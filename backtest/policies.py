@@ -21,24 +21,27 @@ import polars as pl
 
 from headroom.backtest.calibration import Calibration, calibrate
 from headroom.backtest.router_policy import engine_pick
+from headroom.backtest.scalars import number
 from headroom.router.framework.roles import LatencyPredictor
 from headroom.sim.policies import POLICIES, policy
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.records import Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.results import quantile
+from headroom.sim.view import PickFunction
 
 REPLAYED = "recorded, simulated"  # the recorded assignment through the calibrated simulator
 PREDICTED = "predicted-latency"  # the router's own pipeline, with the latest published models
 KNOWN_POLICIES = (*POLICIES, PREDICTED)
 DEFAULT_POLICIES = ("round-robin", "least-queue", "composite", PREDICTED)
-OUTCOME_SCHEMA = {"policy": pl.String, "request_id": pl.String, "ttft_ms": pl.Float64, "tpot_ms": pl.Float64,
-                  "met_slo": pl.Boolean, "has_slo": pl.Boolean}
+OUTCOME_SCHEMA = pl.Schema({"policy": pl.String, "request_id": pl.String, "ttft_ms": pl.Float64,
+                            "tpot_ms": pl.Float64, "met_slo": pl.Boolean, "has_slo": pl.Boolean})
 
 
 def requests_from(records: pl.DataFrame) -> list[SimRequest]:
     """The recorded arrivals as simulator requests, in arrival order."""
     ordered = records.sort("arrival_ts")
-    start = ordered.get_column("arrival_ts").min() if ordered.height else 0.0
+    start = number(ordered.get_column("arrival_ts").min(), "the first arrival_ts") if ordered.height else 0.0
     return [SimRequest(request_id=r["request_id"], arrival_s=r["arrival_ts"] - start,
                     prompt_tokens=max(r["prompt_tokens"], 1), output_tokens=max(r["output_tokens"], 1),
                     max_tokens=r["max_tokens"], stream=r["stream"], slo_ttft_ms=r["slo_ttft_ms"],
@@ -72,11 +75,7 @@ def compare(records: pl.DataFrame, policies: Sequence[str] = DEFAULT_POLICIES, s
     recorded assignment replayed (``recorded, simulated``) when the pool is the recorded one.
 
     ``predicted-latency`` schedules with the router's engine and ``predictor`` (the published models)."""
-    if PREDICTED in policies and predictor is None:
-        raise ValueError(f"policy {PREDICTED!r} needs published models; none were read from the model topic")
-    unknown = [name for name in policies if name != PREDICTED and name not in POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
+    picks = [(name, _pick(name, seed, predictor)) for name in policies]  # each used once: they hold state
     requests = requests_from(records)
     recorded_count = max(records.get_column("server_id").n_unique(), 1)
     calibration = None
@@ -89,8 +88,7 @@ def compare(records: pl.DataFrame, policies: Sequence[str] = DEFAULT_POLICIES, s
         names.append(REPLAYED)
     else:
         pool, actions = uniform_pool(servers, server_type), []
-    for name in policies:
-        pick = engine_pick(predictor, seed=seed) if name == PREDICTED else policy(name, seed)
+    for name, pick in picks:
         result = run(requests, pool, pick, seed=seed, telemetry=False, actions=actions)
         outcomes.append(_frame(name, result.outcomes))
         if progress:
@@ -104,7 +102,18 @@ def compare(records: pl.DataFrame, policies: Sequence[str] = DEFAULT_POLICIES, s
     return Comparison(summary, table, calibration)
 
 
-def _frame(name: str, outcomes: Sequence) -> pl.DataFrame:
+def _pick(name: str, seed: int, predictor: LatencyPredictor | None) -> PickFunction:
+    """A fresh pick function of policy ``name``."""
+    if name == PREDICTED:
+        if predictor is None:
+            raise ValueError(f"policy {PREDICTED!r} needs published models; none were read from the model topic")
+        return engine_pick(predictor, seed=seed)
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(KNOWN_POLICIES)}")
+    return policy(name, seed)
+
+
+def _frame(name: str, outcomes: Sequence[Outcome]) -> pl.DataFrame:
     return pl.DataFrame([_simulated(name, o) for o in outcomes], schema=OUTCOME_SCHEMA, orient="row")
 
 
@@ -118,13 +127,15 @@ def _ranked(summary: pl.DataFrame, policies: Sequence[str]) -> pl.DataFrame:
                                 .alias("rank"))
 
 
-def _simulated(name: str, outcome) -> tuple:
+def _simulated(name: str, outcome: Outcome) -> tuple[str, str, float | None, float | None, bool, bool]:
     """An outcome as the recorded ones read: TTFT and TPOT of streaming requests only; a non-streaming
     response arrives whole, so its E2E is what the TTFT SLO is held to."""
     request = outcome.request
-    ttft, tpot = (outcome.ttft_ms, outcome.tpot_ms) if request.stream else (None, None)
-    return (name, request.request_id, ttft, tpot,
-            met(ttft if request.stream else outcome.e2e_ms, tpot, request.slo_ttft_ms, request.slo_tpot_ms),
+    if request.stream:
+        ttft, tpot, first = outcome.ttft_ms, outcome.tpot_ms, outcome.ttft_ms
+    else:
+        ttft, tpot, first = None, None, outcome.e2e_ms
+    return (name, request.request_id, ttft, tpot, met(first, tpot, request.slo_ttft_ms, request.slo_tpot_ms),
             request.slo_ttft_ms is not None or request.slo_tpot_ms is not None)
 
 
@@ -144,7 +155,8 @@ def _recorded(records: pl.DataFrame) -> pl.DataFrame:
 def _span(records: pl.DataFrame) -> float:
     if records.height == 0:
         return math.nan
-    return max(records.get_column("completion_ts").max() - records.get_column("arrival_ts").min(), 1e-9)
+    last = number(records.get_column("completion_ts").max(), "the last completion_ts")
+    return max(last - number(records.get_column("arrival_ts").min(), "the first arrival_ts"), 1e-9)
 
 
 def _summary(name: str, outcomes: pl.DataFrame, offered: int, span_s: float) -> dict[str, object]:
@@ -155,5 +167,6 @@ def _summary(name: str, outcomes: pl.DataFrame, offered: int, span_s: float) -> 
             "ttft_p50_ms": quantile(ttft, 0.5), "ttft_p99_ms": quantile(ttft, 0.99),
             "tpot_p50_ms": quantile(tpot, 0.5), "tpot_p99_ms": quantile(tpot, 0.99),
             "slo_requests": with_slo.height,
-            "slo_attainment": with_slo.get_column("met_slo").mean() if with_slo.height else math.nan,
-            "goodput_rps": outcomes.get_column("met_slo").sum() / span_s}
+            "slo_attainment": number(with_slo.get_column("met_slo").mean(), "the SLO attainment")
+            if with_slo.height else math.nan,
+            "goodput_rps": number(outcomes.get_column("met_slo").sum(), "the requests within SLO") / span_s}

@@ -24,6 +24,7 @@ pool's records in arrival order, beside its telemetry partition and offset.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ from typing import Protocol
 
 import numpy as np
 import polars as pl
+import xgboost as xgb
 
 from headroom.backtest.round_pool import RoundPool, Started
+from headroom.backtest.scalars import column_max, column_min
 from headroom.contract.features import RAW_COLUMNS, feature_matrix
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.targets import OBSERVED, trains
@@ -45,6 +48,8 @@ from headroom.trainer.evaluation import score
 from headroom.trainer.fit import predict
 from headroom.trainer.live import LiveModels
 from headroom.trainer.rounds import RoundOutcome
+
+Boosters = dict[tuple[str, str, str, int | None], xgb.Booster]  # promoted: by pool key, target, objective, version
 
 
 class CollectingPublisher:
@@ -173,13 +178,13 @@ def evaluate(records: pl.DataFrame, settings: PipelineSettings, progress: Progre
     prepare_seconds = time.perf_counter() - began
     rounds: list[Round] = []
     drifts: list[Drift] = []
-    boosters: dict[tuple[str, str, str, int], object] = {}
+    boosters: Boosters = {}
     replayed = 0
 
     def settled(started: Started, outcomes: list[RoundOutcome]) -> None:
         for outcome in outcomes:
             rounds.append(_round(started.number, started.site, outcome))
-            if outcome.update is not None:
+            if outcome.update is not None and outcome.booster is not None:
                 u = outcome.update
                 boosters[(u.pool_key, u.target, u.objective, u.version)] = outcome.booster
         if progress:
@@ -213,8 +218,7 @@ def evaluate(records: pl.DataFrame, settings: PipelineSettings, progress: Progre
     versions = _version_scores(rounds, errors, settings.quantile)
     return Prequential(rounds=_frame(rounds, Round),
                        drifts=_frame(drifts, Drift), errors=errors, versions=versions, records=records.height,
-                       first_ts=records.get_column("completion_ts").min(),  # type: ignore[arg-type]
-                       last_ts=records.get_column("completion_ts").max(),  # type: ignore[arg-type]
+                       first_ts=column_min(records, "completion_ts"), last_ts=column_max(records, "completion_ts"),
                        prepare_seconds=prepare_seconds, replay_seconds=replay_seconds, training_seconds=training,
                        training_cpu_seconds=training_cpu, scoring_seconds=time.perf_counter() - began)
 
@@ -228,8 +232,8 @@ def _round(number: int, site: _Site, outcome: RoundOutcome) -> Round:
                  outcome.decision.live_error, outcome.train_rows, outcome.fit_seconds)
 
 
-def _frame(items: list, cls: type) -> pl.DataFrame:
-    names = list(cls.__dataclass_fields__)
+def _frame(items: list[Round] | list[Drift], cls: type[Round | Drift]) -> pl.DataFrame:
+    names = [f.name for f in dataclasses.fields(cls)]
     if not items:
         return pl.DataFrame(schema={n: _EMPTY_TYPES.get(n, pl.Float64) for n in names})
     return pl.DataFrame([vars(item) for item in items], infer_schema_length=None).select(names)
@@ -255,7 +259,7 @@ def prepare(records: pl.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 
 def _errors(pool: _PoolReplay, features: np.ndarray, actual: dict[str, np.ndarray], rounds: list[Round],
-            boosters: dict) -> pl.DataFrame:
+            boosters: Boosters) -> pl.DataFrame:
     """Each promoted version of ``pool``'s predictions on the records it trains until the next version of its
     key (``rounds`` in the order they started)."""
     times = pool.records.get_column("completion_ts").to_numpy()

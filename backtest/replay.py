@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import polars as pl
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -150,7 +150,7 @@ class _Batch:
     """Messages below their partition's end, and their positions as columns."""
 
     messages: list[Message]
-    values: list[bytes]
+    values: list[bytes | None]  # None: a record without a value, which the parser rejects
     partitions: list[int]
     offsets: list[int]
     timestamps: list[int]
@@ -213,11 +213,11 @@ def _batches(client: Consumer, topic: str, bounds: dict[int, tuple[int, int]], t
         idle_since = time.monotonic()
         for error in filter(None, map(Message.error, messages)):
             raise KafkaException(error)
-        partitions, offsets = list(map(Message.partition, messages)), list(map(Message.offset, messages))
+        partitions, offsets = _positions(messages, topic)
         last = dict(zip(partitions, offsets))  # each partition's newest offset in this batch
         if any(offset >= ends[p] for p, offset in last.items()):  # past the end: cut off
             messages = [m for m, p, offset in zip(messages, partitions, offsets) if offset < ends[p]]
-            partitions, offsets = list(map(Message.partition, messages)), list(map(Message.offset, messages))
+            partitions, offsets = _positions(messages, topic)
         for p, offset in last.items():
             if p in following:
                 following[p] = offset + 1
@@ -228,6 +228,18 @@ def _batches(client: Consumer, topic: str, bounds: dict[int, tuple[int, int]], t
                 del following[p]
         yield _Batch(messages, list(map(Message.value, messages)), partitions, offsets,
                      [timestamp for _, timestamp in map(Message.timestamp, messages)])
+
+
+def _positions(messages: list[Message], topic: str) -> tuple[list[int], list[int]]:
+    """The messages' partitions and offsets; every consumed record has both, so one without is refused."""
+    partitions, offsets = list(map(Message.partition, messages)), list(map(Message.offset, messages))
+    if not (_all_known(partitions) and _all_known(offsets)):
+        raise KafkaException(f"the client delivered a message of {topic} without its partition or offset")
+    return partitions, offsets
+
+
+def _all_known(values: list[int | None]) -> TypeGuard[list[int]]:
+    return None not in values  # one pass in C per batch: about 0.1 µs a record
 
 
 def _bounds(client: Consumer, topic: str, span: Range, timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from headroom.backtest import plots
-from headroom.backtest.replay import Source
+from headroom.backtest.replay import Range, Source
 from headroom.backtest.result import Backtest
+from headroom.backtest.scalars import number
 
 if TYPE_CHECKING:
     from headroom.streams.settings import PipelineSettings
@@ -137,9 +138,10 @@ def _calibration(result: Backtest) -> list[str]:
         return ["**Not ranked**: the simulated pool is not the recorded one (a server count was given), so it "
                 "was not calibrated to the record.\n"]
     moved = c.factors.filter((pl.col("factor") - 1.0).abs() > 0.05)
+    slowest = number(c.factors.get_column("factor").max(), "the slowest calibration factor")
     lines = [f"Calibration: each server's speed per {c.factors.get_column('period_start_s').unique().len()} "
              f"period(s) was fitted to the recorded time per output token ({moved.height} of {c.factors.height} "
-             f"server-periods moved by more than 5%; slowest factor {c.factors.get_column('factor').max():.2f}). "
+             f"server-periods moved by more than 5%; slowest factor {slowest:.2f}). "
              f"The recorded assignment, replayed through the calibrated simulator (`recorded, simulated`), "
              f"against the record:\n", markdown_table(c.gap)]
     if c.to_scale:
@@ -152,7 +154,7 @@ def _calibration(result: Backtest) -> list[str]:
     return lines
 
 
-def _describe(span) -> str:
+def _describe(span: Range) -> str:
     parts = []
     if span.start_offset is not None:
         parts.append(f"from offset {span.start_offset} of every partition")

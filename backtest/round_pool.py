@@ -50,7 +50,7 @@ class Started:
     number: int  # of the rounds ``retrainer`` started, from 0
     site: Any  # the replay's note of where it started, handed back when settled
     samples: Samples | None = None
-    future: Future | None = field(default=None, repr=False)
+    future: Future[Fitted] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -164,10 +164,10 @@ class RoundPool:
 
     def _settle_done(self, key: tuple[int, WindowKey]) -> None:
         chain = self._chains[key]
-        while chain and chain[0].future is not None and chain[0].future.done():
+        while chain and (future := chain[0].future) is not None and future.done():
             started = chain.popleft()
             self._pending -= 1
-            self._settle(started, started.future.result)  # type: ignore[union-attr]
+            self._settle(started, future.result)
             if chain:
                 self._submit(chain[0])
         if not chain:
