@@ -24,14 +24,15 @@ from headroom.sim.request import SimRequest
 from headroom.sim.view import Pick, PickFunction, PickResult, PoolView, Shed
 
 
-def engine_pick(predictor: LatencyPredictor, *, slo: tuple[float, float] | None = None, seed: int = 0,
+def engine_pick(predictor: LatencyPredictor | None, *, slo: tuple[float, float] | None = None, seed: int = 0,
                 scorer_params: dict[str, Any] | None = None, picker_params: dict[str, Any] | None = None,
                 pipeline: dict[str, Any] | None = None,
                 plugin_params: Mapping[str, Mapping[str, Any]] | None = None, predict: bool = True) -> PickFunction:
     """A pick function running the scheduling pipeline (default: the router's) over the simulator's view.
 
     ``plugin_params`` maps a plugin type to parameters laid over those of every plugin of that type;
-    ``scorer_params`` and ``picker_params`` do the same for the latency scorer and the picker.
+    ``scorer_params`` and ``picker_params`` do the same for the latency scorer and the picker. Without a
+    ``predictor`` every request is scheduled as the router schedules it when predictions are unavailable.
     """
     config = copy.deepcopy(pipeline or DEFAULT_PIPELINE)
     overlays = {**(plugin_params or {})}

@@ -19,18 +19,19 @@ import numpy as np
 
 from headroom.benchmarks.router_quality import SERVERS, arguments, policies, prepare
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult
 
 TPOT_BINS = (0, 20, 30, 35, 40, 45, 50, 1e9)  # predicted TPOT bands, ms: finest just under a 50 ms SLO
 
 
-def breakdown(name: str, requests: list, result: RunResult, slo: tuple[float, float]) -> None:
+def breakdown(name: str, requests: list[SimRequest], result: RunResult, slo: tuple[float, float]) -> None:
     """Print who of ``requests`` met ``slo`` (TTFT and TPOT, ms) in ``result``: per server, per tenth of the
     arrival window, the TPOT of those that started in time, and the predicted TPOT against the TPOT got."""
     ttft_slo, tpot_slo = slo
     span = requests[-1].arrival_s or 1.0
-    per_server: dict[str, Counter] = {}
-    by_tenth: list[Counter] = [Counter() for _ in range(10)]
+    per_server: dict[str, Counter[str]] = {}
+    by_tenth: list[Counter[str]] = [Counter() for _ in range(10)]
     for o in result.outcomes:
         ttft_ok = o.ttft_ms <= ttft_slo
         tpot_ok = o.tpot_ms is None or o.tpot_ms <= tpot_slo
@@ -67,7 +68,7 @@ def main() -> int:
     setup = prepare(args)
     for load in setup.loads:
         _, requests = setup.work.slices(load * SERVERS * setup.capacity)
-        for name, make, _ in policies(args, setup, include_no_slo=False):
+        for name, make, _ in policies(args, setup.slo, setup.predictor, include_no_slo=False):
             result = run(requests, uniform_pool(SERVERS), make(0), seed=0, lengths=setup.lengths)
             breakdown(f"{name} at load {load:g}", requests, result, setup.slo)
     return 0

@@ -33,34 +33,39 @@ from rich.console import Console
 from headroom import kafka_clients, kafka_topics
 from headroom.backtest.prequential import prepare
 from headroom.backtest.replay import WORKERS, Range, Source, read_telemetry
+from headroom.backtest.result import Backtest
 from headroom.backtest.run import run_backtest
 from headroom.backtest.settings import BacktestSettings
 from headroom.contract.settings import from_env
 from headroom.contract.signing import TrustedKeys
-from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import generate, poisson_arrivals
-from headroom.sim.view import Pick
+from headroom.sim.view import Pick, PoolView
 from headroom.streams.settings import PipelineSettings
 
 
-def simulated(records: int, rate: float, servers: int):
+def simulated(records: int, rate: float, servers: int) -> list[TelemetryRecord]:
     requests = generate(poisson_arrivals(rate, records / rate, seed=3), stream_fraction=0.8, seed=3,
                         slo_ttft_ms=500.0, slo_tpot_ms=40.0)[:records]
     least_queue = policy("least-queue")
 
-    def pick(request, view):
-        return Pick(least_queue(request, view), predicted_ttft_ms=60.0, predicted_tpot_ms=12.0,
+    def pick(request: SimRequest, view: PoolView) -> Pick:
+        server = least_queue(request, view)
+        if not isinstance(server, str):
+            raise TypeError(f"least-queue answered {server!r}, not a server id")
+        return Pick(server, predicted_ttft_ms=60.0, predicted_tpot_ms=12.0,
                     predicted_e2e_ms=1500.0, model_versions={"ttft": 1, "tpot": 1, "e2e": 1})
 
     return run(requests, uniform_pool(servers), pick, seed=3).records
 
 
-def fill(kafka: KafkaSettings, records) -> None:
+def fill(kafka: KafkaSettings, records: list[TelemetryRecord]) -> None:
     kafka_topics.ensure_topics(kafka, [TopicSpec(kafka.telemetry_topic, 4, {}), TopicSpec(kafka.model_topic, 1, {})])
     producer = kafka_clients.producer(kafka, {"linger.ms": 20, "enable.idempotence": True,
                                                        "queue.buffering.max.messages": 1_000_000})
@@ -75,16 +80,16 @@ def fill(kafka: KafkaSettings, records) -> None:
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
-def rate(result) -> float:
+def rate(result: Backtest) -> float:
     """Training rounds per second of the replay and training stages together (with several processes, rounds are
     fitted while the replay goes on, so neither stage alone is the time they took)."""
     return result.prequential.rounds.height / max(result.seconds["replay"] + result.seconds["training"], 1e-9)
 
 
-def table(count: int, result, total: float, cpu: float, load: list[str]) -> None:
+def table(count: int, result: Backtest, total: float, cpu: float, load: list[str]) -> None:
     n = result.records.height
     s = result.seconds
     rounds = result.prequential.rounds
@@ -122,7 +127,7 @@ def main() -> int:
             local = from_env(BrokerSettings, port=free_port(), controller_port=free_port(), state_dir=Path(folder))
             broker.up(local)
         try:
-            bootstrap = args.bootstrap or local.bootstrap
+            bootstrap = args.bootstrap if local is None else local.bootstrap
             tag = uuid.uuid4().hex[:8]
             kafka = dataclasses.replace(from_env(KafkaSettings, {}, bootstrap_servers=bootstrap),
                                         telemetry_topic=f"bench-backtest-{tag}", model_topic=f"bench-models-{tag}")
@@ -131,13 +136,14 @@ def main() -> int:
             fill(kafka, records)
             print(f"# filled {kafka.telemetry_topic} (4 partitions) with {len(records)} simulator records "
                   f"in {time.perf_counter() - started:.0f} s")
-            reads, cpu = [], []
+            reads: list[float] = []
+            read_cpu: list[float] = []
             for _ in range(args.read_repeats):
                 began, began_cpu = time.perf_counter(), time.process_time()
                 replay = read_telemetry(kafka, kafka.telemetry_topic, workers=args.workers)
                 prepare(replay.records)
                 reads.append(time.perf_counter() - began)
-                cpu.append(time.process_time() - began_cpu)
+                read_cpu.append(time.process_time() - began_cpu)
             pipeline = from_env(PipelineSettings, {})
             trust = TrustedKeys()  # the benchmark's model topic stays empty: no key to trust
             load_before = Path("/proc/loadavg").read_text().split()[:3]
@@ -166,10 +172,10 @@ def main() -> int:
     n = runs[-1][1].records.height
     if reads:
         reads.sort()
-        cpu.sort()
+        read_cpu.sort()
         print(f"# read + prepare alone, {len(reads)} repeats: median {n / reads[len(reads) // 2]:,.0f} records/s, "
-              f"best {n / reads[0]:,.0f} records/s; median {n / cpu[len(cpu) // 2]:,.0f} records per CPU-second "
-              f"of this process (all its threads, librdkafka's included)")
+              f"best {n / reads[0]:,.0f} records/s; median {n / read_cpu[len(read_cpu) // 2]:,.0f} records per "
+              f"CPU-second of this process (all its threads, librdkafka's included)")
     return 0
 
 

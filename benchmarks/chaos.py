@@ -29,7 +29,9 @@ import random
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -246,7 +248,7 @@ class Chaos:
         await asyncio.sleep(self.args.fault_seconds)
         gate.set_mode("ok")
 
-    async def until(self, condition, limit_s: float = 180.0) -> bool:
+    async def until(self, condition: Callable[[], object], limit_s: float = 180.0) -> bool:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if await asyncio.to_thread(quietly, condition):
@@ -265,7 +267,7 @@ class Chaos:
                     await asyncio.to_thread(self.start, name)
 
     # --- the run --------------------------------------------------------------------------------------
-    async def main(self) -> dict:
+    async def main(self) -> dict[str, Any]:
         await self.setup()
         self.began = time.monotonic()
         watcher = asyncio.create_task(self.watch())
@@ -309,7 +311,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="headroom-chaos-") as folder:
         chaos = Chaos(args, Path(folder))
 
-        async def go() -> dict:
+        async def go() -> dict[str, Any]:
             try:
                 return await chaos.main()
             finally:

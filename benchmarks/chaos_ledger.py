@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from headroom.contract.topics import SOURCE_HEADER, KafkaSettings
 from headroom.demo.scrape import Samples, by_label, total
@@ -75,8 +75,10 @@ def window_rows(kafka: KafkaSettings, changelog_topic: str) -> set[tuple[int, in
     """(partition, offset) of every record with a row in the final window table."""
     table: dict[bytes, bytes | None] = {}
     for message in read_to_end(kafka, changelog_topic):
-        table[message.key()] = message.value()
-    rows = set()
+        key = message.key()
+        if key is not None:  # a changelog entry without a key names no window
+            table[key] = message.value()
+    rows: set[tuple[int, int]] = set()
     for key, value in table.items():
         name = json.loads(key)
         if value is None or not isinstance(name, str) or name.startswith("hwm:"):
@@ -87,10 +89,13 @@ def window_rows(kafka: KafkaSettings, changelog_topic: str) -> set[tuple[int, in
 
 
 def reconcile_telemetry(kafka: KafkaSettings, changelog_topic: str) -> TelemetryLedger:
-    records = {(m.partition(), m.offset()) for m in read_to_end(kafka, kafka.telemetry_topic)}
-    sources = Counter()
+    records = {_position(m) for m in read_to_end(kafka, kafka.telemetry_topic)}
+    sources: Counter[tuple[int, int]] = Counter()
     for letter in read_to_end(kafka, kafka.dlq_topic):
-        topic, partition, offset = dict(letter.headers() or [])[SOURCE_HEADER].decode().rsplit("/", 2)
+        source = dict(letter.headers() or []).get(SOURCE_HEADER)
+        if not isinstance(source, bytes):
+            raise ValueError(f"dead letter {_position(letter)} of {kafka.dlq_topic} has no {SOURCE_HEADER} header")
+        topic, partition, offset = source.decode().rsplit("/", 2)
         if topic == kafka.telemetry_topic:
             sources[(int(partition), int(offset))] += 1
     in_windows = window_rows(kafka, changelog_topic) & records
@@ -98,6 +103,14 @@ def reconcile_telemetry(kafka: KafkaSettings, changelog_topic: str) -> Telemetry
     return TelemetryLedger(on_topic=len(records), in_windows=len(in_windows), dead_lettered=len(dead),
                            unexplained=sorted(records - in_windows - dead),
                            dead_letter_duplicates=sum(n - 1 for n in sources.values()))
+
+
+def _position(message: Message) -> tuple[int, int]:
+    """A consumed message's partition and offset (which every consumed message has)."""
+    partition, offset = message.partition(), message.offset()
+    if partition is None or offset is None:
+        raise ValueError("a consumed message came without its partition or offset")
+    return partition, offset
 
 
 def committed_lag(kafka: KafkaSettings, group_id: str) -> int:
@@ -113,7 +126,8 @@ def committed_lag(kafka: KafkaSettings, group_id: str) -> int:
         client.close()
 
 
-def report(run: Run, seed: int, settled: bool, router: Samples, worker: Samples, telemetry: TelemetryLedger) -> dict:
+def report(run: Run, seed: int, settled: bool, router: Samples, worker: Samples,
+           telemetry: TelemetryLedger) -> dict[str, Any]:
     """The run's ledger as JSON: faults, requests, the router's and the worker's counts, telemetry reconciled."""
     delivery = {o: total(router, "headroom_router_telemetry_delivery_total", outcome=o)
                 for o in ("delivered", "failed", "dropped")}

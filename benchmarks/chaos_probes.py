@@ -5,32 +5,34 @@ keys."""
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headroom.certificates import write_signing_key
 from headroom.contract.signing import SigningKey
 from headroom.demo.scrape import scrape, total
 
 
 def signing_keys(folder: Path) -> dict[str, str]:
     """A fresh key pair: the worker signs the models it publishes, the predictor and the router trust it."""
-    private, public = SigningKey.generate().write(folder, "worker")
+    private, public = write_signing_key(SigningKey.generate(), folder, "worker")
     return {"HEADROOM_MODEL_SIGNING_KEY_FILE": str(private), "HEADROOM_MODEL_TRUSTED_KEYS": str(public)}
 
 
-def answers(url: str):
+def answers(url: str) -> Callable[[], bool]:
     def ready() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=1.0) as response:
-                return response.status == 200
+                return bool(response.status == 200)
         except (OSError, ValueError):
             return False
     return ready
 
 
-def quietly(condition) -> bool:
+def quietly(condition: Callable[[], object]) -> bool:
     try:
         return bool(condition())
     except (OSError, ValueError, KeyError, TimeoutError):
@@ -49,4 +51,4 @@ def delivered(url: str) -> float:
 def serving(address: str) -> bool:
     with grpc.insecure_channel(address) as channel:
         answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-    return answer.status == health_pb2.HealthCheckResponse.SERVING
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)

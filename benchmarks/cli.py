@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headroom.cli.environment import reads
 from headroom.contract.topics import KafkaSettings
@@ -13,8 +14,11 @@ from headroom.errors import CommandError
 from headroom.sim.cli import pool_args, settings_of
 from headroom.sim.settings import SimSettings
 
+if TYPE_CHECKING:
+    from headroom.sim.request import SimRequest
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("bench", help="measure the router, its proxy and ext_proc, the predictor and the simulator")
     commands = parser.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
 
@@ -255,7 +259,7 @@ def _sim(args: argparse.Namespace) -> int:
     rows = []
     try:
         for trace in traces:
-            def load(rate: float | None, trace: str = trace) -> list:
+            def load(rate: float | None, trace: str = trace) -> list[SimRequest]:
                 return load_trace(trace, rate=rate, seed=settings.seed, limit=args.limit)
 
             rows += bench_policies(trace, load, servers=settings.servers, utilization=settings.utilization,

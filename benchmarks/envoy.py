@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +96,8 @@ class Envoy:
                 call.cancel()
         return exchange
 
-    async def _read(self, call: Any, exchange: Exchange, picked: asyncio.Future, handed_back: bytearray) -> None:
+    async def _read(self, call: Any, exchange: Exchange, picked: asyncio.Future[str | None],
+                    handed_back: bytearray) -> None:
         """Read the picker's answers until it ends the stream. ``picked`` is settled with the endpoint its answer
         to the headers named once the request body it hands back is complete (None: it named none, or refused),
         that body gathered into ``handed_back``."""
@@ -142,11 +144,11 @@ class Envoy:
             await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=b"", end_of_stream=True)))
 
 
-async def _whole(response: Any):
+async def _whole(response: Any) -> AsyncIterator[bytes]:
     yield await response.read()
 
 
-def _settle(future: asyncio.Future, value: Any) -> None:
+def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
     if not future.done():
         future.set_result(value)
 

@@ -22,11 +22,15 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from headroom.benchmarks.kube_api import KubeApi, build_tool, kube_api
 from headroom.benchmarks.live import Process, free_port
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1CustomResourceDefinition
 
 NAMESPACE, POOL = "default", "sim-pool"
 GROUP, VERSION = "inference.networking.k8s.io", "v1"
@@ -106,8 +110,9 @@ def epp_pool(addresses: list[str]) -> Iterator[KubeApi]:
         for i, address in enumerate(addresses):
             ip = address.rpartition(":")[0]
             name = f"sim-{i}"
-            core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": name, "labels": LABELS}, "spec": {
-                "containers": [{"name": "vllm", "image": "headroom-sim"}]}})
+            core.create_namespaced_pod(NAMESPACE, client.V1Pod(
+                metadata=client.V1ObjectMeta(name=name, labels=LABELS),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="vllm", image="headroom-sim")])))
             core.patch_namespaced_pod_status(name, NAMESPACE, {"status": {
                 "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
                 "conditions": [{"type": "Ready", "status": "True"}]}})
@@ -154,11 +159,15 @@ def _install_crds(admin: object) -> None:
         extensions.create_custom_resource_definition(crd)
     deadline = time.monotonic() + 60
     for name in names:
-        while not any(c.type == "Established" and c.status == "True"
-                      for c in extensions.read_custom_resource_definition(name).status.conditions or ()):
+        while not _established(extensions.read_custom_resource_definition(name)):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"CRD {name} was not established within 60 s")
             time.sleep(0.2)
+
+
+def _established(crd: V1CustomResourceDefinition) -> bool:
+    conditions = crd.status.conditions if crd.status is not None else None
+    return any(c.type == "Established" and c.status == "True" for c in conditions or ())
 
 
 def _serving(port: int) -> bool:

@@ -115,17 +115,17 @@ def serve(name: str, port: int) -> None:
     variant = VARIANTS[name]
     empty = ep.ProcessingResponse()
 
-    class Iterating(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    class Iterating(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
         async def Process(self, requests: Any, context: Any) -> Any:
             async for _ in requests:
                 yield empty
 
-    class ReadWriting(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    class ReadWriting(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
         async def Process(self, requests: Any, context: Any) -> Any:
             while await context.read() is not grpc.aio.EOF:
                 await context.write(empty)
 
-    class Threaded(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    class Threaded(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # an untyped generated base
         def Process(self, requests: Any, context: Any) -> Any:
             for _ in requests:
                 yield empty

@@ -117,12 +117,15 @@ def build_go(source: Path, name: str) -> Path:
     return binary
 
 
+Child = subprocess.Popen[str] | subprocess.Popen[bytes]  # a child with text or binary pipes, or none
+
+
 @dataclass
 class Process:
     """A child process of the benchmark; stopped with SIGTERM, then SIGKILL."""
 
     name: str
-    popen: subprocess.Popen
+    popen: Child
 
     @property
     def cpu(self) -> float:
@@ -153,7 +156,7 @@ def start_pool(servers: int, server_type: str = "h100", seed: int = 1,
                               "--server-type", server_type, "--base-port", "0", "--seed", str(seed)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
                              preexec_fn=on_cpus(cpus))
-    addresses = []
+    addresses: list[str] = []
     assert popen.stdout is not None
     while len(addresses) < servers:
         line = popen.stdout.readline()
@@ -190,7 +193,7 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     return router, ext_proc_port if ext_proc else http_port
 
 
-def wait_until(ready: Callable[[], bool], popen: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
+def wait_until(ready: Callable[[], bool], popen: Child, log: Path, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if popen.poll() is not None:

@@ -16,8 +16,10 @@ import os
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headroom.benchmarks.live import Process, free_port
 
@@ -29,7 +31,10 @@ class Server(Process):
     log: Path = Path()
 
 
-def samples(rows: list[dict]) -> list[dict]:
+Row = dict[str, Any]  # a JSON object of the reference's API
+
+
+def samples(rows: list[Row]) -> list[Row]:
     """Training samples for ``rows``: TTFT and TPOT from a fixed law of the row's state."""
     return [{**row, "actual_ttft_ms": 20 + 0.05 * row["input_token_length"] * (1 - row["prefix_cache_score"])
              + 15 * row["num_request_waiting"] + 200 * row["kv_cache_percentage"],
@@ -37,7 +42,7 @@ def samples(rows: list[dict]) -> list[dict]:
              "num_tokens_generated": 1 + i % 200} for i, row in enumerate(rows)]
 
 
-def start(python: Path, source: Path, folder: Path, rows: list[dict]) -> tuple[list[Server], int]:
+def start(python: Path, source: Path, folder: Path, rows: list[Row]) -> tuple[list[Server], int]:
     """The reference's two servers, trained on ``rows``; returns them (prediction server last) and its port."""
     code = source / "latencypredictor"
     training_port, prediction_port = free_port(), free_port()
@@ -79,7 +84,7 @@ def _uvicorn(python: Path, code: Path, app: str, port: int, log: Path, env: dict
     return Server(app, popen, log)
 
 
-def _wait(ready, process: Server, what: str, timeout_s: float = 180.0) -> None:
+def _wait(ready: Callable[[], bool], process: Server, what: str, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
         if process.popen.poll() is not None or time.monotonic() > deadline:
@@ -88,7 +93,8 @@ def _wait(ready, process: Server, what: str, timeout_s: float = 180.0) -> None:
         time.sleep(1.0)
 
 
-def _get(url: str):
+def _get(url: str) -> Any:
+    """The JSON document at ``url``, or None when it does not answer with one."""
     try:
         with urllib.request.urlopen(url, timeout=30) as answer:
             return json.loads(answer.read())
@@ -96,7 +102,7 @@ def _get(url: str):
         return None
 
 
-def _post(url: str, body: dict) -> None:
+def _post(url: str, body: Row) -> None:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as answer:
         if answer.status != 202:

@@ -15,6 +15,8 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import xgboost
 
@@ -27,6 +29,9 @@ from headroom.predictor import runtime as runtime_module
 from headroom.predictor.forest import _check_numbers
 from headroom.predictor.runtime import ModelRuntime
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 def signed(trees: int, version: int) -> bytes:
     rows = candidates(4000, seed=1)
@@ -38,7 +43,7 @@ def signed(trees: int, version: int) -> bytes:
     return BENCH_KEY.sign(encode_update(update))
 
 
-def timed(call, *args) -> float:
+def timed(call: Callable[..., object], *args: object) -> float:
     started = time.perf_counter()
     call(*args)
     return time.perf_counter() - started
@@ -55,11 +60,11 @@ def main() -> None:
     spent = {"checks": 0.0}
     check_numbers, check_range = _check_numbers, runtime_module._check_range
 
-    def counted(check):
-        def wrapper(*a):
+    def counted(check: Callable[P, T]) -> Callable[P, T]:
+        def wrapper(*a: P.args, **k: P.kwargs) -> T:
             started = time.perf_counter()
             try:
-                return check(*a)
+                return check(*a, **k)
             finally:
                 spent["checks"] += time.perf_counter() - started
         return wrapper

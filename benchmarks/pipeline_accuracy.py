@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -37,13 +37,14 @@ from headroom.trainer.drift import ErrorDriftDetector
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import predict
 from headroom.trainer.live import LiveModels, live_model
+from headroom.trainer.params import TrainParams
 from headroom.trainer.policy import RetrainPolicy
 from headroom.trainer.rounds import RoundSpec, train_round
 
 LOADERS = {"azure": load_azure, "mooncake": load_mooncake}
 
 
-def simulate(trace: str, load: float, servers: int, limit: int, seed: int):
+def simulate(trace: str, load: float, servers: int, limit: int, seed: int) -> list[TelemetryRecord]:
     loader = LOADERS[trace]
     capacity = capacity_rps(loader(limit=500)) * servers
     requests = loader(rate=load * capacity, limit=limit, stream_fraction=0.8, seed=seed)
@@ -59,7 +60,8 @@ class Prequential:
     promoted: int
 
 
-def prequential(records, settings: PipelineSettings, train_params, round_spec, interval: float,
+def prequential(records: list[TelemetryRecord], settings: PipelineSettings, train_params: Sequence[TrainParams],
+                round_spec: RoundSpec, interval: float,
                 learned: Callable[[TelemetryRecord], bool] = lambda record: True,
                 carry_predictions: bool = False) -> Prequential:
     """Every record is predicted by the models live at its completion; then the ``learned`` ones go through
@@ -71,7 +73,7 @@ def prequential(records, settings: PipelineSettings, train_params, round_spec, i
     pool_key = records[0].pool_key
     out = Prequential({}, [], 0, 0.0, 0)
     start = records[0].completion_ts
-    chunks: dict[int, list] = {}
+    chunks: dict[int, list[TelemetryRecord]] = {}
     for record in records:
         chunks.setdefault(int((record.completion_ts - start) // interval), []).append(record)
     offset = 0
@@ -79,13 +81,14 @@ def prequential(records, settings: PipelineSettings, train_params, round_spec, i
         chunk = chunks[index]
         features = records_matrix(chunk)
         for target in TARGETS:
-            rows = [i for i, r in enumerate(chunk) if target_value(r, target) is not None]
+            observed = [(i, value) for i, r in enumerate(chunk) if (value := target_value(r, target)) is not None]
+            rows = [i for i, _ in observed]
             for objective in ("mean", "quantile"):
                 model = live.get(pool_key, target, objective)
-                if model is None or not rows:
+                if model is None or model.booster is None or not rows:
                     continue
                 actual, predicted = out.scored.setdefault((target, objective), ([], []))
-                actual.extend(target_value(chunk[i], target) for i in rows)
+                actual.extend(value for _, value in observed)
                 values = predict(model.booster, features[rows]).tolist()
                 predicted.extend(values)
                 if carry_predictions and objective == "mean":

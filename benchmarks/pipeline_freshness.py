@@ -17,15 +17,17 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import xgboost as xgb
 
 from headroom import kafka_clients
 from headroom.benchmarks.pipeline_ingest import fresh_kafka
 from headroom.contract.features import records_matrix
-from headroom.contract.model_update import load_booster
-from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.model_update import ModelUpdate, load_booster
+from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.model_topic import read_latest, tail
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
@@ -37,11 +39,12 @@ from tests.keys import TRUST
 from tests.streams.worker_process import WorkerProcess
 
 
-def with_predictions(records, boosters):
+def with_predictions(records: list[TelemetryRecord], boosters: Mapping[str, xgb.Booster]) -> list[TelemetryRecord]:
+    """``records``, the streams carrying the TTFT and TPOT models' predictions as a router sends them."""
     features = records_matrix(records)
-    predicted = {t: predict(b, features) for t, b in boosters.items()}
-    return [dataclasses.replace(r, **({f"predicted_{t}_ms": float(p[i]) for t, p in predicted.items()}
-                                      if r.stream else {})) for i, r in enumerate(records)]
+    ttft, tpot = predict(boosters["ttft"], features), predict(boosters["tpot"], features)
+    return [dataclasses.replace(r, predicted_ttft_ms=float(ttft[i]), predicted_tpot_ms=float(tpot[i])) if r.stream
+            else r for i, r in enumerate(records)]
 
 
 def main() -> None:
@@ -71,7 +74,7 @@ def main() -> None:
     kafka = fresh_kafka(args.bootstrap, 4)
     producer = kafka_clients.producer(kafka, {"linger.ms": 5})
 
-    def publish(batch):
+    def publish(batch: list[TelemetryRecord]) -> None:
         for r in batch:
             producer.produce(kafka.telemetry_topic, key=partition_key(r), value=encode(r))
             producer.poll(0)
@@ -84,17 +87,17 @@ def main() -> None:
             half = len(before) // 2
             publish(before[:half])
             deadline = time.monotonic() + 120
-            latest = {}
+            latest: dict[str, ModelUpdate] = {}
             while time.monotonic() < deadline and not {"ttft", "tpot"} <= {k.split("/")[1] for k in latest}:
                 time.sleep(1)
                 latest = {k: u for k, u in read_latest(kafka, TRUST)[0].items() if k.endswith("/mean")}
             old = {u.target: u for u in latest.values()}
             boosters = {t: load_booster(u.model) for t, u in old.items() if t in ("ttft", "tpot")}
             publish(with_predictions(before[half:], boosters))
-            arrivals = []
+            arrivals: list[tuple[float, ModelUpdate]] = []  # (monotonic time, update) of each version published
             stop = threading.Event()
 
-            def follow():
+            def follow() -> None:
                 for item in tail(kafka, TRUST, idle_s=None, poll_s=0.2):
                     if item.update is not None:
                         arrivals.append((time.monotonic(), item.update))
@@ -138,7 +141,8 @@ def main() -> None:
               f"MAE on post-change telemetry {old_mae:.1f} ms (old) -> {new_mae:.1f} ms (new)")
 
 
-def first_fresh(arrivals, t0, change, old, after):
+def first_fresh(arrivals: list[tuple[float, ModelUpdate]], t0: float, change: float, old: ModelUpdate,
+                after: list[TelemetryRecord]) -> tuple[float, ModelUpdate, float, float] | None:
     """(seconds, update, old MAE, new MAE) of the first post-change ttft/mean version that beats the old one."""
     stream = [r for r in after if r.stream]
     actual = np.array([r.ttft_ms for r in stream])

@@ -20,11 +20,13 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from headroom import kafka_clients
+from headroom.benchmarks.live import cpu_seconds
 from headroom.contract.settings import from_env
-from headroom.contract.telemetry import encode, partition_key
+from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings
 from headroom.kafka_topics import ensure_topics
 from tests.streams.ledger import owned_now, pools_covering, share_all
@@ -41,7 +43,7 @@ def fresh_kafka(bootstrap: str, partitions: int) -> KafkaSettings:
     return kafka
 
 
-def produce(kafka: KafkaSettings, records) -> None:
+def produce(kafka: KafkaSettings, records: list[TelemetryRecord]) -> None:
     producer = kafka_clients.producer(kafka, {"linger.ms": 20})
     for record in records:
         producer.produce(kafka.telemetry_topic, key=partition_key(record), value=encode(record))
@@ -49,10 +51,11 @@ def produce(kafka: KafkaSettings, records) -> None:
     producer.flush(60)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def worker_cpu_seconds(worker: WorkerProcess) -> float:
+    """User + system CPU time of a started worker so far."""
+    if worker.process is None:
+        raise RuntimeError(f"worker {worker.app_id} was not started")
+    return cpu_seconds(worker.process.pid)
 
 
 def main() -> None:
@@ -80,11 +83,11 @@ def main() -> None:
         worker.start()
         try:
             worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) > 0, 60, "first record")
-            began, cpu_began = time.monotonic(), cpu_seconds(worker.process.pid)
+            began, cpu_began = time.monotonic(), worker_cpu_seconds(worker)
             seen = worker.metric("headroom_telemetry_ingested_total")
             worker.wait_for(lambda m: m.get("headroom_telemetry_ingested_total", 0) >= total, args.timeout,
                             "all records")
-            seconds, cpu = time.monotonic() - began, cpu_seconds(worker.process.pid) - cpu_began
+            seconds, cpu = time.monotonic() - began, worker_cpu_seconds(worker) - cpu_began
         finally:
             worker.stop()
     print(f"ingested {total - seen:.0f} records in {seconds:.2f} s: {(total - seen) / seconds:,.0f} records/s; "
@@ -115,10 +118,10 @@ def several_workers(kafka: KafkaSettings, args: argparse.Namespace) -> None:
             wait(lambda: share_all(workers, args.partitions) and all(owned_now(w) for w in workers), 120,
                  "every worker owning partitions")
             began, before = time.monotonic(), ingested()
-            cpu_before = [cpu_seconds(w.process.pid) for w in workers]
+            cpu_before = [worker_cpu_seconds(w) for w in workers]
             wait(lambda: sum(ingested()) >= total, args.timeout, "every record")
             seconds, after = time.monotonic() - began, ingested()
-            cpu = [cpu_seconds(w.process.pid) - c for w, c in zip(workers, cpu_before)]
+            cpu = [worker_cpu_seconds(w) - c for w, c in zip(workers, cpu_before)]
         finally:
             for worker in workers:
                 worker.stop()
@@ -131,7 +134,7 @@ def several_workers(kafka: KafkaSettings, args: argparse.Namespace) -> None:
           f"load average {os.getloadavg()[0]:.1f})")
 
 
-def wait(condition, timeout_s: float, what: str) -> None:
+def wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:

@@ -44,8 +44,11 @@ def simulate(trace: str, requests: int, servers_per_role: int, load: float, seed
     return sorted(result.records, key=lambda r: r.completion_ts)
 
 
+Labelled = tuple[TelemetryRecord, float]  # a record and its observed value of the target
+
+
 def compare(records: list[TelemetryRecord], train_rows: tuple[int, ...], train_fraction: float = 0.7,
-            params: TrainParams = TrainParams()) -> list[dict]:
+            params: TrainParams = TrainParams()) -> list[dict[str, str | int | float]]:
     """MAPE and p90 coverage of each way, per target and training size."""
     cut = int(len(records) * train_fraction)
     results = []
@@ -65,20 +68,20 @@ def compare(records: list[TelemetryRecord], train_rows: tuple[int, ...], train_f
     return results
 
 
-def _fit_predict(way: str, train: list, test: list, params: TrainParams) -> np.ndarray:
+def _fit_predict(way: str, train: list[Labelled], test: list[Labelled], params: TrainParams) -> np.ndarray:
     import xgboost
 
-    def matrix(rows: list) -> np.ndarray:
+    def matrix(rows: list[Labelled]) -> np.ndarray:
         features = records_matrix([r for r, _ in rows])
         if way == "feature":
             features = np.column_stack([features, [_role(r) for r, _ in rows]])
         return features
 
-    def fit(rows: list) -> xgboost.Booster:
+    def fit(rows: list[Labelled]) -> xgboost.Booster:
         label = training_target(np.array([v for _, v in rows]), params.target_transform)
         return xgboost.train(params.booster_params(), xgboost.DMatrix(matrix(rows), label=label), params.n_trees)
 
-    def predict(booster: xgboost.Booster, rows: list) -> np.ndarray:
+    def predict(booster: xgboost.Booster, rows: list[Labelled]) -> np.ndarray:
         raw = booster.inplace_predict(matrix(rows))
         return np.exp(raw) if params.target_transform == "log" else raw
 

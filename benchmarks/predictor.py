@@ -10,13 +10,20 @@ trusted by :data:`BENCH_TRUST`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from headroom.contract.features import FEATURE_NAMES, FEATURE_SCHEMA, RAW_FIELDS, feature_matrix
 from headroom.contract.model_update import encode_update, make_update
 from headroom.contract.signing import SigningKey, TrustedKeys
+
+if TYPE_CHECKING:
+    import xgboost
+
+    from headroom.contract.topics import KafkaSettings
 
 REFERENCE_PARAMS = {"max_depth": 6, "eta": 0.05, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
                     "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1}
@@ -48,7 +55,7 @@ def candidates(n: int, seed: int = 0) -> np.ndarray:
     return feature_matrix(columns)
 
 
-def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, object]]:
+def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> list[tuple[bytes, xgboost.Booster]]:
     """Signed model-update messages (and their boosters) for the four benchmark models."""
     import xgboost
 
@@ -77,14 +84,14 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
             "mean_ms": float(ms.mean())}
 
 
-def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, models: int = 4,
-                  threads: int = 1) -> list[dict]:
+def bench_runtime(candidate_counts: Sequence[int] = (1, 10, 100, 1000), iterations: int = 2000, models: int = 4,
+                  threads: int = 1) -> list[dict[str, object]]:
     """In-process: one ``ModelRuntime.predict`` of all models, and XGBoost ``inplace_predict`` per model."""
     from headroom.predictor.kernels import available_engines
     from headroom.predictor.runtime import ModelRuntime
 
     messages = reference_messages()[:models]
-    results = []
+    results: list[dict[str, object]] = []
     for engine in available_engines():
         runtime = ModelRuntime(trust=BENCH_TRUST, engine=engine, threads=threads)
         for raw, _ in messages:
@@ -102,11 +109,11 @@ def bench_runtime(candidate_counts=(1, 10, 100, 1000), iterations: int = 2000, m
     return results
 
 
-def _inplace_predict(boosters: list, rows: np.ndarray) -> list:
+def _inplace_predict(boosters: list[xgboost.Booster], rows: np.ndarray) -> list[np.ndarray]:
     return [b.inplace_predict(rows) for b in boosters]
 
 
-def _time(work, runs: int) -> list[float]:
+def _time(work: Callable[[], object], runs: int) -> list[float]:
     for _ in range(min(50, runs)):
         work()
     samples = []
@@ -117,7 +124,7 @@ def _time(work, runs: int) -> list[float]:
     return samples
 
 
-def bench_verify(iterations: int = 2000, models: int = 4) -> list[dict]:
+def bench_verify(iterations: int = 2000, models: int = 4) -> list[dict[str, object]]:
     """Per reference-size update: opening the signed message (the Ed25519 check), decoding it with the check
     and without (an unsigned message, allowed), and the whole of ``ModelRuntime.apply`` (load, tree layout,
     probe) beside them, in the same run."""
@@ -125,24 +132,27 @@ def bench_verify(iterations: int = 2000, models: int = 4) -> list[dict]:
     from headroom.predictor.runtime import ModelRuntime
 
     unsigned_allowed = TrustedKeys(allow_unsigned=True)
-    results = []
+    results: list[dict[str, object]] = []
     for raw, _ in reference_messages()[:models]:
         update = decode_update(raw, BENCH_TRUST)
         unsigned = encode_update(update)
-        steps = {"open signed (Ed25519 verify)": partial(BENCH_TRUST.open, raw),
+        steps: dict[str, Callable[[], object]] = {"open signed (Ed25519 verify)": partial(BENCH_TRUST.open, raw),
                  "decode signed": partial(decode_update, raw, BENCH_TRUST),
                  "decode unsigned": partial(decode_update, unsigned, unsigned_allowed),
                  "sign (publisher)": partial(BENCH_KEY.sign, unsigned)}
-        row = {"model": update.key, "message_bytes": len(raw)}
+        row: dict[str, object] = {"model": update.key, "message_bytes": len(raw)}
         for name, step in steps.items():
             row[name] = percentiles(_time(step, iterations))
-        row["runtime.apply (all checks)"] = percentiles(
-            _time(lambda raw=raw: ModelRuntime(trust=BENCH_TRUST).apply(raw), max(20, iterations // 100)))
+
+        def apply_fresh(raw: bytes = raw) -> None:
+            ModelRuntime(trust=BENCH_TRUST).apply(raw)
+
+        row["runtime.apply (all checks)"] = percentiles(_time(apply_fresh, max(20, iterations // 100)))
         results.append(row)
     return results
 
 
-def bench_update(kafka, versions: int = 10) -> dict:
+def bench_update(kafka: KafkaSettings, versions: int = 10) -> dict[str, object]:
     """Publish→serving delay: a fresh compacted topic, one instance tailing it, ``versions`` new TTFT versions
     published one after another (reference-size models), each timed until ``predict`` uses it."""
     import dataclasses

@@ -15,12 +15,15 @@ import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import grpc
 import numpy as np
 
+from headroom.benchmarks.live import free_port
 from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, candidates, percentiles, reference_messages
+from headroom.certificates import write_signing_key
 from headroom.contract.model_update import decode_update
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.demo.processes import Supervisor
@@ -29,8 +32,10 @@ from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.service import FLOAT32_LE
 from headroom.trainer.publish import ModelPublisher
 
+Stub = prediction_pb2_grpc.PredictionServiceStub
 
-def served_version(stub, pool_key: str, row: bytes) -> int | None:
+
+def served_version(stub: Stub, pool_key: str, row: bytes) -> int | None:
     request = prediction_pb2.PredictRequest(pool_key=pool_key, n_features=len(row) // 4, features_f32le=row)
     try:
         response = stub.Predict(request, timeout=1.0)
@@ -39,7 +44,11 @@ def served_version(stub, pool_key: str, row: bytes) -> int | None:
     return next((p.version for p in response.predictions if p.target == "ttft" and p.objective == "mean"), None)
 
 
-def time_to_serve(stub, pool_key: str, row: bytes, version: int, started: float, poll_s: float) -> float:
+def serves(stub: Stub, pool_key: str, row: bytes, version: int) -> bool:
+    return served_version(stub, pool_key, row) == version
+
+
+def time_to_serve(stub: Stub, pool_key: str, row: bytes, version: int, started: float, poll_s: float) -> float:
     """Seconds from ``started`` until the instance serves ``version``."""
     while served_version(stub, pool_key, row) != version:
         if time.perf_counter() - started > 30:
@@ -49,7 +58,7 @@ def time_to_serve(stub, pool_key: str, row: bytes, version: int, started: float,
 
 
 def bench_convergence(kafka: KafkaSettings, instances: int, versions: int = 20, poll_s: float = 0.002,
-                      log_dir: Path | None = None) -> dict:
+                      log_dir: Path | None = None) -> dict[str, object]:
     topic = f"bench-converge-{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka, [TopicSpec(topic, 1, {"cleanup.policy": "compact"})])
     kafka = dataclasses.replace(kafka, model_topic=topic)
@@ -57,10 +66,10 @@ def bench_convergence(kafka: KafkaSettings, instances: int, versions: int = 20, 
     publisher = ModelPublisher(kafka, BENCH_KEY)
     publisher.publish(template)  # version 1: the instances become ready with it
     hosts = [f"127.0.0.{i + 1}" for i in range(instances)]
-    port = _free_port()
+    port = free_port()
     logs = log_dir or Path(f"/tmp/headroom-converge-{os.getpid()}-{topic}")
     logs.mkdir(parents=True, exist_ok=True)
-    _, trusted = BENCH_KEY.write(logs, "bench-signing")
+    _, trusted = write_signing_key(BENCH_KEY, logs, "bench-signing")
     supervisor = Supervisor(logs, env={"HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "HEADROOM_TOPIC_MODELS": topic,
                                  "HEADROOM_MODEL_TRUSTED_KEYS": str(trusted),
                                  "HEADROOM_PREDICTOR_PORT": str(port), "HEADROOM_PREDICTOR_METRICS_PORT": "-1"})
@@ -73,7 +82,7 @@ def bench_convergence(kafka: KafkaSettings, instances: int, versions: int = 20, 
         for host, stub in zip(hosts, stubs):
             supervisor.env["HEADROOM_PREDICTOR_HOST"] = host
             supervisor.start(f"predictor-{host}", ["predictor", "serve"],
-                             lambda stub=stub: served_version(stub, template.pool_key, row) == 1)
+                             partial(serves, stub, template.pool_key, row, 1))
         with ThreadPoolExecutor(instances) as watchers:
             for version in range(2, versions + 2):
                 update = dataclasses.replace(template, version=version, created_at=time.time())
@@ -94,9 +103,3 @@ def bench_convergence(kafka: KafkaSettings, instances: int, versions: int = 20, 
             "instance": percentiles(every), "converged": percentiles(converged),
             "converged_max_ms": 1000 * float(np.max(converged)), "load_average": os.getloadavg()[0]}
 
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

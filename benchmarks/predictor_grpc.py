@@ -18,21 +18,30 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from headroom.benchmarks.live import children_cpu_seconds
 from headroom.benchmarks.predictor import BENCH_TRUST, candidates, percentiles, reference_messages
 
+if TYPE_CHECKING:
+    import grpc
+
+    from headroom.predictor.proto import prediction_pb2
+
+Report = dict[str, object]  # a run's figures, printed as JSON
+
 GO_LOAD_SOURCE = Path(__file__).resolve().parent / "grpc_load"
 LOAD_GENERATORS = ("python", "coalescing", "go")
 TRANSPORTS = ("plaintext", "tls")
 
 
-def bench_grpc(candidate_counts=(100, 1000), clients: int = 4, seconds: float = 10.0, workers: int = 2,
+def bench_grpc(candidate_counts: Sequence[int] = (100, 1000), clients: int = 4, seconds: float = 10.0, workers: int = 2,
                models: int = 4, load_generator: str = "python", threads: int = 1,
-               transports: tuple[str, ...] = ("plaintext",), rounds: int = 1, rpc: str = "predict") -> list[dict]:
+               transports: tuple[str, ...] = ("plaintext",), rounds: int = 1, rpc: str = "predict") -> list[Report]:
     """One in-process server per transport (``plaintext``, ``tls``); a separate process drives one at a time
     closed-loop with ``clients`` concurrent callers: Python threads calling the stub (``python``) or
     :class:`~predictor.client.PredictorClient` (``coalescing``), or the compiled generator's goroutines
@@ -116,7 +125,7 @@ RPCS = {"predict": PREDICT_METHOD, "health": "/grpc.health.v1.Health/Check"}
 HEALTH_REQUEST = b""  # HealthCheckRequest(service=""): every field at its default
 
 
-def predict_request(rows: np.ndarray):
+def predict_request(rows: np.ndarray) -> prediction_pb2.PredictRequest:
     from headroom.predictor.proto import prediction_pb2
 
     return prediction_pb2.PredictRequest(pool_key="bench", n_features=rows.shape[1],
@@ -136,7 +145,7 @@ def build_go_load(directory: Path) -> Path:
     return binary
 
 
-def _credentials(ca_file: str | None):
+def _credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
     """TLS channel credentials trusting ``ca_file``; None (plaintext) without one."""
     from headroom.contract.tls import PredictorClientTls
     from headroom.tls import channel_credentials
@@ -145,7 +154,7 @@ def _credentials(ca_file: str | None):
 
 
 def load_coalesced(address: str, candidates_per_call: int, clients: int, seconds: float,
-                   window_seconds: float = 0.0005, ca_file: str | None = None) -> dict:
+                   window_seconds: float = 0.0005, ca_file: str | None = None) -> Report:
     """Closed loop through :class:`PredictorClient`: concurrent calls are merged into fewer RPCs."""
     from headroom.predictor.client import PredictorClient
 
@@ -162,7 +171,7 @@ def load_coalesced(address: str, candidates_per_call: int, clients: int, seconds
             "window_ms": window_seconds * 1000, **percentiles(samples)}
 
 
-def load(address: str, candidates_per_call: int, clients: int, seconds: float, ca_file: str | None = None) -> dict:
+def load(address: str, candidates_per_call: int, clients: int, seconds: float, ca_file: str | None = None) -> Report:
     """Closed loop: each of ``clients`` threads sends its next call when the previous answer arrives."""
     import grpc
 
@@ -189,7 +198,7 @@ def load(address: str, candidates_per_call: int, clients: int, seconds: float, c
             "client_cpu_ms_per_request": 1000 * time.process_time() / max(1, len(samples))}
 
 
-def closed_loop(call, clients: int, seconds: float) -> tuple[list[float], int, float]:
+def closed_loop(call: Callable[[], bool], clients: int, seconds: float) -> tuple[list[float], int, float]:
     """Run ``call`` (True when it succeeded) back to back on ``clients`` threads for ``seconds``.
 
     Returns every call's latency in seconds, the number of failed calls and the elapsed wall time.

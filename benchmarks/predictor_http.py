@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,12 +37,15 @@ _FIELD_OF = {column: field for field, column in RAW_COLUMN_OF.items()}
 _FRACTIONS = {"kv_cache_percentage", "prefix_cache_score"}
 
 
-def llmd_rows(n: int, seed: int = 1) -> list[dict]:
+Row = dict[str, Any]  # a JSON object: a round's figures, as the load process prints them
+
+
+def llmd_rows(n: int, seed: int = 1) -> list[dict[str, float]]:
     """The benchmark's candidate rows as llm-d's endpoint picker sends them."""
     raw = candidates(n, seed)
     rows = []
     for values in raw[:, :len(RAW_COLUMNS)].tolist():
-        row = {"num_tokens_generated": 0}
+        row: dict[str, float] = {"num_tokens_generated": 0}
         for column, value in zip(RAW_COLUMNS, values):
             field = _FIELD_OF.get(column)
             if field is not None:
@@ -50,7 +55,7 @@ def llmd_rows(n: int, seed: int = 1) -> list[dict]:
 
 
 def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float = 5.0, rounds: int = 3,
-               workers: int = 2, apis: tuple[str, ...] = APIS, reference: Path | None = None) -> list[dict]:
+               workers: int = 2, apis: tuple[str, ...] = APIS, reference: Path | None = None) -> list[Row]:
     """Interleaved rounds of each API (and of llm-d's own prediction server with ``reference``, a Python with
     its requirements); one result per round and API."""
     if reference is not None:
@@ -72,7 +77,7 @@ def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float 
 
 
 def _rounds(candidates_per_call: int, clients: int, seconds: float, rounds: int, workers: int,
-            apis: tuple[str, ...], reference: tuple[str, object] | None) -> list[dict]:
+            apis: tuple[str, ...], reference: tuple[str, Callable[[], float]] | None) -> list[Row]:
     from headroom.contract.settings import from_env
     from headroom.predictor.runtime import ModelRuntime
     from headroom.predictor.server import PredictorServer
@@ -84,20 +89,22 @@ def _rounds(candidates_per_call: int, clients: int, seconds: float, rounds: int,
     for raw, _ in reference_messages():
         server.runtime.apply(raw)
     server.start()
-    results = []
+    results: list[Row] = []
     try:
         for round_ in range(rounds):
             for api in apis:
                 target = f"127.0.0.1:{server.http_port}" if api == "http" else server.address
-                cpu = time.process_time
+                cpu: Callable[[], float] = time.process_time
                 if api == REFERENCE:
-                    target, cpu = reference  # type: ignore[misc]
+                    if reference is None:
+                        raise ValueError(f"the {REFERENCE} API needs llm-d's prediction server (--reference)")
+                    target, cpu = reference
                 command = [sys.executable, "-m", "headroom.benchmarks.predictor_http",
                            "http" if api == REFERENCE else api, target, str(candidates_per_call), str(clients),
                            str(seconds)]
-                cpu_before = cpu()  # type: ignore[operator]
+                cpu_before = cpu()
                 output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=seconds + 120)
-                server_cpu = cpu() - cpu_before  # type: ignore[operator]
+                server_cpu = cpu() - cpu_before
                 result = json.loads(output.stdout.strip().splitlines()[-1])
                 result["server_cpu_ms_per_call"] = 1000 * server_cpu / max(1, result["calls"])
                 results.append({"api": api, "round": round_, "candidates": candidates_per_call, "clients": clients,
@@ -107,20 +114,21 @@ def _rounds(candidates_per_call: int, clients: int, seconds: float, rounds: int,
     return results
 
 
-def summary(results: list[dict]) -> list[dict]:
+def summary(results: list[Row]) -> list[Row]:
     """Per API: the median over rounds of each figure, and its server CPU per call relative to ``grpc``."""
-    by_api: dict[str, list[dict]] = {}
+    by_api: dict[str, list[Row]] = {}
     for row in results:
         by_api.setdefault(row["api"], []).append(row)
     figures = ("calls_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_call")
-    out = [{"api": api, **{f: float(np.median([r[f] for r in rows])) for f in figures}} for api, rows in by_api.items()]
+    out: list[Row] = [{"api": api, **{f: float(np.median([r[f] for r in rows])) for f in figures}}
+                      for api, rows in by_api.items()]
     grpc = next((row["server_cpu_ms_per_call"] for row in out if row["api"] == "grpc"), None)
     for row in out:
         row["cpu_vs_grpc"] = row["server_cpu_ms_per_call"] / grpc if grpc else float("nan")
     return out
 
 
-def load(api: str, target: str, candidates_per_call: int, clients: int, seconds: float) -> dict:
+def load(api: str, target: str, candidates_per_call: int, clients: int, seconds: float) -> dict[str, float]:
     """Closed loop against one API from this process; ``calls`` counts the answered ones."""
     n = candidates_per_call
     call = _http_caller(target, n) if api == "http" else _grpc_caller(api, target, n)
@@ -132,7 +140,7 @@ def load(api: str, target: str, candidates_per_call: int, clients: int, seconds:
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
-def _http_caller(target: str, n: int):
+def _http_caller(target: str, n: int) -> Callable[[], bool]:
     import threading
 
     body = json.dumps({"requests": llmd_rows(n)}).encode()
@@ -150,7 +158,7 @@ def _http_caller(target: str, n: int):
     return call
 
 
-def _grpc_caller(api: str, address: str, n: int):
+def _grpc_caller(api: str, address: str, n: int) -> Callable[[], bool]:
     import grpc
 
     from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
@@ -165,7 +173,7 @@ def _grpc_caller(api: str, address: str, n: int):
 
     def call() -> bool:
         try:
-            return stub.Predict(request, timeout=5).n_rows == n
+            return bool(stub.Predict(request, timeout=5).n_rows == n)
         except grpc.RpcError:
             return False
     return call

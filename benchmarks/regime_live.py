@@ -28,9 +28,10 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from headroom.benchmarks.regime_quality import SEED_SKIP
-from headroom.benchmarks.regime_report import markdown, summarize
+from headroom.benchmarks.regime_report import Summary, markdown, summarize
 from headroom.contract.settings import from_env
 from headroom.demo import load
 from headroom.demo.arms import ARMS, Layout, TwoArms, change_events
@@ -43,7 +44,7 @@ from headroom.sim.scenarios import (
 from headroom.sim.windows import Row
 
 
-def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
+def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> Summary:
     """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw."""
     demo = from_env(DemoSettings)
     arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
@@ -53,7 +54,7 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> dict:
     dressed = load.dress(s.requests(seed=seed, skip=seed * SEED_SKIP), mix)
     due = {request.request_id: request.arrival_s for request, _ in dressed}
     outcomes: list[load.ClientOutcome] = []
-    made: list[dict] = []
+    made: list[dict[str, Any]] = []
     load_start = os.getloadavg()
     try:
         arms.start()
@@ -103,8 +104,8 @@ def main() -> int:
     base_port = random.Random().randrange(20000, 30000, 50)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    runs: dict[str, dict[str, list]] = {s.name: {arm: [] for arm in ARMS} for s in chosen}
-    seen: dict[str, list[dict]] = {s.name: [] for s in chosen}
+    runs: dict[str, dict[str, list[list[Row]]]] = {s.name: {arm: [] for arm in ARMS} for s in chosen}
+    seen: dict[str, list[Summary]] = {s.name: [] for s in chosen}
     for seed in range(seeds):
         for s in chosen:
             print(f"# {s.name} seed {seed}: {s.describe()}", flush=True)

@@ -23,12 +23,13 @@ import time
 from functools import cache
 from pathlib import Path
 
-from headroom.benchmarks.regime_report import markdown, summarize
-from headroom.benchmarks.router_quality import Setup, policies, train_models
+from headroom.benchmarks.regime_report import Summary, markdown, summarize
+from headroom.benchmarks.router_quality import policies, train_models
 from headroom.benchmarks.routing_policies import BASELINES
 from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.scenario_play import play, pool, served
 from headroom.sim.scenarios import SCENARIOS, Scenario, scenario
+from headroom.sim.windows import Row
 
 TRAIN_LOADS = (0.5, 0.7, 1.0)
 TRAIN_SKIP = 10_000  # training arrivals come from this far into the trace
@@ -36,23 +37,24 @@ SEED_SKIP = 2_500  # seed k's arrivals start k × this far in
 
 
 @cache
-def train(steady: Scenario) -> Setup:
-    """Models of a pool in its steady regime (``steady`` has no change; see the module docstring)."""
+def train(steady: Scenario) -> tuple[EmbeddedPredictor, list[int]]:
+    """Models of a pool in its steady regime (``steady`` has no change; see the module docstring), and the
+    streams' output lengths a router that ran before has seen."""
     runs = [(steady.with_(load=load).requests(seed=100, skip=TRAIN_SKIP), pool(steady)) for load in TRAIN_LOADS]
     runtime, records = train_models(runs, steady.slo)
     lengths = [r.output_tokens for r in records if r.stream][-1000:]
-    return Setup(steady.slo, None, steady.capacity(), [], list(TRAIN_LOADS), records,  # type: ignore[arg-type]
-                 EmbeddedPredictor(runtime), lengths)
+    return EmbeddedPredictor(runtime), lengths
 
 
-def play_all(s: Scenario, args: argparse.Namespace) -> dict:
+def play_all(s: Scenario, args: argparse.Namespace) -> Summary:
     """Every policy on every seed of scenario ``s``; the summary of :func:`benchmarks.regime_report.summarize`."""
-    setup = train(s.with_(name="steady", change=None, load=TRAIN_LOADS[1]))
-    runs: dict[str, list] = {}
+    steady = s.with_(name="steady", change=None, load=TRAIN_LOADS[1])
+    predictor, lengths = train(steady)
+    runs: dict[str, list[list[Row]]] = {}
     for seed in range(args.seeds):
         requests = s.requests(seed=seed, skip=seed * SEED_SKIP)
-        for name, make, _ in policies(args, setup, include_no_slo=False):
-            result = play(s, requests, make(seed), seed=seed, lengths=setup.lengths, telemetry=False)
+        for name, make, _ in policies(args, steady.slo, predictor, include_no_slo=False):
+            result = play(s, requests, make(seed), seed=seed, lengths=lengths, telemetry=False)
             runs.setdefault(name, []).append(served(result, s.slo))
     return summarize(s, runs)
 

@@ -9,7 +9,7 @@ against a reference (the best baseline offline, the heuristic arm live) in each 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,11 @@ OURS = "headroom"
 RECOVERY_GOAL_S = 10.0
 
 
-def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]], reference: str | None = None) -> dict:
+Summary = dict[str, Any]  # a scenario's figures as a JSON document
+
+
+def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]],
+              reference: str | None = None) -> Summary:
     """``runs``: policy → one list of rows per seed (the same seeds, in the same order, for every policy).
     ``reference`` None: the policy other than headroom with the best attainment after the change."""
     at, duration = scenario.change_at_s, scenario.duration_s
@@ -56,7 +60,8 @@ def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]], r
             "policies": policies, "verdict": verdict(policies, reference, recovery)}
 
 
-def verdict(policies: Mapping[str, dict], reference: str | None, recovery: Sequence[float | None] | None) -> dict:
+def verdict(policies: Mapping[str, Summary], reference: str | None,
+            recovery: Sequence[float | None] | None) -> dict[str, list[bool]]:
     """The goals per seed: whole-run attainment ≥ the reference's, p99 TTFT ≤ the reference's, recovery ≤ 10 s."""
     if reference is None or OURS not in policies:
         return {}
@@ -66,7 +71,7 @@ def verdict(policies: Mapping[str, dict], reference: str | None, recovery: Seque
             "recovered_within_10s": [r is not None and r <= RECOVERY_GOAL_S for r in (recovery or [])]}
 
 
-def markdown(summary: dict, window_policies: Sequence[str] = ()) -> str:
+def markdown(summary: Summary, window_policies: Sequence[str] = ()) -> str:
     """Tables of one scenario: whole run and after the change per policy, then headroom and the reference (and
     ``window_policies``) per 5-s window."""
     ref = summary["reference"]
@@ -95,12 +100,12 @@ def markdown(summary: dict, window_policies: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def _mean(values) -> float:
+def _mean(values: Iterable[float | None]) -> float:
     kept = [v for v in values if v is not None and not math.isnan(v)]
     return float(np.mean(kept)) if kept else math.nan
 
 
-def _range(values) -> list[float]:
+def _range(values: Iterable[float]) -> list[float]:
     kept = [v for v in values if not math.isnan(v)]
     return [min(kept), max(kept)] if kept else [math.nan, math.nan]
 

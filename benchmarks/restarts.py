@@ -29,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -88,7 +90,7 @@ class Process:
         self.log.close()
 
 
-def wait_until(condition, limit_s: float) -> float | None:
+def wait_until(condition: Callable[[], object], limit_s: float) -> float | None:
     started = time.monotonic()
     while time.monotonic() - started < limit_s:
         try:
@@ -103,7 +105,7 @@ def wait_until(condition, limit_s: float) -> float | None:
 def serving(port: int) -> bool:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-    return answer.status == health_pb2.HealthCheckResponse.SERVING
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def processed(port: int) -> float:
@@ -172,12 +174,14 @@ def main() -> None:
             env = {"HEADROOM_KAFKA_BOOTSTRAP": kafka.bootstrap_servers, "HEADROOM_STATE_DIR": str(folder),
                    "HEADROOM_MODEL_SIGNING_KEY_FILE": str(write_private_key(folder)),  # the models' key (TEST_KEY)
                    "HEADROOM_MODEL_TRUSTED_KEYS": str(write_public_key(folder / "trusted"))}
-            variants = [(f"predictor, {label}", lambda p=python, n=label: predictor_restart(
-                p, env, folder, f"predictor-{n}", 1)) for label, python in pythons.items()]
-            variants += [(f"worker, {label}", lambda p=python, n=label: worker_restart(
-                p, env, folder, f"worker-{n}", 1)) for label, python in pythons.items()]
-            variants.append(("worker, this, static member", lambda: worker_restart(
-                sys.executable, {**env, "HEADROOM_PIPELINE_INSTANCE_ID": "w0"}, folder, "worker-static", 1)))
+            variants: list[tuple[str, Callable[[], list[float]]]] = [
+                (f"predictor, {label}", partial(predictor_restart, python, env, folder, f"predictor-{label}", 1))
+                for label, python in pythons.items()]
+            variants += [(f"worker, {label}", partial(worker_restart, python, env, folder, f"worker-{label}", 1))
+                         for label, python in pythons.items()]
+            variants.append(("worker, this, static member", partial(
+                worker_restart, sys.executable, {**env, "HEADROOM_PIPELINE_INSTANCE_ID": "w0"}, folder,
+                "worker-static", 1)))
             results: dict[str, list[float]] = {}
             for _ in range(args.rounds):  # interleaved: one restart of each variant at a time
                 for key, measure in variants:

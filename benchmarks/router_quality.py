@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +42,23 @@ import numpy as np
 import xgboost
 import yaml
 
-from headroom.benchmarks.routing_policies import BASELINES, headroom, oracle
+from headroom.benchmarks.routing_policies import BASELINES, Factory, headroom, oracle
 from headroom.contract.features import FEATURE_SCHEMA, records_matrix
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, make_update
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.targets import target_value
+from headroom.contract.telemetry import TelemetryRecord
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.framework.pipeline import DEFAULT_PIPELINE
 from headroom.router.framework.predictors import EmbeddedPredictor
+from headroom.router.framework.roles import LatencyPredictor
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import SimServerSpec, run, uniform_pool
 from headroom.sim.request import SimRequest
-from headroom.sim.results import quantile
+from headroom.sim.results import RunResult, quantile
 from headroom.sim.traces import load_trace
+from headroom.sim.view import PickFunction
 from headroom.trainer.fit import model_bytes, training_target
 from headroom.trainer.params import TrainParams
 
@@ -69,7 +73,7 @@ class Workload:
     seed: int = 0
     sheddable: float = 0.0
 
-    def slices(self, rate: float | None):
+    def slices(self, rate: float | None) -> tuple[list[SimRequest], list[SimRequest]]:
         """The training and evaluation slices at ``rate`` (the evaluation slice starts at 0)."""
         loaded = load_trace(self.source, self.format, rate=rate, limit=2 * self.requests, seed=self.seed)
         if len(loaded) < 2 * self.requests:
@@ -81,35 +85,36 @@ class Workload:
         return train, [replace(r, arrival_s=r.arrival_s - start) for r in evaluate]
 
 
-def train_runtime(work: Workload, capacity: float, loads, slo, routers: int = 1,
-                  prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list]:
+def train_runtime(work: Workload, capacity: float, loads: Sequence[float], slo: tuple[float, float], routers: int = 1,
+                  prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list[TelemetryRecord]]:
     """:func:`train_models` on the training slice of ``work`` at each of ``loads`` (multiples of the capacity of
     :data:`SERVERS` H100 servers)."""
     runs = [(work.slices(load * SERVERS * capacity)[0], uniform_pool(SERVERS)) for load in loads]
     return train_models(runs, slo, routers, prefix_knowledge)
 
 
-def train_models(runs: Sequence[tuple[Sequence[SimRequest], Sequence[SimServerSpec]]], slo, routers: int = 1,
-                 prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list]:
+def train_models(runs: Sequence[tuple[Sequence[SimRequest], Sequence[SimServerSpec]]], slo: tuple[float, float],
+                 routers: int = 1, prefix_knowledge: str = "cache") -> tuple[ModelRuntime, list[TelemetryRecord]]:
     """Round 1 trains on random routing of each ``(requests, pool)`` of ``runs``; round 2 adds what the router's own
     decisions produce on them (as the online pipeline would) and retrains on both. With ``routers`` > 1, the
     telemetry is that of as many router replicas sharing the pool (:func:`sim.pool.run`)."""
-    options = {"seed": 1, "routers": routers, "prefix_knowledge": prefix_knowledge}
-    records = []
+    records: list[TelemetryRecord] = []
     for requests, pool in runs:
-        records += run(requests, pool, [policy("random", seed=1 + r) for r in range(routers)], **options).records
+        records += run(requests, pool, [policy("random", seed=1 + r) for r in range(routers)], seed=1,
+                       routers=routers, prefix_knowledge=prefix_knowledge).records
     runtime = ModelRuntime(trust=TrustedKeys())  # models made here are applied directly, not read from Kafka
     fit_models(runtime, records, version=1)
     predictor = EmbeddedPredictor(runtime)
     for requests, pool in runs:
         for seed, objective in ((2, None), (3, slo)):
             picks = [headroom(predictor, objective, seed=seed + 10 * r) for r in range(routers)]
-            records += run(requests, pool, picks, **options).records
+            records += run(requests, pool, picks, seed=1, routers=routers,
+                           prefix_knowledge=prefix_knowledge).records
     fit_models(runtime, records, version=2)
     return runtime, records
 
 
-def fit_models(runtime: ModelRuntime, records, version: int) -> None:
+def fit_models(runtime: ModelRuntime, records: list[TelemetryRecord], version: int) -> None:
     """Fit and apply TTFT and TPOT models for each pool of ``records`` as the trainer does (its default target
     transform: log latency); a model the runtime's probe rejects is refitted with another seed, and if none passes
     the previous version serves."""
@@ -119,7 +124,7 @@ def fit_models(runtime: ModelRuntime, records, version: int) -> None:
             _fit(runtime, rows, pool_key, target, version)
 
 
-def _fit(runtime: ModelRuntime, rows, pool_key: str, target: str, version: int) -> None:
+def _fit(runtime: ModelRuntime, rows: list[TelemetryRecord], pool_key: str, target: str, version: int) -> None:
     y = np.array([target_value(r, target) for r in rows])
     for seed in range(5):
         params = TrainParams(seed=seed)
@@ -139,7 +144,7 @@ def _fit(runtime: ModelRuntime, rows, pool_key: str, target: str, version: int) 
         raise RuntimeError(f"no {pool_key} {target} model passed the runtime's checks")
 
 
-def variant(spec: str) -> tuple[str, dict, dict]:
+def variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """``NAME=JSON`` → (name, pipeline or {}, overlays): JSON ``{"pipeline": PATH, "overlays": {...}}`` or
     just the overlays (plugin name or type → parameters)."""
     name, _, text = spec.partition("=")
@@ -150,7 +155,7 @@ def variant(spec: str) -> tuple[str, dict, dict]:
     return name, {}, data
 
 
-def measure(requests, result, slo) -> tuple[float, ...]:
+def measure(requests: Sequence[SimRequest], result: RunResult, slo: tuple[float, float]) -> tuple[float, ...]:
     served = result.outcomes
     span = max(o.completion_s for o in served) - min(r.arrival_s for r in requests)
     ttfts = [o.ttft_ms for o in served]
@@ -192,7 +197,7 @@ class Setup:
     capacity: float  # req/s per server
     loads: list[float]
     train_loads: list[float]
-    records: list
+    records: list[TelemetryRecord]
     predictor: EmbeddedPredictor
     lengths: list[int]  # the streams' output lengths a router that ran before has seen
 
@@ -209,14 +214,15 @@ def prepare(args: argparse.Namespace) -> Setup:
     return Setup(slo, work, capacity, loads, train_loads, records, EmbeddedPredictor(runtime), lengths)
 
 
-def policies(args: argparse.Namespace, setup: Setup, include_no_slo: bool = True) -> list[tuple[str, Any, bool]]:
+def policies(args: argparse.Namespace, slo: tuple[float, float], predictor: LatencyPredictor,
+             include_no_slo: bool = True) -> list[tuple[str, Factory, bool]]:
     """(name, seed → pick function, deterministic) of every policy ``args`` asks for, ``headroom no-SLO``
     included unless not ``include_no_slo``."""
-    slo, predictor = setup.slo, setup.predictor
-    chosen = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
+    chosen: list[tuple[str, Factory, bool]] = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
     headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
 
-    def ours(seed, pipeline=None, overlays=None):
+    def ours(seed: int, pipeline: dict[str, Any] | None = None,
+             overlays: dict[str, Any] | None = None) -> PickFunction:
         config = {**(pipeline or DEFAULT_PIPELINE), **({"defaultSLO": pool_slo} if pool_slo else {})}
         return headroom(predictor, headers, seed, config, overlays)
 
@@ -224,7 +230,7 @@ def policies(args: argparse.Namespace, setup: Setup, include_no_slo: bool = True
     if include_no_slo:
         chosen.append(("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False))
     for name, pipeline, overlays in map(variant, args.variant):
-        chosen.append((name, lambda seed, p=pipeline, o=overlays: ours(seed, p, o), False))
+        chosen.append((name, partial(ours, pipeline=pipeline, overlays=overlays), False))
     if not args.no_oracle:
         chosen.append(("oracle", oracle, True))
     return chosen
@@ -241,14 +247,14 @@ def main() -> int:
           f"on {len(setup.records)} records, ready in {time.time() - started:.0f} s; "
           f"load average {os.getloadavg()[0]:.1f}",
           flush=True)
-    chosen = policies(args, setup)
+    chosen = policies(args, setup.slo, setup.predictor)
     print("| policy | load | TTFT p50 | TTFT mean | TTFT p99 | TPOT p99 | SLO attainment | TTFT-only | TPOT-only "
           "| goodput/s | served |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    summary = []
+    summary: list[tuple[float, dict[str, np.ndarray]]] = []
     for load in setup.loads:
         _, requests = setup.work.slices(load * SERVERS * setup.capacity)
-        results = {}
+        results: dict[str, np.ndarray] = {}
         for name, make, deterministic in chosen:
             runs = [measure(requests, run(requests, uniform_pool(SERVERS), make(seed), seed=seed,
                                           lengths=setup.lengths), slo)
@@ -266,7 +272,7 @@ def main() -> int:
     return 0
 
 
-def print_summary(summary, baselines) -> None:
+def print_summary(summary: list[tuple[float, dict[str, np.ndarray]]], baselines: list[str]) -> None:
     print("\n| load | best baseline | its attainment / p99 TTFT | headroom | Δ attainment | p99 TTFT vs best "
           "| oracle |")
     print("|---:|---|---:|---:|---:|---:|---:|")

@@ -24,13 +24,15 @@ import numpy as np
 
 from headroom.benchmarks.router_quality import SERVERS, Workload, measure, train_runtime
 from headroom.benchmarks.routing_policies import headroom
+from headroom.predictor.runtime import ModelRuntime
 from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
+from headroom.sim.view import PickFunction
 
 
-def picks(name: str, runtime, slo, routers: int, seed: int) -> list:
+def picks(name: str, runtime: ModelRuntime, slo: tuple[float, float], routers: int, seed: int) -> list[PickFunction]:
     """One pick function per router (each with its own random stream)."""
     seeds = [1000 * seed + r for r in range(routers)]
     if name == "composite":

@@ -53,7 +53,7 @@ def _simulator(name: str) -> Factory:
 
 
 def _stack(config: dict[str, Any]) -> Factory:
-    return lambda seed: engine_pick(None, seed=seed, pipeline=config, predict=False)  # type: ignore[arg-type]
+    return lambda seed: engine_pick(None, seed=seed, pipeline=config, predict=False)
 
 
 BASELINES: dict[str, tuple[Factory, bool]] = {

@@ -18,12 +18,14 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
 from headroom.benchmarks.pipeline_accuracy import LOADERS, prequential
 from headroom.contract.settings import from_env
 from headroom.contract.strata import stratum_of
+from headroom.contract.telemetry import TelemetryRecord
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.sim.capacity import capacity_rps
 from headroom.sim.policies import policy
@@ -34,7 +36,8 @@ from headroom.trainer.evaluation import score
 EPOCH = 1_700_000_000.0  # event time of the simulation's start
 
 
-def simulate(trace: str, load: float, servers: int, limit: int, change_at: float, slowdown: float, seed: int):
+def simulate(trace: str, load: float, servers: int, limit: int, change_at: float, slowdown: float,
+             seed: int) -> list[TelemetryRecord]:
     loader = LOADERS[trace]
     capacity = capacity_rps(loader(limit=500)) * servers
     requests = loader(rate=load * capacity, limit=limit, stream_fraction=0.8, seed=seed)
@@ -44,7 +47,7 @@ def simulate(trace: str, load: float, servers: int, limit: int, change_at: float
     return sorted(result.records, key=lambda r: r.completion_ts)
 
 
-def sent_by(quota: float, floor: float, seed: int):
+def sent_by(quota: float, floor: float, seed: int) -> Callable[[TelemetryRecord], bool] | None:
     """The router's decision per record: None when every record is sent."""
     if quota <= 0:
         return None

@@ -57,6 +57,8 @@ class Load:
         known = self.streams.get(rid)
         if known is None:
             entry = self.inflight._requests[rid]
+            if entry.tpot_slo_ms is None:
+                raise ValueError(f"stream {rid} was started without a TPOT SLO")
             self.streams[rid] = (entry.server_id, self.now, 1, self.now, entry.tpot_slo_ms)
         else:
             self.streams[rid] = (known[0], known[1], known[2] + 1, self.now, known[4])

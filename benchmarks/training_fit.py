@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,11 @@ from headroom.contract.features import FEATURE_NAMES, training_features
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE
 from headroom.trainer.fit import fit, model_bytes, training_target
 from headroom.trainer.params import TrainParams
+from headroom.trainer.samples import Samples
 from tests.trainer.synthetic import samples_of, synthetic_records
 
 
-def with_train(samples, params: TrainParams) -> xgboost.Booster:
+def with_train(samples: Samples, params: TrainParams) -> xgboost.Booster:
     """The fit as it was: ``xgboost.train`` on a matrix with feature names."""
     matrix = xgboost.DMatrix(training_features(samples.features(), "ttft"),
                              label=training_target(samples.values, params.target_transform),
@@ -36,7 +38,7 @@ def with_train(samples, params: TrainParams) -> xgboost.Booster:
     return booster
 
 
-def best_cpu(make, repeats: int) -> float:
+def best_cpu(make: Callable[[], object], repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
         began = time.process_time()

@@ -6,6 +6,9 @@ import re
 from headroom.benchmarks.attainment_breakdown import breakdown
 from headroom.benchmarks.router_quality import Workload
 from headroom.benchmarks.routing_policies import BASELINES
+from headroom.contract.signing import TrustedKeys
+from headroom.predictor.runtime import ModelRuntime
+from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.pool import run, uniform_pool
 
 
@@ -23,11 +26,11 @@ def test_every_request_is_counted_once_per_server_per_tenth_and_in_the_total(cap
 
 
 def test_the_breakdown_runs_the_policies_asked_for_as_router_quality_does():
-    from headroom.benchmarks.router_quality import Setup, arguments, policies
+    from headroom.benchmarks.router_quality import arguments, policies
 
-    setup = Setup((1000.0, 50.0), Workload("code", None, 10), 1.0, [1.0], [1.0], [], None, [])  # type: ignore[arg-type]
+    predictor = EmbeddedPredictor(ModelRuntime(trust=TrustedKeys()))  # no models: the factories are not called
     args = arguments("").parse_args(["--baselines", "least-kv,random", "--variant", 'x={"producer":{}}'])
-    assert [p[0] for p in policies(args, setup)] == ["least-kv", "random", "headroom", "headroom no-SLO", "x",
-                                                      "oracle"]
+    assert [p[0] for p in policies(args, (1000.0, 50.0), predictor)] == ["least-kv", "random", "headroom",
+                                                                         "headroom no-SLO", "x", "oracle"]
     args = arguments("").parse_args(["--baselines", "", "--no-oracle"])
-    assert [p[0] for p in policies(args, setup, include_no_slo=False)] == ["headroom"]
+    assert [p[0] for p in policies(args, (1000.0, 50.0), predictor, include_no_slo=False)] == ["headroom"]
