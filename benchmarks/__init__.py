@@ -1,7 +1,7 @@
 """Measurements of headroom, apart from the product: ``headroom bench router | predictor | sim | ...``
-(:mod:`benchmarks.cli`) and the longer runs of this package, each a module run from the checkout as
-``.venv/bin/python -m headroom.benchmarks.<name>`` (several borrow the tests' helpers, ``tests.*``); their
-numbers are recorded in ``docs/benchmarks.md``.
+(:mod:`benchmarks.cli`) and the longer runs of this package, each a module run as
+``python -m headroom.benchmarks.<name>``; their numbers are recorded in ``docs/benchmarks.md``. Those that
+drive the tests' helpers live in :mod:`benchmarks.dev`, which runs from a checkout and is not in the wheel.
 
 Importing this package applies the process-wide settings (:func:`headroom.process.configure`) before a
 benchmark module loads XGBoost or numba, as the ``headroom`` command does first thing.

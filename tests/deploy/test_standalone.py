@@ -66,6 +66,20 @@ def test_only_the_headroom_package_is_installed(installed):
     assert any(site.glob("headroom/_native.*.so"))  # the router's compiled ext_proc front, built into the wheel
 
 
+def test_every_module_the_wheel_ships_imports_without_the_checkout(installed, tmp_path):
+    """A shipped module that borrows the tests' helpers (``tests.*``) could not run where users install it."""
+    python = installed.parent / "python"
+    walk = ("import importlib, pkgutil, headroom\n"
+            "names = [m.name for m in pkgutil.walk_packages(headroom.__path__, 'headroom.')]\n"
+            "for name in names: importlib.import_module(name)\n"
+            "print(len(names))")
+    done = subprocess.run([str(python), "-c", walk], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) > 200
+    site = next((installed.parent.parent / "lib").glob("python3*/site-packages"))
+    assert not (site / "headroom" / "benchmarks" / "dev").exists()  # the developers' runs stay in the checkout
+
+
 def test_the_local_broker_runs_from_the_installed_package(installed, tmp_path):
     env = {"HEADROOM_KAFKA_PORT": str(free_port()), "HEADROOM_KAFKA_CONTROLLER_PORT": str(free_port())}
     state = tmp_path / "state"

@@ -9,7 +9,7 @@ With ``--workers K``, the records are produced first, pools spread so that every
 many pools (:func:`tests.streams.ledger.pools_covering`); then K workers of one group start at once. Time,
 records and CPU count from the moment they share every partition (their ``owning telemetry partitions``
 log lines) until the last record is ingested (what the first to join read before is left out).
-Usage: ``python -m headroom.benchmarks.pipeline_ingest --bootstrap 127.0.0.1:9092 --records 50000 [--workers 2]``.
+Usage: ``python -m headroom.benchmarks.dev.pipeline_ingest --bootstrap 127.0.0.1:9092 --records 50000 [--workers 2]``.
 """
 
 from __future__ import annotations

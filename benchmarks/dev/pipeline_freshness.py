@@ -6,7 +6,7 @@ first models; then the router predicts with them, so live residuals exist); tele
 is published paced at its real rate, carrying the predictions of the models that were live at the
 change. The clock starts with the first post-change record. A model counts as fresh when its window
 includes post-change telemetry and it beats the pre-change model on the post-change records. Usage:
-``python -m headroom.benchmarks.pipeline_freshness --bootstrap 127.0.0.1:9092``.
+``python -m headroom.benchmarks.dev.pipeline_freshness --bootstrap 127.0.0.1:9092``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import xgboost as xgb
 
 from headroom import kafka_clients
-from headroom.benchmarks.pipeline_ingest import fresh_kafka
+from headroom.benchmarks.dev.pipeline_ingest import fresh_kafka
 from headroom.contract.features import records_matrix
 from headroom.contract.model_update import ModelUpdate, load_booster
 from headroom.contract.telemetry import TelemetryRecord, encode, partition_key

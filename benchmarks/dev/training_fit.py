@@ -1,7 +1,7 @@
 """Where a training round's time goes: CPU seconds of one fit, by window size, through ``xgboost.train`` and
 through :func:`trainer.fit.fit`, interleaved.
 
-    .venv/bin/python -m headroom.benchmarks.training_fit [--rows 300,1500,3000] [--repeats 5]
+    .venv/bin/python -m headroom.benchmarks.dev.training_fit [--rows 300,1500,3000] [--repeats 5]
 
 Each fit is the worker's (the reference hyperparameters: 200 trees of depth 6, a log target) on the first
 ``rows`` TTFT samples of synthetic telemetry (``tests/trainer/synthetic.py``). A round fits a model 3 times (the mean candidate, the

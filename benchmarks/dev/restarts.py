@@ -14,7 +14,7 @@ between compactions. Telemetry flows all the time (``--rate`` records per second
 
 ``--old-python`` runs the same commands with another installation of headroom (e.g. an older commit in
 its own virtualenv), interleaved with this one, for a before/after ratio in one run. Usage:
-``python -m headroom.benchmarks.restarts --rounds 3 [--old-python /path/to/old/.venv/bin/python]``.
+``python -m headroom.benchmarks.dev.restarts --rounds 3 [--old-python /path/to/old/.venv/bin/python]``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ A component that dies on its own is restarted too, and counted. Once traffic end
 router's telemetry buffer empty, the worker's reader caught up), the worker stops cleanly, and
 :mod:`benchmarks.chaos_ledger` reconciles: every request answered or refused with a reason, every
 telemetry record in a window, in the dead-letter topic or counted by the router as not delivered.
-Usage: ``python -m headroom.benchmarks.chaos --seconds 180 --seed 1 --out chaos.json``.
+Usage: ``python -m headroom.benchmarks.dev.chaos --seconds 180 --seed 1 --out chaos.json``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Telemetry on disk: bytes per record on a broker's log for each producer compression codec.
 
-    .venv/bin/python -m headroom.benchmarks.telemetry_bytes --bootstrap 127.0.0.1:9092 --log-dir .headroom/kafka
+    .venv/bin/python -m headroom.benchmarks.dev.telemetry_bytes --bootstrap 127.0.0.1:9092 --log-dir .headroom/kafka
 
 Synthetic records (one pool, 80% streaming, with predictions) are produced, keyed as a router keys them,
 to a fresh one-partition topic per codec (20 ms linger, as a busy router's producer batches); the size of
