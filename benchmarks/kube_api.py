@@ -23,14 +23,20 @@ from typing import Any
 
 import yaml
 
+from headroom.errors import CommandError
+
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "admin-token"
 
 
 def build_tool(name: str) -> Path:
     """The cached binary of ``name`` (``infra/build-tool``'s helm, kube-apiserver, epp or gie-source), built
-    first when missing."""
-    done = subprocess.run([str(ROOT / "infra" / "build-tool"), name], capture_output=True, text=True, timeout=1800)
+    first when missing. It needs a source checkout: an installed wheel does not carry ``infra/``."""
+    script = ROOT / "infra" / "build-tool"
+    if not script.is_file():
+        raise CommandError(f"building {name} needs a source checkout of headroom (its infra/build-tool); "
+                           f"not found at {script}")
+    done = subprocess.run([str(script), name], capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"infra/build-tool {name} failed:\n{done.stderr[-4000:]}")
     return Path(done.stdout.strip())

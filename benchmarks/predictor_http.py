@@ -61,10 +61,10 @@ def bench_http(candidates_per_call: int = 100, clients: int = 4, seconds: float 
     if reference is not None:
         with tempfile.TemporaryDirectory(prefix="headroom-bench-reference-") as scratch:
             from headroom.benchmarks import llmd_reference
+            from headroom.benchmarks.kube_api import build_tool
             from headroom.benchmarks.live import cpu_seconds
 
-            source = Path(subprocess.run([str(Path(__file__).resolve().parents[1] / "infra" / "build-tool"),
-                                          "gie-source"], check=True, capture_output=True, text=True).stdout.strip())
+            source = build_tool("gie-source")
             servers, port = llmd_reference.start(reference, source, Path(scratch), llmd_rows(4000, seed=2))
             try:
                 pid = servers[-1].popen.pid

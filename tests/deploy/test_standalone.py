@@ -78,6 +78,8 @@ def test_every_module_the_wheel_ships_imports_without_the_checkout(installed, tm
     assert int(done.stdout.split()[-1]) > 200
     site = next((installed.parent.parent / "lib").glob("python3*/site-packages"))
     assert not (site / "headroom" / "benchmarks" / "dev").exists()  # the developers' runs stay in the checkout
+    for load in ("grpc_load", "http_load", "ext_proc_load", "ext_proc_go"):  # the Go sources `headroom bench` builds
+        assert (site / "headroom" / "benchmarks" / load / "main.go").is_file(), load
 
 
 def test_the_local_broker_runs_from_the_installed_package(installed, tmp_path):
