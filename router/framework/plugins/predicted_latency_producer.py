@@ -146,6 +146,8 @@ class PredictedLatencyProducer:
             else:
                 for i in group.tolist():
                     reasons[i], versions[i] = None, versions_used
+        if not predicted.any():  # every row falls back: no prediction to correct or hold to an SLO (all NaN)
+            return cands.with_predictions(predicted, ttft, tpot, e2e, ttft, tpot, tuple(reasons), tuple(versions))
         correction = None
         if self.params.latency_correction and table.latency_correction.any():
             correction = table.latency_correction
