@@ -173,7 +173,9 @@ class RouterService:
 
     def _learn(self, dispatch: Dispatch, done: Completion) -> None:
         """The pace the server went through prefill at, and how the request's latencies compared with the
-        predictions it was placed with."""
+        predictions it was placed with. A router without a predictor has nothing to correct or floor."""
+        if self.predictor is None:
+            return
         server, stream, now = dispatch.server, dispatch.request.stream, self.monotonic()
         if stream and done.ttft_ms is not None:
             work = prefill_work(dispatch.request.prompt_tokens, server.inflight_prefill_tokens, server.prefix_match)

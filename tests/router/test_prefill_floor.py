@@ -38,6 +38,13 @@ def test_the_router_learns_each_servers_prefill_pace_from_its_streams():
             assert snapshot.prefill_ms_per_token == 0.0
 
 
+def test_a_router_without_a_predictor_learns_no_pace():
+    router, clock = service(None)  # heuristic decisions only: nothing to floor
+    stream_through(router, clock, 20)
+    assert [s.prefill_ms_per_token for s in router.pool.snapshots(req(), clock.now)] == [0.0, 0.0]
+    assert not router.pool.corrections.log_factors(np.arange(2), clock.now).any()
+
+
 def test_small_prefills_teach_no_pace():
     router, clock = service(TablePredictor(base=100.0, per_waiting=0.0))
     stream_through(router, clock, 20, prompt_tokens=PACE_MIN_WORK // 2)
