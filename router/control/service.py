@@ -25,6 +25,9 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+
+import numpy as np
 
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
@@ -38,9 +41,10 @@ from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.prompt import PromptInfo
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
-from headroom.router.errors import AdmissionRejected
+from headroom.router.errors import AdmissionRejected, PredictionUnavailable
+from headroom.router.framework.candidate_features import candidate_features
 from headroom.router.framework.engine import Decision, Engine
-from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.framework.roles import Candidate, Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 
 log = logging.getLogger(__name__)
@@ -119,7 +123,9 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 m.child(m.model_version, target).set(version)
-                self.pool.corrections.model_version(chosen.server.pool_key, target, version)
+                self.pool.corrections.model_version(chosen.server.pool_key, target, version,
+                                                    partial(self._predicted_again, chosen.server.pool_key, target,
+                                                            version))
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
@@ -186,11 +192,26 @@ class RouterService:
         if stream and done.tpot_ms is not None:
             self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
         observed = {"ttft": done.ttft_ms, "tpot": done.tpot_ms, "e2e": done.e2e_ms}
+        case = (replace(dispatch.request, block_hashes=()), server)  # what the model was asked (hashes: not a feature)
         for target, predicted in prediction.model_ms().items():
             version, actual = prediction.versions.get(target), observed[target]
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
-                                              now)
+                                              now, case=case)
+
+    def _predicted_again(self, pool_key: str, target: str, version: int,
+                         cases: Sequence[tuple[Request, ServerSnapshot]]) -> list[float] | None:
+        """What ``version`` of the pool's model of ``target`` predicts for ``cases`` (requests on the servers as they
+        were at dispatch); None when the predictor cannot say, or answers with another version."""
+        features = np.vstack([candidate_features(request, [Candidate(server)]) for request, server in cases])
+        try:
+            batch = self.predictor.predict(pool_key, features)  # type: ignore[union-attr]
+        except PredictionUnavailable:
+            return None
+        values = batch.values.get(target)
+        if values is None or batch.versions.get(target) != version:
+            return None
+        return np.where(np.asarray(batch.ok, dtype=bool), np.asarray(values, dtype=np.float64), np.nan).tolist()
 
     def idle_s(self, server_id: str) -> Callable[[], float]:
         """Seconds since ``server_id`` last made progress the router saw, asked when needed."""
