@@ -27,8 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-import numpy as np
-
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
 from headroom.contract.targets import response_ms, trains
@@ -41,10 +39,10 @@ from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.prompt import PromptInfo
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
-from headroom.router.errors import AdmissionRejected, PredictionUnavailable
-from headroom.router.framework.candidate_features import candidate_features
+from headroom.router.errors import AdmissionRejected
 from headroom.router.framework.engine import Decision, Engine
-from headroom.router.framework.roles import Candidate, Context, LatencyPredictor, Request, ServerSnapshot
+from headroom.router.framework.predictors import predicted_again
+from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 
 log = logging.getLogger(__name__)
@@ -123,9 +121,9 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 m.child(m.model_version, target).set(version)
-                self.pool.corrections.model_version(chosen.server.pool_key, target, version,
-                                                    partial(self._predicted_again, chosen.server.pool_key, target,
-                                                            version))
+                judge = None if self.predictor is None else partial(predicted_again, self.predictor,
+                                                                     chosen.server.pool_key, target, version)
+                self.pool.corrections.model_version(chosen.server.pool_key, target, version, judge)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
@@ -198,20 +196,6 @@ class RouterService:
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
                                               now, case=case)
-
-    def _predicted_again(self, pool_key: str, target: str, version: int,
-                         cases: Sequence[tuple[Request, ServerSnapshot]]) -> list[float] | None:
-        """What ``version`` of the pool's model of ``target`` predicts for ``cases`` (requests on the servers as they
-        were at dispatch); None when the predictor cannot say, or answers with another version."""
-        features = np.vstack([candidate_features(request, [Candidate(server)]) for request, server in cases])
-        try:
-            batch = self.predictor.predict(pool_key, features)  # type: ignore[union-attr]
-        except PredictionUnavailable:
-            return None
-        values = batch.values.get(target)
-        if values is None or batch.versions.get(target) != version:
-            return None
-        return np.where(np.asarray(batch.ok, dtype=bool), np.asarray(values, dtype=np.float64), np.nan).tolist()
 
     def idle_s(self, server_id: str) -> Callable[[], float]:
         """Seconds since ``server_id`` last made progress the router saw, asked when needed."""

@@ -12,6 +12,7 @@ from headroom.router.control.service import RouterService
 from headroom.router.control.telemetry_sink import MemoryTelemetry
 from headroom.router.framework.engine import Engine
 from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.framework.predictors import predicted_again
 from headroom.router.state.pool import PoolState
 from headroom.router.state.servers import ServerSpec
 from tests.router.routercases import TablePredictor, req, server
@@ -106,7 +107,7 @@ def test_a_new_version_the_predictor_cannot_answer_for_fades_the_correction(answ
         predictor.unavailable = {pool_key: "predictor-unavailable"}
     else:
         predictor.version = 5  # version 4 is news to the router, but the predictor has moved on
-    judge = partial(router._predicted_again, pool_key, "ttft", 4)
+    judge = partial(predicted_again, predictor, pool_key, "ttft", 4)
     router.pool.corrections.model_version(pool_key, "ttft", 4, judge)
     assert ttft_factor(router, clock) == pytest.approx(math.sqrt(before))
 
