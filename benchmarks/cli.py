@@ -22,12 +22,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("bench", help="measure the router, its proxy and ext_proc, the predictor and the simulator")
     commands = parser.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
 
-    router = commands.add_parser("router", help="Scheduling decision latency with embedded prediction.")
+    router = commands.add_parser("router", help="Scheduling decision latency, with embedded prediction or without a predictor.")
     router.add_argument("--candidates", type=int, default=100)
     router.add_argument("--decisions", type=int, default=5000)
     router.add_argument("--trees", type=int, default=200, help="Trees per model (the reference uses 200).")
     router.add_argument("--depth", type=int, default=6)
     router.add_argument("--slo", action="store_true", help="Requests carry SLO headers (streaming, TTFT+TPOT).")
+    router.add_argument("--predictor", choices=("embedded", "none"), default="embedded",
+                        help="none: decide as a router without a predictor does (the heuristic profile).")
     router.set_defaults(run=_router)
 
     proxy = commands.add_parser("proxy", help="The router's HTTP proxy against the same simulated pool reached "
@@ -140,7 +142,8 @@ def _router(args: argparse.Namespace) -> int:
 
     if args.candidates < 1 or args.decisions < 1:
         raise CommandError("--candidates and --decisions must be positive")
-    print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo))
+    print_report(decision_latency(args.candidates, args.decisions, trees=args.trees, depth=args.depth, slo=args.slo,
+                                  embedded=args.predictor == "embedded"))
     return 0
 
 

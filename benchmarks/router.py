@@ -12,6 +12,7 @@ would, so metrics never go stale and the cost of fresh scrapes lands in the deci
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -83,9 +84,10 @@ def embedded_predictor(trees: int = 200, depth: int = 6) -> EmbeddedPredictor:
 
 
 def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int = 200, depth: int = 6,
-                     slo: bool = False, seed: int = 0) -> BenchResult:
-    predictor = embedded_predictor(trees, depth)
-    runtime = predictor.runtime
+                     slo: bool = False, seed: int = 0, embedded: bool = True) -> BenchResult:
+    """``embedded``: decide with in-process models (the predicted profile); without, as a router without a predictor
+    decides (the heuristic profile)."""
+    predictor = embedded_predictor(trees, depth) if embedded else None
     rng = random.Random(seed)
     specs = tuple(ServerSpec(f"s{i}", f"10.0.{i // 250}.{i % 250}:8000") for i in range(candidates))
     pool = PoolState(specs)
@@ -94,7 +96,9 @@ def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int
     service = RouterService(Engine(load_pipeline(None)), pool, MemoryTelemetry(limit=1), RouterMetrics(),
                             predictor=predictor, rng=rng)
     hashes = tuple(rng.getrandbits(63) for _ in range(64))
-    picks, cpus, predicts = [], [], []
+    picks: list[float] = []
+    cpus: list[float] = []
+    predicts: list[float] = []
     features = None
     for i in range(decisions + 200):  # the first 200 warm up caches and JIT kernels
         request = Request(request_id=f"r{i}", prompt_tokens=1024, max_tokens=256, stream=slo,
@@ -107,19 +111,21 @@ def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int
         started, cpu_started = time.perf_counter(), time.thread_time()
         dispatch = service.pick(request)
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
-        if features is None:
-            features = candidate_features(request, [Candidate(s) for s in pool.snapshots(request, time.monotonic())])
-        started = time.perf_counter()
-        predictor.predict("default", features)
-        predict_elapsed = time.perf_counter() - started
+        if predictor is not None:
+            if features is None:
+                features = candidate_features(request, [Candidate(s) for s in pool.snapshots(request, time.monotonic())])
+            started = time.perf_counter()
+            predictor.predict("default", features)
+            predicts.append((time.perf_counter() - started) * 1000)
         service.complete(dispatch, Completion(e2e_ms=100.0, output_tokens=2, ttft_ms=50.0 if slo else None,
                                               tpot_ms=50.0 if slo else None))
         if i >= 200:
             picks.append(elapsed * 1000)
             cpus.append(cpu * 1000)
-            predicts.append(predict_elapsed * 1000)
+    predicts = predicts[200:] or [math.nan]
     p = np.percentile
-    return BenchResult(candidates, decisions, trees, depth, slo, runtime.engine, float(p(picks, 50)), float(p(picks, 99)),
+    engine = predictor.runtime.engine if predictor is not None else "none: the heuristic profile"
+    return BenchResult(candidates, decisions, trees, depth, slo, engine, float(p(picks, 50)), float(p(picks, 99)),
                        float(max(picks)), float(p(cpus, 50)), float(p(cpus, 99)), float(p(predicts, 50)),
                        float(p(predicts, 99)))
 
@@ -127,8 +133,9 @@ def decision_latency(candidates: int = 100, decisions: int = 5000, *, trees: int
 def print_report(result: BenchResult) -> None:
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"Decision latency: {result.candidates} candidates, {result.decisions} decisions, "
-                        f"{result.trees} trees × depth {result.depth} per model, kernel {result.engine}, "
+    models = (f"{result.trees} trees × depth {result.depth} per model, kernel {result.engine}"
+              if not math.isnan(result.predict_p50_ms) else f"predictor {result.engine}")
+    table = Table(title=f"Decision latency: {result.candidates} candidates, {result.decisions} decisions, {models}, "
                         f"{'SLO streaming' if result.slo else 'no-SLO'} requests")
     for column in ("what", "p50 ms", "p99 ms"):
         table.add_column(column)

@@ -27,6 +27,16 @@ def test_sim_bench_runs_each_policy(capsys) -> None:
     assert "round-robin" in printed and "least-queue" in printed
 
 
+def test_router_bench_decides_with_and_without_a_predictor(capsys) -> None:
+    assert _invoke("router", "--candidates", "4", "--decisions", "50", "--trees", "5", "--slo") == 0
+    embedded = capsys.readouterr().out
+    assert _invoke("router", "--candidates", "4", "--decisions", "50", "--slo", "--predictor", "none") == 0
+    heuristic = capsys.readouterr().out
+    assert "predictor none" in heuristic and "heuristic profile" in heuristic and "trees" not in heuristic
+    assert "predictor none" not in embedded and "trees" in embedded
+    assert "prediction call alone" in embedded
+
+
 def test_predictor_http_bench_measures_each_api_on_the_bench_models(capsys) -> None:
     assert _invoke("predictor", "http", "--seconds", "0.3", "--rounds", "1", "--clients", "1",
                    "--candidates", "10") == 0
