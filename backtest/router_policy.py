@@ -14,13 +14,11 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 from headroom.contract.server_state import state_values
 from headroom.router.framework.engine import Engine
 from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
-from headroom.router.framework.predictors import predicted_again
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.sim.request import SimRequest
 from headroom.sim.view import Pick, PickFunction, PickResult, PoolView, Shed
@@ -66,11 +64,9 @@ def engine_pick(predictor: LatencyPredictor | None, *, slo: tuple[float, float] 
         if prediction is None:
             return Pick(chosen.server.server_id, tpot_slo_ms=decision.request.slo_tpot_ms)
         for target, version in prediction.versions.items():
-            judge = None if predictor is None else partial(predicted_again, predictor, chosen.server.pool_key, target,
-                                                           version)
-            view.corrections.model_version(chosen.server.pool_key, target, version, judge)
+            view.corrections.model_version(chosen.server.pool_key, target, version)
         model = prediction.model_ms()
         return Pick(chosen.server.server_id, model["ttft"], model["tpot"], model["e2e"], dict(prediction.versions),
-                    decision.request.slo_tpot_ms, prediction.correction, (decision.request, chosen.server))
+                    decision.request.slo_tpot_ms, prediction.correction)
 
     return pick

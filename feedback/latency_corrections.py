@@ -16,11 +16,8 @@ It fades, so it never outlives what it knew:
 
 - with the time since the server's last completion (half-life ``half_life_s``): a server priced out of traffic
   is tried again, and learns anew whether it recovered;
-- when the pool's model of that target changes (:meth:`model_version`): each server's kept completions are
-  predicted again by the new model, and its ratios become ``actual / new prediction`` — what the server departs
-  from the model it is now priced with, at once, neither the old model's gap nor a guess at how much of it the
-  new one learned. Where the new model cannot be asked (no ``judge``, or it has no answer for a completion), the
-  ratio fades by ``version_fade`` instead. Ratios measured against an older model are left out.
+- by ``version_fade`` when the pool's model of that target changes (:meth:`model_version`): the new model has
+  learned part of what the correction held. Ratios measured against an older model are left out.
 
 Beside the corrections, each server's **prefill pace**: how many ms its streams waited for their first token per
 prompt token of prefill work at dispatch (the prompts queued ahead of them, :data:`inflight_prefill_tokens`, and
@@ -41,15 +38,9 @@ Times are the caller's (monotonic seconds in the router, virtual ones in the sim
 ...     corrections.observe("s1", "h100", "ttft", predicted_ms=50.0, actual_ms=100.0, version=1, now=10.0)
 >>> factors(now=10.0), factors(now=40.0)  # a half-life later
 ([1.68, 1.0], [1.3, 1.0])
->>> corrections.model_version("h100", "ttft", 2)  # a new model, not asked: the ratios fade
+>>> corrections.model_version("h100", "ttft", 2)  # a new model
 >>> factors(now=10.0)
 [1.3, 1.0]
->>> judged = LatencyCorrections()
->>> for _ in range(3):  # each completion kept with what the model was asked about it (its "case")
-...     judged.observe("s1", "h100", "ttft", predicted_ms=50.0, actual_ms=100.0, version=1, now=10.0, case="r")
->>> judged.model_version("h100", "ttft", 2, judge=lambda cases: [100.0] * len(cases))  # it learned the slowdown
->>> round(math.exp(judged.log_factors(judged.slots(["s1"]), now=10.0)[0, 0]), 2)
-1.0
 >>> for ttft_ms in (300.0, 320.0, 400.0, 280.0):  # s2: 2,000 tokens of prefill ahead of each stream
 ...     corrections.observe_prefill("s2", ttft_ms, work_tokens=2000, now=10.0)
 >>> corrections.prefill_pace(slots, now=10.0).round(2).tolist()  # ms per token of work
@@ -59,7 +50,7 @@ Times are the caller's (monotonic seconds in the router, virtual ones in the sim
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -95,7 +86,6 @@ class LatencyCorrections:
         self._pool: list[str] = []
         self._free: list[int] = []
         self._ratios = np.ones((0, len(TARGETS), RING))  # per slot and target, a ring of ratios
-        self._evidence: list[list[list[tuple[Any, float] | None]]] = []  # per slot, target, ring: (case, actual)
         self._count = np.zeros((0, len(TARGETS)), dtype=np.int64)  # ratios ever added (the ring's next index)
         self._estimate = np.zeros((len(TARGETS), 0))  # the log of the shrunk trimmed mean, per target and slot
         self._at = np.full((len(TARGETS), 0), -math.inf)  # when each was last observed
@@ -129,10 +119,9 @@ class LatencyCorrections:
         return factors
 
     def observe(self, server_id: str, pool_key: str, target: str, predicted_ms: float, actual_ms: float,
-                version: int, now: float, case: Any = None) -> None:
+                version: int, now: float) -> None:
         """A request the model of ``target`` (``version``) predicted ``predicted_ms`` for on ``server_id`` took
-        ``actual_ms``; ``case``, what the model was asked (kept for :meth:`model_version`'s judge). Values that are
-        not positive and finite, and ratios against an older model, are left out."""
+        ``actual_ms``. Values that are not positive and finite, and ratios against an older model, are left out."""
         if not (predicted_ms > 0 and actual_ms > 0 and math.isfinite(predicted_ms) and math.isfinite(actual_ms)):
             return
         t = TARGET_INDEX[target]
@@ -146,7 +135,6 @@ class LatencyCorrections:
         ratio = min(max(actual_ms / predicted_ms, 1.0 / MAX_FACTOR), MAX_FACTOR)
         count = int(self._count[slot, t])
         self._ratios[slot, t, count % RING] = ratio
-        self._evidence[slot][t][count % RING] = None if case is None else (case, actual_ms)
         self._count[slot, t] = count + 1
         self._at[t, slot] = now
         self._estimate[t, slot] = self._trimmed_mean(slot, t)
@@ -188,33 +176,20 @@ class LatencyCorrections:
             pace[known] = self.prefill_pace(slots[known], now)
         return pace
 
-    def model_version(self, pool_key: str, target: str, version: int,
-                      judge: Callable[[Sequence[Any]], Sequence[float] | None] | None = None) -> None:
-        """The pool's model of ``target`` is now ``version``. ``judge`` gives the new model's predictions (ms) of
-        the cases its servers' kept completions were observed with (None, or NaN for a case, where it has none):
-        their ratios are measured again against it; the others fade by ``version_fade``."""
+    def model_version(self, pool_key: str, target: str, version: int) -> None:
+        """The pool's model of ``target`` is now ``version``: a newer one fades what its servers' corrections hold."""
         key = (pool_key, target)
         known = self._versions.get(key)
         if known is not None and version <= known:
             return
         self._versions[key] = version
-        if known is None:
+        if known is None or self.version_fade == 1.0:
             return
         t = TARGET_INDEX[target]
-        slots = [slot for slot, pool in enumerate(self._pool) if pool == pool_key]
-        kept = [(slot, i) for slot in slots for i in range(min(int(self._count[slot, t]), RING))
-                if self._evidence[slot][t][i] is not None]
-        judged = judge([self._evidence[slot][t][i][0] for slot, i in kept]) if judge and kept else None  # type: ignore[index]
-        fresh = np.zeros(self._ratios.shape[:1] + (RING,), dtype=bool)
-        for (slot, i), predicted in zip(kept, judged or ()):
-            actual = self._evidence[slot][t][i][1]  # type: ignore[index]
-            if predicted > 0 and math.isfinite(predicted):
-                self._ratios[slot, t, i] = min(max(actual / predicted, 1.0 / MAX_FACTOR), MAX_FACTOR)
-                fresh[slot, i] = True
-        for slot in slots:
-            self._ratios[slot, t] = np.where(fresh[slot], self._ratios[slot, t], self._ratios[slot, t] ** self.version_fade)
-            if self._count[slot, t]:
-                self._estimate[t, slot] = self._trimmed_mean(slot, t)
+        for slot, pool in enumerate(self._pool):
+            if pool == pool_key:
+                self._ratios[slot, t] **= self.version_fade
+                self._estimate[t, slot] *= self.version_fade
 
     def forget(self, server_id: str) -> None:
         """A server left the pool: its slot is emptied for another."""
@@ -222,7 +197,6 @@ class LatencyCorrections:
         if slot is None:
             return
         self._ratios[slot], self._count[slot] = 1.0, 0
-        self._evidence[slot] = [[None] * RING for _ in TARGETS]
         self._estimate[:, slot], self._at[:, slot] = 0.0, -math.inf
         self._pace_count[slot], self._pace[slot], self._pace_at[slot] = 0, 0.0, -math.inf
         self._pool[slot] = ""
@@ -252,7 +226,6 @@ class LatencyCorrections:
     def _grow(self, size: int) -> None:
         old = self._count.shape[0]
         self._ratios = np.concatenate((self._ratios, np.ones((size - old, len(TARGETS), RING))))
-        self._evidence += [[[None] * RING for _ in TARGETS] for _ in range(size - old)]
         self._count = np.concatenate((self._count, np.zeros((size - old, len(TARGETS)), dtype=np.int64)))
         self._estimate = np.concatenate((self._estimate, np.zeros((len(TARGETS), size - old))), axis=1)
         self._at = np.concatenate((self._at, np.full((len(TARGETS), size - old), -math.inf)), axis=1)

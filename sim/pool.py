@@ -357,7 +357,7 @@ class _Run:
                 version = versions.get(target)
                 if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                     view.corrections.observe(outcome.server_id, seen.pool_key, target, predicted, actual,
-                                             version, self.now, pick.case)
+                                             version, self.now)
         if self.telemetry:
             self.seen.append(seen)
         if self.on_record is not None:

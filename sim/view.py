@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -67,7 +67,6 @@ class Pick:
     model_versions: dict[str, int] | None = None
     tpot_slo_ms: float | None = None  # the TPOT SLO the router holds a streaming request to (None: its own)
     correction: tuple[float, ...] | None = None
-    case: Any = None  # what the models were asked, kept with the corrections to measure a new version against
 
     def used_tpot_ms(self) -> float | None:
         """The TPOT prediction the router judged the request by (corrected)."""

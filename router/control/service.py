@@ -25,7 +25,6 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
@@ -41,7 +40,6 @@ from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
 from headroom.router.errors import AdmissionRejected
 from headroom.router.framework.engine import Decision, Engine
-from headroom.router.framework.predictors import predicted_again
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import PoolState
 
@@ -121,9 +119,7 @@ class RouterService:
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
                 m.child(m.model_version, target).set(version)
-                judge = None if self.predictor is None else partial(predicted_again, self.predictor,
-                                                                     chosen.server.pool_key, target, version)
-                self.pool.corrections.model_version(chosen.server.pool_key, target, version, judge)
+                self.pool.corrections.model_version(chosen.server.pool_key, target, version)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
@@ -190,12 +186,11 @@ class RouterService:
         if stream and done.tpot_ms is not None:
             self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
         observed = {"ttft": done.ttft_ms, "tpot": done.tpot_ms, "e2e": done.e2e_ms}
-        case = (replace(dispatch.request, block_hashes=()), server)  # what the model was asked (hashes: not a feature)
         for target, predicted in prediction.model_ms().items():
             version, actual = prediction.versions.get(target), observed[target]
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
-                                              now, case=case)
+                                              now)
 
     def idle_s(self, server_id: str) -> Callable[[], float]:
         """Seconds since ``server_id`` last made progress the router saw, asked when needed."""

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,8 +15,7 @@ import numpy as np
 from headroom.contract.targets import TARGETS
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.router.errors import PredictionUnavailable
-from headroom.router.framework.candidate_features import candidate_features
-from headroom.router.framework.roles import Candidate, LatencyPredictor, PredictionBatch, Request, ServerSnapshot
+from headroom.router.framework.roles import PredictionBatch
 
 if TYPE_CHECKING:  # the runtime's compiled kernels (numba, LLVM: ~40 MiB resident) load only with its models
     from headroom.predictor.client import PredictorClient
@@ -68,22 +66,3 @@ class RemotePredictor:
         values = {t: column for t in TARGETS if (column := answer.get(t, self.objective)) is not None}
         versions = {t: v for (t, objective), v in answer.versions.items() if objective == self.objective}
         return PredictionBatch(values=values, ok=np.asarray(answer.ok, dtype=bool), versions=versions)
-
-
-def predicted_again(predictor: LatencyPredictor, pool_key: str, target: str, version: int,
-                    cases: Sequence[tuple[Request, ServerSnapshot]]) -> list[float] | None:
-    """What ``version`` of the pool's model of ``target`` predicts for ``cases`` (requests on servers as they were at
-    dispatch; NaN for a row it did not answer), to measure the latency corrections against it
-    (:meth:`feedback.latency_corrections.LatencyCorrections.model_version`); None when the predictor cannot say, or
-    answers with another version."""
-    features = np.vstack([candidate_features(request, [Candidate(server)]) for request, server in cases])
-    try:
-        batch = predictor.predict(pool_key, features)
-    except PredictionUnavailable:
-        return None
-    values = batch.values.get(target)
-    if values is None or batch.versions.get(target) != version:
-        return None
-    answered: list[float] = np.where(np.asarray(batch.ok, dtype=bool), np.asarray(values, dtype=np.float64),
-                                     np.nan).tolist()
-    return answered
