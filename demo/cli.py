@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
     from headroom.demo import preflight
     from headroom.demo.run import Demo, Ports, scenario
 
+    try:
+        played = scenario(settings)
+    except ValueError as err:
+        raise CommandError(f"cannot start the demo: {err}") from err
+
     ports = [broker.port, broker.controller_port, *Ports(settings.base_port).all(
         2 * (settings.fast_servers + settings.slow_servers))]
     problems = preflight.problems(traces, broker, ports, [settings.state_dir, settings.report_dir])
@@ -51,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)  # so a terminated demo still shuts its processes down
     console = Console()
-    played = scenario(settings)
     console.print(f"headroom demo: two identical simulated pools, the same Azure conversation trace through both for "
                   f"{settings.duration_s:g} s ({played.load * played.capacity():.1f} req/s) — one routed by headroom, "
                   f"one by the heuristic profile. {played.describe()}. Starting:")

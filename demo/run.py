@@ -3,8 +3,8 @@ pool — real processes on loopback — under the same trace load, with a regime
 
 One arm is routed by headroom (predicted latency, models learned from its own telemetry); the other, the
 baseline, by the heuristic profile alone (its requests opt out of prediction). The demo plays a
-:class:`~sim.scenarios.Scenario` (:func:`scenario`): the Azure trace at a share of the pool's capacity, and every
-H100 server of both pools slowing down at the same moment. :class:`Demo` starts every component at once and says
+:class:`~sim.scenarios.Scenario` (:func:`scenario`): the Azure trace at a share of the pool's capacity, and some
+H100 servers of both pools slowing down at the same moment. :class:`Demo` starts every component at once and says
 when each is ready, drives the load while a live view follows it, and builds the :class:`~demo.report.Report` —
 also a partial one, after a Ctrl-C. Every number in it is read from the components themselves (their
 ``/metrics``, Kafka) or measured by the load generator as a client. The run makes its own model-signing key
@@ -44,10 +44,13 @@ __all__ = ["ARMS", "Demo", "Ports", "Tick", "scenario"]
 
 
 def scenario(settings: DemoSettings) -> Scenario:
-    """What the demo plays: its pool at ``load`` of its capacity, every H100 server slowing down (say, a bad driver
-    roll-out) at ``regime_change_at`` of the run."""
+    """What the demo plays: its pool at ``load`` of its capacity, the first ``slowed_servers`` H100 servers slowing
+    down (say, a bad driver roll-out reaching some nodes) at ``regime_change_at`` of the run."""
+    if not 0 < settings.slowed_servers <= settings.fast_servers:
+        raise ValueError(f"HEADROOM_DEMO_SLOWED_SERVERS is {settings.slowed_servers}: it must be between 1 and the "
+                         f"{settings.fast_servers} H100 servers (HEADROOM_DEMO_FAST_SERVERS)")
     h100 = tuple(f"h100-{i}" for i in range(settings.fast_servers))
-    return Scenario("demo", Slowdown(h100, settings.slowdown), pool=h100 + tuple(
+    return Scenario("demo", Slowdown(h100[:settings.slowed_servers], settings.slowdown), pool=h100 + tuple(
         f"a100-{i}" for i in range(settings.slow_servers)), load=settings.load, duration_s=settings.duration_s,
         change_at_s=settings.duration_s * settings.regime_change_at, time_scale=settings.time_scale)
 

@@ -43,8 +43,8 @@ def test_short_demo_learns_routes_and_prices_the_slowed_servers_slower(tmp_path)
     assert report["model_versions"], "the router used no model version"
     assert report["heuristic_share_after_warmup"] < 0.2
     assert report["decision_ms"]["headroom"] > 0 and report["decision_ms"]["baseline"] > 0
-    peaks = report["peak_corrections_after_change"]  # the H100s run 2× slower: priced slower than the models say
-    assert sum(peaks[f"h100-{i}"]["tpot"] for i in range(3)) / 3 > 1.3, peaks
+    peaks = report["peak_corrections_after_change"]  # two H100s run 2× slower: priced slower than the models say
+    assert (peaks["h100-0"]["tpot"] + peaks["h100-1"]["tpot"]) / 2 > 1.3, peaks
     assert headroom["completed"] > 300 and headroom["failed"] == 0
     assert baseline["requests"] == headroom["requests"] and baseline["failed"] == 0  # the same arrivals
     assert report["telemetry_in_kafka"] == headroom["completed"]  # the baseline sends none
