@@ -9,7 +9,7 @@
 #                                                          # as its Helm chart starts them (docs/llm-d-drop-in.md)
 #
 # Runs as an unprivileged user with a read-only root filesystem: everything a process writes (Faust's
-# data, numba's cache, a local broker's data) goes under /var/lib/headroom (mount a volume there) or /tmp.
+# data, a local broker's data) goes under /var/lib/headroom (mount a volume there) or /tmp.
 # infra/image/build-wheels and infra/image/install are the two build steps; the standalone-install test
 # runs the same two scripts.
 
@@ -18,7 +18,7 @@ ARG RUST_IMAGE=rust:1.88-slim-bookworm
 
 FROM ${RUST_IMAGE} AS rust
 
-# The wheels, headroom's with the router's compiled ext_proc front (native/: Rust and a C compiler, build stage only).
+# The wheels, headroom's with its compiled parts (native/: Rust and a C compiler, build stage only).
 FROM ${PYTHON_IMAGE} AS wheels
 COPY --from=rust /usr/local/cargo /usr/local/cargo
 COPY --from=rust /usr/local/rustup /usr/local/rustup
@@ -38,7 +38,6 @@ RUN headroom-install /wheels /opt/headroom && rm -rf /wheels /usr/local/bin/head
 ENV PATH=/opt/headroom/bin:$PATH \
     HOME=/var/lib/headroom \
     HEADROOM_STATE_DIR=/var/lib/headroom \
-    NUMBA_CACHE_DIR=/var/lib/headroom/numba \
     MPLCONFIGDIR=/tmp/matplotlib \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

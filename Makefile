@@ -48,7 +48,7 @@ tools:
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing headroom into $(VENV), building its compiled ext_proc front (pip's output: $(VENV)/install.log)"
+	@echo "installing headroom into $(VENV), building its compiled parts (pip's output: $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
 		&& $(VENV)/bin/python -m pip install -e ".[dev]" >> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "installing headroom failed: see above"; exit 1; }

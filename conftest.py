@@ -1,7 +1,7 @@
 """The test session's process-wide settings and its doctests.
 
 Process-wide settings (:mod:`headroom.process`) are applied as the ``headroom`` command applies them,
-before any test or doctest module loads XGBoost or numba.
+before any test or doctest module loads XGBoost.
 
 Every product module whose docstrings carry examples (``>>>``) is collected as doctests, imported under
 its installed name (``contract/settings.py`` as ``headroom.contract.settings``), so a module and the

@@ -4,7 +4,7 @@
 drive the tests' helpers live in :mod:`benchmarks.dev`, which runs from a checkout and is not in the wheel.
 
 Importing this package applies the process-wide settings (:func:`headroom.process.configure`) before a
-benchmark module loads XGBoost or numba, as the ``headroom`` command does first thing.
+benchmark module loads XGBoost, as the ``headroom`` command does first thing.
 
 - :mod:`benchmarks.router` — the router's decision latency with embedded prediction.
 - :mod:`benchmarks.predictor`, :mod:`benchmarks.predictor_grpc` — the prediction runtime in process, the

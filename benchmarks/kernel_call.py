@@ -34,7 +34,7 @@ def main() -> None:
     stack = ForestStack.of([random_forest(rng), random_forest(rng)])
     for rows in (100, 8):
         x = rng.uniform(0, 1, (rows, len(FEATURE_NAMES))).astype(np.float32)
-        evaluate(stack, x)  # compiled (or loaded from the cache) before timing
+        evaluate(stack, x)  # warm caches before timing
         started = time.perf_counter()
         for _ in range(args.calls):
             evaluate(stack, x)

@@ -98,7 +98,7 @@ def bench_runtime(candidate_counts: Sequence[int] = (1, 10, 100, 1000), iteratio
             runtime.apply(raw)
         for n in candidate_counts:
             rows = candidates(n, seed=n)
-            runs = iterations if engine == "numba" else max(20, iterations // 50)
+            runs = iterations if engine == "native" else max(20, iterations // 50)
             results.append({"engine": engine, "models": models, "candidates": n, "threads": threads,
                             **percentiles(_time(partial(runtime.predict, "bench", rows), runs))})
     boosters = [b for _, b in messages]

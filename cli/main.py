@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure()  # before any subcommand loads XGBoost or numba
+    configure()  # before any subcommand loads XGBoost
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

@@ -281,13 +281,10 @@ class _Rejected(Exception):
 
 
 def warm_up() -> None:
-    """Everything a first model needs, ready ahead of it: the compiled kernels and XGBoost, which reads every update
-    (importing it takes seconds, holding the interpreter much of that time). A router does this at start-up, off its
-    event loop; otherwise the first model pays for it on the thread that applies it, beside the loop."""
+    """What a first model needs, ready ahead of it: XGBoost, which reads every update (importing it takes seconds,
+    holding the interpreter much of that time). A router does this at start-up, off its event loop; otherwise the
+    first model pays for it on the thread that applies it, beside the loop."""
     import xgboost  # noqa: F401  (contract.model_update imports it when it first reads a model)
-
-    from headroom.predictor import kernels
-    kernels.warm_up()
 
 
 def _check_objective(update: ModelUpdate, forest: Forest) -> None:

@@ -36,7 +36,6 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from headroom.contract.model_update import MAX_VERSION_JUMP
 from headroom.contract.topics import KafkaSettings
 from headroom.http_thread import HttpThread
-from headroom.predictor import kernels
 from headroom.predictor.file_source import ModelFileSource
 from headroom.predictor.llmd_api import PredictionApi
 from headroom.predictor.metrics import PredictorMetrics
@@ -96,7 +95,6 @@ class PredictorServer:
         return tailing and reading
 
     def start(self) -> PredictorServer:
-        kernels.warm_up()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.settings.workers,
                                                         thread_name_prefix="predict"),
                              options=[("grpc.so_reuseport", 0), *server_message_options(self.settings.max_rows)],

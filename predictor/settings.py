@@ -17,7 +17,7 @@ class PredictorSettings:
     metrics_port: int = setting(9461, "HEADROOM_PREDICTOR_METRICS_PORT",
                                 "Plain-HTTP port of the metrics, /readyz and /healthz (0: any free port, -1: none).")
     workers: int = setting(2, "HEADROOM_PREDICTOR_WORKERS", "Threads serving gRPC calls (about one per core).")
-    engine: str = setting("", "HEADROOM_PREDICTOR_ENGINE", "Tree engine: numba or numpy (empty: best available).")
+    engine: str = setting("", "HEADROOM_PREDICTOR_ENGINE", "Tree engine: native or numpy (empty: native).")
     threads: int = setting(1, "HEADROOM_PREDICTOR_THREADS",
                            "Threads one large batch's tree evaluation is split over (1: the serving thread only).")
     max_rows: int = setting(16384, "HEADROOM_PREDICTOR_MAX_ROWS",

@@ -5,8 +5,8 @@ six reference-sized models (200 trees, depth 6: TTFT, TPOT and E2E, mean and p90
 between compactions. Telemetry flows all the time (``--rate`` records per second).
 
 - predictor: ``headroom predictor serve`` is killed and started again; timed from the start of the new
-  process to its gRPC health saying SERVING (tree kernels come from the numba cache; the replay verifies
-  the newest version of each model).
+  process to its gRPC health saying SERVING (the replay verifies the newest version of each
+  model).
 - worker: ``headroom worker start`` is killed and started again; timed from the kill to the new process
   processing records (its ``headroom_telemetry_ingested_total`` moving), as a dynamic group member (the
   restarted worker waits for the group to give up on the killed one: the session timeout) and as a

@@ -7,10 +7,13 @@
 //!
 //! [`heuristic::HeuristicProfile`]: the heuristic profile's default pipeline (scorers and picker) as one call, which
 //! `router/framework/compiled.py` takes over from the Python plugins when a profile is exactly that pipeline.
+//!
+//! [`forest::Forests`]: the tree walk of the models' forests (`predictor/kernels.py`), without the GIL.
 
 mod auth;
 mod exchange;
 mod handoff;
+mod forest;
 mod heuristic;
 mod proto;
 mod server;
@@ -188,6 +191,7 @@ impl Drop for ExtProcFront {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<ExtProcFront>()?;
     module.add_class::<heuristic::HeuristicProfile>()?;
+    module.add_class::<forest::Forests>()?;
     module.add("DECIDE", DECIDE)?;
     module.add("TOO_LARGE", TOO_LARGE)?;
     module.add("FEED", FEED)?;

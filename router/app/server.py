@@ -164,7 +164,7 @@ class RouterServer:
         from headroom.router.framework.predictors import EmbeddedPredictor
         if isinstance(self.service.predictor, EmbeddedPredictor):
             from headroom.predictor import runtime
-            await asyncio.to_thread(runtime.warm_up)  # kernels compiled (or loaded from the disk cache), XGBoost loaded
+            await asyncio.to_thread(runtime.warm_up)  # XGBoost loaded
         if self._tailer is not None:
             self._tailer.start()
         if self.elector is not None:

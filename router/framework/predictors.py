@@ -17,7 +17,7 @@ from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.roles import PredictionBatch
 
-if TYPE_CHECKING:  # the runtime's compiled kernels (numba, LLVM: ~40 MiB resident) load only with its models
+if TYPE_CHECKING:  # the runtime (and XGBoost, which reads its models) loads only with its models
     from headroom.predictor.client import PredictorClient
     from headroom.predictor.runtime import ModelRuntime
 

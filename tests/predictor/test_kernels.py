@@ -1,9 +1,11 @@
-"""The compiled walk against XGBoost and the float32 semantics it must keep: exact thresholds, signed zeros,
-infinities, missing values, batch sizes around the interleaving block, wide rows and split batches."""
+"""The compiled walk (and the numpy reference) against XGBoost and the float32 semantics it must keep: exact
+thresholds, signed zeros, infinities, missing values, batch sizes around the interleaving block, wide rows and split
+batches; and arrays it cannot walk safely, refused."""
 
 import numpy as np
 import pytest
 
+from headroom._native import Forests
 from headroom.predictor.forest import Forest, forest_from_booster
 from headroom.predictor.kernels import (
     CHUNK_ROWS,
@@ -16,8 +18,6 @@ from headroom.predictor.kernels import (
 from headroom.predictor.runtime import ModelRuntime
 from tests.keys import TRUST
 from tests.predictor.models import candidate_rows, train
-
-needs_numba = pytest.mark.skipif("numba" not in available_engines(), reason="numba is not installed")
 
 SPECIAL = np.array([-np.inf, -3.4e38, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1e-38, 1.0, np.nextafter(1.0, 2.0),
                     3.4e38, np.inf], dtype=np.float32)
@@ -99,24 +99,21 @@ def test_a_missing_value_in_one_chunk_of_a_large_batch_equals_xgboost(boosters, 
     assert_equals_boosters(evaluate(stack, rows), boosters, rows)
 
 
-@needs_numba
 def test_compiled_and_numpy_engines_agree_bit_for_bit(stack):
     rows = candidate_rows(97, seed=5)
     rows[::5, 1] = -0.0
     rows[::9, 2] = np.inf
-    np.testing.assert_array_equal(evaluate(stack, rows, "numba"), evaluate(stack, rows, "numpy"))
+    np.testing.assert_array_equal(evaluate(stack, rows, "native"), evaluate(stack, rows, "numpy"))
     rows[::13, 4] = np.nan
-    np.testing.assert_array_equal(evaluate(stack, rows, "numba"), evaluate(stack, rows, "numpy"))
+    np.testing.assert_array_equal(evaluate(stack, rows, "native"), evaluate(stack, rows, "numpy"))
 
 
-@needs_numba
 def test_rows_wider_than_the_model_use_only_its_features(stack):
     rows = candidate_rows(37, seed=6)
     wide = np.hstack([rows, np.full((len(rows), 3), 1e9, np.float32)])
     np.testing.assert_array_equal(evaluate(stack, wide), evaluate(stack, rows))
 
 
-@needs_numba
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("missing", [False, True], ids=["finite", "with-nan"])
 def test_split_batches_equal_one_thread_bit_for_bit(stack, threads, missing):
@@ -129,3 +126,27 @@ def test_split_batches_equal_one_thread_bit_for_bit(stack, threads, missing):
 def test_runtime_refuses_fewer_than_one_thread():
     with pytest.raises(ValueError, match="at least 1, got 0"):
         ModelRuntime(trust=TRUST, threads=0)
+
+
+def test_the_compiled_walk_refuses_arrays_it_cannot_walk_safely(stack):
+    forest = stump(1.0)
+    words, left = np.zeros(2, np.uint64), np.ones(2, np.uint8)
+    one = (np.zeros(1, np.uint64), np.zeros(1, np.uint64), np.array([0, 1], np.int64), np.ones(1, np.int64),
+           np.zeros(1, np.float32))
+    Forests(words, left, forest.leaves.ravel(), *one)  # a stump: two node slots, two leaves
+    with pytest.raises(ValueError, match="a tree beyond its arrays"):
+        Forests(words, left, np.zeros(1, np.float32), *one)  # one leaf short
+    with pytest.raises(ValueError, match="tree ranges or depths"):
+        Forests(words, left, forest.leaves.ravel(), *one[:2], np.array([0, 2], np.int64), *one[3:])
+    with pytest.raises(ValueError, match="array lengths"):
+        Forests(words, np.ones(3, np.uint8), forest.leaves.ravel(), *one)
+    with pytest.raises(ValueError, match="nodes:"):
+        Forests(words.astype(np.float64), left, forest.leaves.ravel(), *one)
+    rows = candidate_rows(9, seed=1)
+    out = np.empty((len(stack.forests), len(rows)), np.float32)
+    with pytest.raises(ValueError, match="the forests read"):
+        stack.compiled.predict(rows[:, :2].copy().view(np.uint32), 2, out[:, :9], 0, 9)
+    with pytest.raises(ValueError, match="out must be writable float32"):
+        stack.compiled.predict(rows.view(np.uint32), rows.shape[1], out[:1].copy(), 0, 9)
+    with pytest.raises(ValueError, match="rows 0..10"):
+        stack.compiled.predict(rows.view(np.uint32), rows.shape[1], out, 0, 10)
