@@ -2,7 +2,9 @@
 # it on first use.
 PYTHON ?= python3
 VENV := .venv
-# installed again when the project's description or the compiled part's sources change (pip builds native/)
+# installed again when the project's description or the compiled part's sources change (pip builds native/, for
+# this machine's processor: the tree walk's interleaved loads are scheduled for it; wheels to ship elsewhere are
+# built without it, infra/image/build-wheels)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml native/Cargo.toml native/Cargo.lock native/src/*.rs | cksum | cut -d' ' -f1)
 TYPECHECK_TREE := build/typecheck
 HELM ?= $(shell infra/build-tool helm)
@@ -50,7 +52,8 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing headroom into $(VENV), building its compiled parts (pip's output: $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
-		&& $(VENV)/bin/python -m pip install -e ".[dev]" >> $(VENV)/install.log 2>&1 \
+		&& RUSTFLAGS="-C target-cpu=native $$RUSTFLAGS" $(VENV)/bin/python -m pip install -e ".[dev]" \
+			>> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "installing headroom failed: see above"; exit 1; }
 	rm -f $(VENV)/.installed-*
 	touch $@

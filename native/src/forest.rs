@@ -1,7 +1,7 @@
 //! The tree walk of `predictor/kernels.py`: stacked forests evaluated over float32 rows without the GIL. The layout
 //! is the Python side's (`ForestStack`): every tree a 1-based heap of node words `key(threshold) << 31 | feature`
 //! with its default directions, leaves after; a row value becomes the word `key(x) << 31 | 0x7FFFFFFF` (0 when it
-//! is missing), so that `x >= threshold` (go right, float32 semantics) is `node < value`. Each row
+//! is missing), so that `x >= threshold` (go right, float32 semantics) is the sign bit of `node - value`. Each row
 //! adds `base_score` and then its trees' leaves in order, in float32, as XGBoost does.
 
 use pyo3::buffer::{Element, PyBuffer};
@@ -165,14 +165,14 @@ impl Forests {
                     let x = &words[block * BLOCK * width..(block + 1) * BLOCK * width];
                     let mut at = [0usize; BLOCK];
                     for r in 0..BLOCK {
-                        at[r] = 2 + usize::from(root < x[r * width + f0]);
+                        at[r] = 2 + (root.wrapping_sub(x[r * width + f0]) >> 63) as usize;
                     }
                     for _ in 1..depth {
                         for r in 0..BLOCK {
                             // SAFETY: `checked` bounds every node index below 2**depth and every feature below width.
                             let node = unsafe { *nodes.get_unchecked(at[r]) };
                             let value = unsafe { *x.get_unchecked(r * width + (node & FEATURE_MASK) as usize) };
-                            at[r] = 2 * at[r] + usize::from(node < value);
+                            at[r] = 2 * at[r] + (node.wrapping_sub(value) >> 63) as usize;
                         }
                     }
                     for r in 0..BLOCK {
