@@ -1,6 +1,6 @@
 """headroom's compiled parts (``native/``, Rust), built by ``pip install``: the ext_proc front that
-:mod:`headroom.router.fronts.ext_proc_front` drives, and the heuristic profile's default pipeline that
-:mod:`headroom.router.framework.compiled` runs."""
+:mod:`headroom.router.fronts.ext_proc_front` drives, the heuristic profile's default pipeline that
+:mod:`headroom.router.framework.compiled` runs, and the tree walk of :mod:`headroom.predictor.kernels`."""
 
 import random
 
@@ -33,3 +33,8 @@ class HeuristicProfile:
     def __init__(self, scorers: list[tuple[str, float]]) -> None: ...
     def pick(self, kv_cache_usage: np.ndarray, num_waiting: np.ndarray, prefix_match: np.ndarray, scores: np.ndarray,
              rng: random.Random) -> int: ...
+
+class Forests:
+    def __init__(self, nodes: np.ndarray, default_left: np.ndarray, leaves: np.ndarray, node_offset: np.ndarray,
+                 leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray, base_score: np.ndarray) -> None: ...
+    def predict(self, bits: np.ndarray, width: int, out: np.ndarray, start: int, stop: int) -> None: ...
