@@ -149,64 +149,70 @@ impl Forests {
         }
     }
 
-    #[allow(clippy::needless_range_loop)] // the eight lanes, each a register
-    fn walk_finite(&self, words: &[u64], width: usize, n: usize, acc: &mut [f32], stride: usize) {
+    /// `walk(tree, sums)` for every tree of every forest in order, `sums` being the forest's `n` sums in `acc` (rows of
+    /// `stride`), each started at its base score.
+    fn each_tree(&self, acc: &mut [f32], n: usize, stride: usize, mut walk: impl FnMut(&Tree<'_>, &mut [f32])) {
         for m in 0..self.base_score.len() {
-            let depth = self.depth[m];
-            let first_leaf = 1usize << depth;
-            let acc = &mut acc[m * stride..m * stride + n];
-            acc.fill(self.base_score[m]);
+            let sums = &mut acc[m * stride..m * stride + n];
+            sums.fill(self.base_score[m]);
             for t in self.tree_start[m]..self.tree_start[m + 1] {
-                let nodes = &self.nodes[self.node_offset[t]..];
-                let leaves = &self.leaves[self.leaf_offset[t]..];
-                let root = nodes[1];
-                let f0 = (root & FEATURE_MASK) as usize;
-                for (block, sums) in acc.chunks_exact_mut(BLOCK).enumerate() {
-                    let x = &words[block * BLOCK * width..(block + 1) * BLOCK * width];
-                    let mut at = [0usize; BLOCK];
-                    for r in 0..BLOCK {
-                        at[r] = 2 + (root.wrapping_sub(x[r * width + f0]) >> 63) as usize;
-                    }
-                    for _ in 1..depth {
-                        for r in 0..BLOCK {
-                            // SAFETY: `checked` bounds every node index below 2**depth and every feature below width.
-                            let node = unsafe { *nodes.get_unchecked(at[r]) };
-                            let value = unsafe { *x.get_unchecked(r * width + (node & FEATURE_MASK) as usize) };
-                            at[r] = 2 * at[r] + (node.wrapping_sub(value) >> 63) as usize;
-                        }
-                    }
-                    for r in 0..BLOCK {
-                        sums[r] += unsafe { *leaves.get_unchecked(at[r] - first_leaf) };
-                    }
-                }
+                let offset = self.node_offset[t];
+                walk(&Tree { nodes: &self.nodes[offset..], default_left: &self.default_left[offset..],
+                             leaves: &self.leaves[self.leaf_offset[t]..], depth: self.depth[m] }, sums);
             }
         }
     }
 
-    fn walk_with_missing(&self, words: &[u64], width: usize, n: usize, acc: &mut [f32], stride: usize) {
-        for m in 0..self.base_score.len() {
-            let depth = self.depth[m];
-            let first_leaf = 1usize << depth;
-            let acc = &mut acc[m * stride..m * stride + n];
-            acc.fill(self.base_score[m]);
-            for t in self.tree_start[m]..self.tree_start[m + 1] {
-                let offset = self.node_offset[t];
-                let (nodes, default_left) = (&self.nodes[offset..], &self.default_left[offset..]);
-                let leaves = &self.leaves[self.leaf_offset[t]..];
-                for (r, sum) in acc.iter_mut().enumerate() {
-                    let x = &words[r * width..(r + 1) * width];
-                    let mut at = 1usize;
-                    for _ in 0..depth {
-                        let node = nodes[at];
-                        let value = x[(node & FEATURE_MASK) as usize];
-                        let right = if value == MISSING_WORD { default_left[at] == 0 } else { node < value };
-                        at = 2 * at + right as usize;
+    #[allow(clippy::needless_range_loop)] // the eight lanes, each a register
+    fn walk_finite(&self, words: &[u64], width: usize, n: usize, acc: &mut [f32], stride: usize) {
+        self.each_tree(acc, n, stride, |tree, sums| {
+            let (nodes, first_leaf) = (tree.nodes, 1usize << tree.depth);
+            let root = nodes[1];
+            let f0 = (root & FEATURE_MASK) as usize;
+            for (block, sums) in sums.chunks_exact_mut(BLOCK).enumerate() {
+                let x = &words[block * BLOCK * width..(block + 1) * BLOCK * width];
+                let mut at = [0usize; BLOCK];
+                for r in 0..BLOCK {
+                    at[r] = 2 + (root.wrapping_sub(x[r * width + f0]) >> 63) as usize;
+                }
+                for _ in 1..tree.depth {
+                    for r in 0..BLOCK {
+                        // SAFETY: `checked` bounds every node index below 2**depth and every feature below width.
+                        let node = unsafe { *nodes.get_unchecked(at[r]) };
+                        let value = unsafe { *x.get_unchecked(r * width + (node & FEATURE_MASK) as usize) };
+                        at[r] = 2 * at[r] + (node.wrapping_sub(value) >> 63) as usize;
                     }
-                    *sum += leaves[at - first_leaf];
+                }
+                for r in 0..BLOCK {
+                    sums[r] += unsafe { *tree.leaves.get_unchecked(at[r] - first_leaf) };
                 }
             }
-        }
+        });
     }
+
+    fn walk_with_missing(&self, words: &[u64], width: usize, n: usize, acc: &mut [f32], stride: usize) {
+        self.each_tree(acc, n, stride, |tree, sums| {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                let x = &words[r * width..(r + 1) * width];
+                let mut at = 1usize;
+                for _ in 0..tree.depth {
+                    let node = tree.nodes[at];
+                    let value = x[(node & FEATURE_MASK) as usize];
+                    let right = if value == MISSING_WORD { tree.default_left[at] == 0 } else { node < value };
+                    at = 2 * at + right as usize;
+                }
+                *sum += tree.leaves[at - (1usize << tree.depth)];
+            }
+        });
+    }
+}
+
+/// One tree: its node words and default directions (a 1-based heap of `2**depth` slots) and its leaves.
+struct Tree<'a> {
+    nodes: &'a [u64],
+    default_left: &'a [u8],
+    leaves: &'a [f32],
+    depth: u32,
 }
 
 /// The rows' words; whether any value is missing (NaN).
