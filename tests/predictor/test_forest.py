@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headroom.contract.model_update import RejectedUpdate, load_booster
-from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_json
+from headroom.predictor.forest import UnsupportedModel, forest_from_booster, forest_from_model
 from headroom.predictor.kernels import ForestStack, available_engines, evaluate
 from tests.predictor.models import candidate_rows, train
 
@@ -49,13 +49,31 @@ def test_several_models_in_one_pass_equal_each_booster():
             np.testing.assert_allclose(got[index], booster.inplace_predict(rows), rtol=1e-6)
 
 
-def test_json_and_ubj_give_the_same_forest():
+def test_json_and_ubj_give_the_same_forest_and_attributes():
     booster = train(seed=4)
-    from_json = forest_from_booster(load_booster(bytes(booster.save_raw("json"))))
-    from_ubj = forest_from_booster(load_booster(bytes(booster.save_raw("ubj"))))
+    booster.set_attr(headroom_output_transform="log")
+    from_json = forest_from_model(bytes(booster.save_raw("json")))
+    from_ubj = forest_from_model(bytes(booster.save_raw("ubj")))
     assert from_json.base_score == from_ubj.base_score
     np.testing.assert_array_equal(from_json.leaves, from_ubj.leaves)
     np.testing.assert_array_equal(from_json.thresholds, from_ubj.thresholds)
+    np.testing.assert_array_equal(from_json.default_left, from_ubj.default_left)
+    assert from_json.attributes == from_ubj.attributes == {"headroom_output_transform": "log"}
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda tree: tree["left_children"].__setitem__(0, 99), "links its node 0 to 99"),
+    (lambda tree: tree["right_children"].__setitem__(0, -1), "not both nodes of that tree"),
+    (lambda tree: tree["left_children"].__setitem__(0, -5), "links its node 0 to -5"),
+    (lambda tree: tree["split_indices"].__setitem__(0, 16), "splits on feature 16, outside the model's 16"),
+    (lambda tree: tree["split_indices"].__setitem__(0, -2), "splits on feature -2"),
+    (lambda tree: tree["default_left"].pop(), "has 6 'default_left' for 7 nodes"),
+])
+def test_trees_that_do_not_hold_together_are_refused_by_name(change, says):
+    model = json.loads(bytes(train(trees=3, depth=2).save_raw("json")))
+    change(model["learner"]["gradient_booster"]["model"]["trees"][1])
+    with pytest.raises(UnsupportedModel, match=says):
+        forest_from_model(json.dumps(model).encode())
 
 
 @pytest.mark.parametrize(("text", "expected"), [("[1.23E2]", 123.0), ("5E-1", 0.5), ("[-2.5E0]", -2.5)],
@@ -63,7 +81,7 @@ def test_json_and_ubj_give_the_same_forest():
 def test_base_score_representations(text, expected):
     model = json.loads(bytes(train(trees=2, depth=2).save_raw("json")))
     model["learner"]["learner_model_param"]["base_score"] = text
-    assert forest_from_json(json.dumps(model).encode()).base_score == np.float32(expected)
+    assert forest_from_model(json.dumps(model).encode()).base_score == np.float32(expected)
 
 
 def test_unsupported_models_are_refused():
@@ -103,7 +121,7 @@ def test_a_tree_without_its_fields_is_refused_by_name(text_nan):
         raw = json.dumps(model).encode()
         assert b"NaN" in raw
     with pytest.raises(UnsupportedModel, match="split_conditions"):
-        forest_from_json(raw)
+        forest_from_model(raw)
 
 
 def test_only_the_read_fields_of_a_tree_matter():
@@ -112,7 +130,7 @@ def test_only_the_read_fields_of_a_tree_matter():
     for tree in model["learner"]["gradient_booster"]["model"]["trees"]:  # statistics the layout never reads
         tree["loss_changes"] = [0.0] * len(tree["loss_changes"])
         tree["sum_hessian"] = [1.0] * len(tree["sum_hessian"])
-    changed = forest_from_json(json.dumps(model).encode())
+    changed = forest_from_model(json.dumps(model).encode())
     original = forest_from_booster(booster)
     np.testing.assert_array_equal(changed.leaves, original.leaves)
     np.testing.assert_array_equal(changed.thresholds, original.thresholds)
