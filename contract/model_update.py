@@ -13,13 +13,16 @@ version of each model.
 ``"identity"``, or ``"log"`` for a model trained on the logarithm of the latency, whose outputs every
 consumer exponentiates. Quantiles survive a monotone transform exactly, and ``exp`` is always positive.
 The trainer also stores the transform in the model bytes (booster attribute :data:`TRANSFORM_ATTRIBUTE`)
-so a booster loaded on its own predicts in milliseconds too; consumers check that the two agree.
+so a booster loaded on its own predicts in milliseconds too; consumers check that the two agree
+(:func:`check_transform`).
 
 Messages travel signed (:mod:`contract.signing`): :func:`decode_update` first opens the signed message with
 the reader's trusted keys, so an unsigned or forged message is rejected before its header is read, and the
-update carries the id of the key that signed it (``signer``). Every consumer then takes a decoded update's
-model through :func:`load_update`, the one place that decides whether a model may be used at all
-(:class:`RejectedUpdate` says why not).
+update carries the id of the key that signed it (``signer``). Every consumer then checks a decoded update's
+feature schema and output transform (:func:`check_schema`, :func:`check_transform`), the checks that decide
+whether a model may be used at all (:class:`RejectedUpdate` says why not): :func:`load_update` makes both for a
+consumer that loads the booster with XGBoost, :meth:`predictor.runtime.ModelRuntime.apply` for the readers that
+walk its trees without it.
 
 A signature says who made a model, not that it is safe to serve: a reader also bounds what it takes
 (:class:`ModelBounds`, carried by its :class:`~contract.signing.TrustedKeys`): a message over ``max_bytes`` is
@@ -39,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,7 +138,12 @@ def model_key(pool_key: str, target: str, objective: str) -> str:
 def booster_transform(booster: Any) -> str:
     """The output transform an XGBoost booster was trained with (its :data:`TRANSFORM_ATTRIBUTE`; ``"identity"``
     when it has none)."""
-    return booster.attr(TRANSFORM_ATTRIBUTE) or "identity"
+    return model_transform(booster.attributes())
+
+
+def model_transform(attributes: Mapping[str, str | None]) -> str:
+    """The output transform of a model with these attributes."""
+    return attributes.get(TRANSFORM_ATTRIBUTE) or "identity"
 
 
 def to_milliseconds(raw: np.ndarray, transform: str) -> np.ndarray:
@@ -242,15 +251,26 @@ def load_update(update: ModelUpdate) -> xgboost.Booster:
     """The booster of a decoded ``update``, once it passed every check a consumer makes before using it:
     the serving feature schema, a model XGBoost loads, and an output transform the booster agrees with.
     Raises :class:`RejectedUpdate`."""
+    check_schema(update)
+    booster = load_booster(update.model)
+    check_transform(update, booster.attributes())
+    return booster
+
+
+def check_schema(update: ModelUpdate) -> None:
+    """Raises :class:`RejectedUpdate` (``schema``) unless ``update`` was trained on the serving feature schema."""
     if update.feature_schema != FEATURE_SCHEMA:
         raise RejectedUpdate("schema", f"feature schema {update.feature_schema!r} does not match the "
                                        f"serving schema {FEATURE_SCHEMA!r}")
-    booster = load_booster(update.model)
-    trained_with = booster_transform(booster)
+
+
+def check_transform(update: ModelUpdate, attributes: Mapping[str, str | None]) -> None:
+    """Raises :class:`RejectedUpdate` (``transform``) unless the model, by its ``attributes``, was trained with the
+    output transform ``update`` declares."""
+    trained_with = model_transform(attributes)
     if trained_with != update.output_transform:
         raise RejectedUpdate("transform", f"message says output transform {update.output_transform!r} but the "
                                           f"model was trained with {trained_with!r}")
-    return booster
 
 
 def load_booster(model: bytes) -> xgboost.Booster:

@@ -3,12 +3,13 @@
 :meth:`ModelRuntime.apply` takes a raw model-update message and swaps it in only after it passes every
 check: a signature by a trusted key and the checksum (:func:`contract.model_update.decode_update` with the
 runtime's :class:`~contract.signing.TrustedKeys`), a version newer than the live one and not too far ahead
-of it (:func:`contract.model_update.refusal`), the checks every consumer makes
-(:func:`contract.model_update.load_update`: feature schema, that XGBoost loads it, output transform), that
-its trees are supported and within the trust's :class:`~contract.model_update.ModelBounds` (trees, depth, every
-leaf and split a finite number, and every output the trees can add up to finite in milliseconds, after the
-output transform), its objective matches the message, and a probe prediction that must be finite,
-non-negative (in milliseconds, after the output transform) and equal to XGBoost's own. A failing update is
+of it (:func:`contract.model_update.refusal`), the feature schema, that its trees are supported (read without
+XGBoost, :func:`predictor.forest.forest_from_model`) and within the trust's
+:class:`~contract.model_update.ModelBounds` (trees, depth, every leaf and split a finite number, and every output
+the trees can add up to finite in milliseconds, after the output transform), its output transform and objective
+match the message, and a probe prediction that must be finite, non-negative (in milliseconds, after the output
+transform) and equal to XGBoost's own: the outputs its trainer stored in the model (:mod:`contract.probe`), or,
+for a model without them, XGBoost's here (imported for such a model only). A failing update is
 rejected, counted by reason (``unsigned``, ``unknown-key``, ``bad-signature``, ``replayed`` for a version
 older than the live one, ``version``, ``checksum``, ``bytes``, ``trees``, ``depth``, ``leaf``, ``range``,
 ``schema``, ``probe``, ...) and logged, and the previous version keeps serving; the live version itself arriving again is ignored (stale), so replaying the topic is
@@ -39,17 +40,19 @@ from headroom.contract.model_update import (
     InvalidUpdate,
     ModelUpdate,
     RejectedUpdate,
+    check_schema,
+    check_transform,
     decode_update,
-    load_update,
+    load_booster,
     model_key,
     refusal,
     to_milliseconds,
 )
+from headroom.contract.probe import PROBE_ROWS, stamped
 from headroom.contract.signing import TrustedKeys
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.predictor.forest import Forest, ModelOutOfBounds, UnsupportedModel, forest_from_booster
+from headroom.predictor.forest import Forest, ModelOutOfBounds, UnsupportedModel, forest_from_model
 from headroom.predictor.kernels import ForestStack, available_engines, default_engine, evaluate
-from headroom.predictor.probe import PROBE_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -238,8 +241,9 @@ class ModelRuntime:
 
     def _verify(self, update: ModelUpdate) -> ServingModel:
         try:
-            booster = load_update(update)
-            forest = forest_from_booster(booster, self.trust.bounds)
+            check_schema(update)
+            forest = forest_from_model(update.model, self.trust.bounds)
+            check_transform(update, forest.attributes)
         except RejectedUpdate as err:
             raise _Rejected(err.reason, err.detail) from err
         except ModelOutOfBounds as err:
@@ -258,7 +262,7 @@ class ModelRuntime:
                                      f"{len(probe)} rows)")
         if (probe < 0).any():
             raise _Rejected("probe", f"probe prediction is negative (min {float(probe.min()):.6g})")
-        reference = booster.inplace_predict(PROBE_ROWS)
+        reference = _xgboost_probe(update, forest)
         scale = np.maximum(np.abs(reference), 1.0)
         if (np.abs(raw_probe - reference) > PROBE_RTOL * scale).any():
             raise _Rejected("probe", "tree evaluation disagrees with XGBoost on the probe rows "
@@ -280,11 +284,19 @@ class _Rejected(Exception):
         self.reason, self.detail = reason, detail
 
 
-def warm_up() -> None:
-    """What a first model needs, ready ahead of it: XGBoost, which reads every update (importing it takes seconds,
-    holding the interpreter much of that time). A router does this at start-up, off its event loop; otherwise the
-    first model pays for it on the thread that applies it, beside the loop."""
-    import xgboost  # noqa: F401  (contract.model_update imports it when it first reads a model)
+def _xgboost_probe(update: ModelUpdate, forest: Forest) -> np.ndarray:
+    """XGBoost's raw outputs on the probe rows: those its trainer stored in the model, else computed here (a model
+    from a trainer that stored none: importing XGBoost then takes seconds and a few tens of MiB, once)."""
+    try:
+        outputs = stamped(forest.attributes)
+    except ValueError as err:
+        raise _Rejected("probe", str(err)) from err
+    if outputs is not None:
+        return outputs
+    try:
+        return np.asarray(load_booster(update.model).inplace_predict(PROBE_ROWS))
+    except RejectedUpdate as err:
+        raise _Rejected(err.reason, err.detail) from err
 
 
 def _check_objective(update: ModelUpdate, forest: Forest) -> None:

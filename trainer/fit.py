@@ -25,6 +25,7 @@ import numpy as np
 import xgboost as xgb
 from xgboost.core import _LIB, _check_call
 
+from headroom.contract import probe
 from headroom.contract.features import FEATURE_NAMES, training_features
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, to_milliseconds
 from headroom.trainer.evaluation import MAPE_FLOOR_MS
@@ -96,5 +97,7 @@ def raw_output(booster: xgb.Booster, features: np.ndarray) -> np.ndarray:
 
 
 def model_bytes(booster: xgb.Booster) -> bytes:
-    """The booster in XGBoost's own UBJ format (what model-update messages carry)."""
+    """The booster in XGBoost's own UBJ format (what model-update messages carry), with its outputs on the probe
+    rows (:func:`contract.probe.stamp`) for the readers that walk its trees without XGBoost."""
+    probe.stamp(booster)
     return bytes(booster.save_raw(raw_format="ubj"))

@@ -161,10 +161,6 @@ class RouterServer:
 
     async def start(self) -> None:
         s = self.config.settings
-        from headroom.router.framework.predictors import EmbeddedPredictor
-        if isinstance(self.service.predictor, EmbeddedPredictor):
-            from headroom.predictor import runtime
-            await asyncio.to_thread(runtime.warm_up)  # XGBoost loaded
         if self._tailer is not None:
             self._tailer.start()
         if self.elector is not None:

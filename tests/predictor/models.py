@@ -10,6 +10,7 @@ import xgboost
 from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
+from headroom.contract.probe import PROBE_ROWS, stamp
 from headroom.contract.signing import SigningKey
 from tests.keys import TEST_KEY
 
@@ -38,8 +39,11 @@ def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, 
 def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "pool-a", target: str = "ttft",
             objective: str = "mean", quantile: float | None = None, model_format: str = "ubj",
             feature_schema: str = FEATURE_SCHEMA, key: SigningKey | None = TEST_KEY,
-            holdout_metrics: dict[str, float] | None = None) -> bytes:
-    """A model-update message signed with ``key`` (None: unsigned)."""
+            holdout_metrics: dict[str, float] | None = None, stamped: bool = True) -> bytes:
+    """A model-update message signed with ``key`` (None: unsigned), its model stamped with its probe outputs as
+    the trainer's are (:func:`contract.probe.stamp`) unless not ``stamped`` or it reads other features."""
+    if stamped and not isinstance(booster, bytes) and booster.num_features() == PROBE_ROWS.shape[1]:
+        stamp(booster)
     model = booster if isinstance(booster, bytes) else bytes(booster.save_raw(model_format))
     if objective == "quantile" and quantile is None:
         quantile = 0.9

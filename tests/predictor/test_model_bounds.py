@@ -16,9 +16,9 @@ import xgboost
 
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, ModelBounds, encode_update, make_update
+from headroom.contract.probe import PROBE_ROWS
 from headroom.contract.signing import TrustedKeys
 from headroom.model_files import file_name
-from headroom.predictor.probe import PROBE_ROWS
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from tests.conftest import free_port
 from tests.keys import TEST_KEY, TRUST, write_public_key

@@ -6,6 +6,7 @@ import pytest
 import xgboost
 
 from headroom.contract.features import FEATURE_NAMES
+from headroom.contract.probe import PROBE_ATTRIBUTE, PROBE_ROWS
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
 from headroom.predictor.runtime import ApplyOutcome, ModelRuntime
 from tests.keys import TEST_KEY, TRUST
@@ -60,8 +61,15 @@ def _leaf_overflow(booster: xgboost.Booster) -> bytes:
     return json.dumps(model).encode()  # float32 sum overflows to inf
 
 
+def _stamped_with(booster: xgboost.Booster, text: str) -> xgboost.Booster:
+    booster = booster.copy()
+    booster.set_attr(**{PROBE_ATTRIBUTE: text})
+    return booster
+
+
 def _bad_updates(boosters):
     five_features = xgboost.train({"nthread": 1}, xgboost.DMatrix(ROWS[:, :5], label=ROWS[:, 0]), 3)
+    others = json.dumps([float(v) for v in boosters["v1"].inplace_predict(PROBE_ROWS)])
     return {
         "corrupt bytes": (_corrupt(message(boosters["v2"], 2)), "bad-signature"),
         "signed corrupt bytes": (TEST_KEY.sign(_corrupt(message(boosters["v2"], 2, key=None))), "checksum"),
@@ -73,6 +81,10 @@ def _bad_updates(boosters):
         "negative output": (message(train(seed=5, scale=-1.0), 2), "probe"),
         "objective mismatch": (message(boosters["p90"], 2), "objective"),
         "not xgboost": (message(b"{\"learner\": 1}", 2, model_format="json"), "model"),
+        "another model's probe outputs": (message(_stamped_with(boosters["v2"], others), 2, stamped=False), "probe"),
+        "malformed probe outputs": (message(_stamped_with(boosters["v2"], "[1, 2]"), 2, stamped=False), "probe"),
+        "probe outputs not finite": (message(_stamped_with(boosters["v2"], others.replace("[", "[NaN, ", 1)
+                                                           .rsplit(",", 1)[0] + "]"), 2, stamped=False), "probe"),
     }
 
 

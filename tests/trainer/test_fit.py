@@ -6,6 +6,9 @@ import xgboost
 
 from headroom.contract.features import FEATURE_NAMES, RAW_COLUMNS, training_features, unread_columns
 from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, load_booster
+from headroom.contract.probe import PROBE_ROWS, stamped
+from headroom.predictor.forest import forest_from_model
+from headroom.predictor.kernels import ForestStack, evaluate
 from headroom.trainer.evaluation import score
 from headroom.trainer.fit import fit, model_bytes, predict, training_target
 from headroom.trainer.params import TrainParams
@@ -41,6 +44,14 @@ def test_fit_is_deterministic_and_round_trips_through_ubj(data):
     assert model_bytes(first) == model_bytes(second)
     loaded = load_booster(model_bytes(first))
     np.testing.assert_array_equal(predict(loaded, test.features()), predict(first, test.features()))
+
+
+def test_the_model_bytes_carry_xgboost_s_outputs_on_the_probe_rows(data):
+    booster = fit(data[0], FAST)
+    forest = forest_from_model(model_bytes(booster))
+    np.testing.assert_array_equal(stamped(forest.attributes), booster.inplace_predict(PROBE_ROWS).astype(np.float32))
+    np.testing.assert_allclose(evaluate(ForestStack.of([forest]), PROBE_ROWS)[0], stamped(forest.attributes),
+                               rtol=1e-6)
 
 
 def test_reference_hyperparameters_are_the_defaults():
