@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from headroom.model_files import SUFFIX
+
 HTTP_LOAD_SOURCE = Path(__file__).resolve().parent / "http_load"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -183,6 +185,8 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     path = directory / "router.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "headroom.benchmarks.live_router", str(path), "--predictor", predictor]
+    if predictor == "embedded":
+        command += ["--models", str(_write_models(directory / "models"))]
     if profile is not None:
         command += ["--profile", str(profile)]
     with open(directory / "router.log", "wb") as log:  # the child keeps its own descriptor
@@ -191,6 +195,17 @@ def start_router(addresses: Sequence[str], directory: Path, *, predictor: str, e
     router = Process("router", popen)
     wait_until(lambda: _answers(f"http://127.0.0.1:{http_port}/healthz"), popen, directory / "router.log")
     return router, ext_proc_port if ext_proc else http_port
+
+
+def _write_models(folder: Path) -> Path:
+    """The reference's TTFT and TPOT models as signed model files in ``folder``, with the key that signed them."""
+    from headroom.benchmarks.predictor import BENCH_KEY
+    from headroom.benchmarks.router import reference_updates
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{BENCH_KEY.key_id}.pub").write_bytes(BENCH_KEY.public_pem())
+    for index, raw in enumerate(reference_updates()):
+        (folder / f"{index}{SUFFIX}").write_bytes(raw)
+    return folder
 
 
 def wait_until(ready: Callable[[], bool], popen: Child, log: Path, timeout_s: float = 120.0) -> None:

@@ -28,6 +28,7 @@ from headroom.contract.signing import TrustedKeys
 from headroom.predictor import runtime as runtime_module
 from headroom.predictor.forest import _check_numbers
 from headroom.predictor.runtime import ModelRuntime
+from headroom.trainer.fit import model_bytes
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -38,7 +39,7 @@ def signed(trees: int, version: int) -> bytes:
     labels = 20 + 3 * rows[:, 0] * 100 + rows[:, 1]
     booster = xgboost.train({**REFERENCE_PARAMS, "objective": "reg:squarederror"}, xgboost.DMatrix(rows, label=labels),
                             trees)
-    update = make_update(model=bytes(booster.save_raw("ubj")), version=version, pool_key="bench", target="ttft",
+    update = make_update(model=model_bytes(booster), version=version, pool_key="bench", target="ttft",
                          objective="mean", feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time())
     return BENCH_KEY.sign(encode_update(update))
 

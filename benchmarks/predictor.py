@@ -59,6 +59,8 @@ def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> l
     """Signed model-update messages (and their boosters) for the four benchmark models."""
     import xgboost
 
+    from headroom.trainer.fit import model_bytes
+
     x = candidates(rows, seed)
     rng = np.random.default_rng(seed + 1)
     load = 1 + 3 * x[:, 0] + 0.2 * x[:, 1] + 0.02 * x[:, 2]
@@ -70,7 +72,7 @@ def reference_messages(trees: int = 200, rows: int = 20_000, seed: int = 0) -> l
         if objective == "quantile":
             params.update(objective="reg:quantileerror", quantile_alpha=0.9)
         booster = xgboost.train(params, xgboost.DMatrix(x, label=targets[target]), trees)
-        update = make_update(model=bytes(booster.save_raw("ubj")), version=1, pool_key="bench", target=target,
+        update = make_update(model=model_bytes(booster), version=1, pool_key="bench", target=target,
                              objective=objective, quantile=0.9 if objective == "quantile" else None,
                              feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time())
         out.append((BENCH_KEY.sign(encode_update(update)), booster))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,7 @@ from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, EFFECTIVE_PROM
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import encode_update, make_update
 from headroom.contract.server_metrics import ServerMetrics
+from headroom.contract.signing import TrustedKeys
 from headroom.router.control.metering import Completion
 from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.service import RouterService
@@ -57,6 +59,9 @@ class BenchResult:
 
 def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
     import xgboost
+
+    from headroom.trainer.fit import model_bytes
+
     rng = np.random.default_rng(version)
     x = candidates(4000, seed=version)
     base = {"ttft": 30.0, "tpot": 8.0}[target]
@@ -66,20 +71,27 @@ def _model_update(target: str, trees: int, depth: int, version: int) -> bytes:
               "gamma": 0.2, "alpha": 0.01, "lambda": 0.1, "tree_method": "hist", "nthread": 1, "seed": version}
     booster = xgboost.train(params, xgboost.DMatrix(x, label=y), trees)
     return BENCH_KEY.sign(encode_update(make_update(
-        model=bytes(booster.save_raw("ubj")), version=version, pool_key="default", target=target, objective="mean",
+        model=model_bytes(booster), version=version, pool_key="default", target=target, objective="mean",
         quantile=None, feature_schema=FEATURE_SCHEMA, model_format="ubj", created_at=time.time(),
         window_stats={"rows": len(x)}, holdout_metrics={})))
 
 
-def embedded_predictor(trees: int = 200, depth: int = 6) -> EmbeddedPredictor:
-    """An in-process predictor with TTFT and TPOT models of ``trees`` trees of ``depth`` (the reference's size by
-    default), signed with this process's bench key."""
+def reference_updates(trees: int = 200, depth: int = 6) -> list[bytes]:
+    """TTFT and TPOT model updates of ``trees`` trees of ``depth`` (the reference's size by default), signed with
+    this process's bench key."""
+    return [_model_update(target, trees, depth, version) for version, target in enumerate(("ttft", "tpot"), start=1)]
+
+
+def embedded_predictor(trees: int = 200, depth: int = 6, updates: Sequence[bytes] | None = None,
+                       trust: TrustedKeys = BENCH_TRUST) -> EmbeddedPredictor:
+    """An in-process predictor with ``updates`` applied, read as a router reads them (by default
+    :func:`reference_updates` of ``trees`` and ``depth``, trained here)."""
     from headroom.predictor.runtime import ModelRuntime
-    runtime = ModelRuntime(trust=BENCH_TRUST)
-    for version, target in enumerate(("ttft", "tpot"), start=1):
-        result = runtime.apply(_model_update(target, trees, depth, version))
+    runtime = ModelRuntime(trust=trust)
+    for raw in reference_updates(trees, depth) if updates is None else updates:
+        result = runtime.apply(raw)
         if result.outcome.value != "applied":
-            raise RuntimeError(f"the benchmark's {target} model was not applied: {result}")
+            raise RuntimeError(f"a benchmark model was not applied: {result}")
     return EmbeddedPredictor(runtime)
 
 
