@@ -50,7 +50,7 @@ def test_an_xgboost_model_reads_as_its_json_does():
     decoded = ubj.decode(bytes(booster.save_raw("ubj")))
     assert _plain(decoded) == _plain(json.loads(bytes(booster.save_raw("json"))))
     tree = decoded["learner"]["gradient_booster"]["model"]["trees"][0]
-    assert tree["split_conditions"].dtype == np.float32 and tree["left_children"].dtype == np.int32
+    assert tree["split_conditions"].dtype == np.dtype(">f4") and tree["left_children"].dtype == np.dtype(">i4")
     assert decoded["learner"]["attributes"]["note"] == "kept"
 
 
