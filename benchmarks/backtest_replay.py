@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import socket
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from headroom.contract.telemetry import TelemetryRecord, encode, partition_key
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
+from headroom.ports import free_port
 from headroom.sim.policies import policy
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import SimRequest
@@ -75,12 +75,6 @@ def fill(kafka: KafkaSettings, records: list[TelemetryRecord]) -> None:
         producer.poll(0)
     if producer.flush(120):
         raise RuntimeError("the telemetry did not reach the broker")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def rate(result: Backtest) -> float:

@@ -13,7 +13,6 @@ weighted-random picker (the configuration matched to headroom's heuristic profil
 
 from __future__ import annotations
 
-import random
 import socket
 import subprocess
 import sys
@@ -27,7 +26,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from headroom.benchmarks.kube_api import KubeApi, build_tool, kube_api
-from headroom.benchmarks.live import Process, free_port
+from headroom.benchmarks.live import Process
+from headroom.ports import free_port
 
 if TYPE_CHECKING:
     from kubernetes.client import V1CustomResourceDefinition
@@ -49,28 +49,12 @@ CONFIGS: dict[str, str | None] = {
 }
 
 
-def shared_port(hosts: list[str], low: int = 20000, high: int = 32000) -> int:
-    """A port below the ephemeral range that every one of ``hosts`` can bind now."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(low, high)
-        try:
-            for host in hosts:
-                with socket.socket() as probe:
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    probe.bind((host, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no port in [{low}, {high}) is free on all of {hosts}")
-
-
 @contextmanager
 def sim_fleet(servers: int, server_type: str = "h100") -> Iterator[list[str]]:
     """``servers`` simulated servers, one process each on ``127.0.0.<11+i>`` and one shared port; yields their
     ``host:port`` addresses."""
     hosts = [f"127.0.0.{FIRST_ADDRESS + i}" for i in range(servers)]
-    port = shared_port(hosts)
+    port = free_port(hosts)
     processes = []
     try:
         for i, host in enumerate(hosts):

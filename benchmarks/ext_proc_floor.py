@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from headroom.benchmarks.ext_proc import drive, exchange_messages
-from headroom.benchmarks.live import build_go, cpu_seconds, free_port, load_average
+from headroom.benchmarks.live import build_go, cpu_seconds, load_average
 from headroom.errors import CommandError
+from headroom.ports import free_port
 
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 

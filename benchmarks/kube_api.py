@@ -9,7 +9,6 @@ whoever starts it writes Pod objects and their status itself.
 
 from __future__ import annotations
 
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from headroom.errors import CommandError
+from headroom.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "admin-token"
@@ -64,12 +64,6 @@ class KubeApi:
         return path
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def kube_api(users: Mapping[str, tuple[str, str]] = {}) -> Iterator[KubeApi]:  # never mutated
     """A running API server (about 25 s to start); ``users``: name → (Kubernetes user name, groups), each
@@ -77,7 +71,7 @@ def kube_api(users: Mapping[str, tuple[str, str]] = {}) -> Iterator[KubeApi]:  #
     binary = build_tool("kube-apiserver")
     with tempfile.TemporaryDirectory(prefix="kube-api-") as tmp:
         folder = Path(tmp)
-        etcd_port, port = _free_port(), _free_port()
+        etcd_port, port = free_port(), free_port()
         for command in (["openssl", "genrsa", "-out", "sa.key", "2048"],
                         ["openssl", "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]):
             subprocess.run(command, cwd=folder, check=True, capture_output=True)
@@ -86,7 +80,7 @@ def kube_api(users: Mapping[str, tuple[str, str]] = {}) -> Iterator[KubeApi]:  #
         (folder / "tokens.csv").write_text("\n".join(lines) + "\n")
         with open(folder / "log.txt", "wb") as logs:
             etcd = subprocess.Popen([str(binary), "etcd", "--data-dir", str(folder / "etcd"), "--client-port",
-                                     str(etcd_port), "--peer-port", str(_free_port())], stdout=logs,
+                                     str(etcd_port), "--peer-port", str(free_port())], stdout=logs,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             server = subprocess.Popen([
                 str(binary), "--bind-address=127.0.0.1", f"--secure-port={port}", "--advertise-address=127.0.0.1",

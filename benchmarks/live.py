@@ -12,7 +12,6 @@ import hashlib
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from headroom.model_files import SUFFIX
+from headroom.ports import free_port
 
 HTTP_LOAD_SOURCE = Path(__file__).resolve().parent / "http_load"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -94,12 +94,6 @@ def on_cpus(cpus: set[int] | None) -> Callable[[], None] | None:
     them (None for ``cpus`` None: the child may run where this process may). A ``preexec_fn`` is safe only
     while this process runs no other thread, as the proxy bench when it starts its children."""
     return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_go(source: Path, name: str) -> Path:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headroom.benchmarks.live import Process, free_port
+from headroom.benchmarks.live import Process
+from headroom.ports import free_port
 
 MIN_TREES = 100  # a trained model's: the one the training server starts with has a handful
 

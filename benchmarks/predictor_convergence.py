@@ -21,13 +21,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from headroom.benchmarks.live import free_port
 from headroom.benchmarks.predictor import BENCH_KEY, BENCH_TRUST, candidates, percentiles, reference_messages
 from headroom.certificates import write_signing_key
 from headroom.contract.model_update import decode_update
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.demo.processes import Supervisor
 from headroom.kafka_topics import ensure_topics
+from headroom.ports import free_port
 from headroom.predictor.proto import prediction_pb2, prediction_pb2_grpc
 from headroom.predictor.service import FLOAT32_LE
 from headroom.trainer.publish import ModelPublisher

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from headroom.contract.settings import from_env
 from headroom.demo import load
 from headroom.demo.arms import ARMS, Layout, TwoArms, change_events
 from headroom.demo.settings import DemoSettings
+from headroom.ports import free_port
 from headroom.sim.scenarios import (
     SCENARIOS,
     Scenario,
@@ -70,12 +70,6 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> Summar
             "errors": sorted({f"{o.status}: {o.error[:120]}" for o in outcomes if o.status != 200})[:5],
             "sent_late_s": {"p50": late[len(late) // 2], "max": late[-1]} if late else {},
             "components_ready_s": arms.ready}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def main() -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,14 +26,9 @@ from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import broker, security
 from headroom.localkafka.cli import start
 from headroom.localkafka.settings import BrokerSettings
+from headroom.ports import free_port
 
 pytest_plugins = ["tests.kube"]  # the helm and kube_api fixtures
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(params=["native", "grpcio"])

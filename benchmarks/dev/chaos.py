@@ -48,7 +48,7 @@ from headroom.demo.processes import Component, Supervisor
 from headroom.demo.scrape import scrape, total
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
-from tests.conftest import free_port
+from headroom.ports import free_port
 from tests.contract.records import recent_record
 
 FAULTS = ("malformed-telemetry", "oversized-telemetry", "future-telemetry", "kill-worker", "kill-predictor",

@@ -44,7 +44,7 @@ from headroom.contract.topics import MODEL_MESSAGE_MAX_BYTES, KafkaSettings
 from headroom.demo.scrape import scrape, total
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
-from tests.conftest import free_port
+from headroom.ports import free_port
 from tests.keys import write_private_key, write_public_key
 from tests.predictor.models import message, train
 from tests.trainer.synthetic import synthetic_records

@@ -1,10 +1,10 @@
 """``headroom backtest run``'s command line: no secret is taken from it."""
 
-import socket
 
 import pytest
 
 from headroom.cli.main import main
+from headroom.ports import free_port
 
 
 @pytest.mark.parametrize("option", ["sasl.password=hunter2", "ssl.key.password=hunter2",
@@ -18,9 +18,7 @@ def test_secrets_are_refused_on_the_command_line(capsys, option):
 
 def test_a_backtest_that_cannot_reach_its_broker_says_so_in_one_line(capfd, tmp_path, monkeypatch, trusted_keys):
     monkeypatch.setenv("HEADROOM_MODEL_TRUSTED_KEYS", trusted_keys)
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     code = main(["backtest", "run", "--bootstrap", f"127.0.0.1:{port}", "--telemetry-topic", "telemetry",
                  "--policies", "", "--processes", "1", "--out", str(tmp_path / "report")])
     out, err = capfd.readouterr()

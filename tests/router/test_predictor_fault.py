@@ -1,12 +1,12 @@
 """Predictor killed mid-load: no request fails, the heuristic takes over, predictions return with it."""
 
 import asyncio
-import socket
 
 import aiohttp
 
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
+from headroom.ports import free_port
 from headroom.predictor.runtime import ModelRuntime
 from headroom.predictor.server import PredictorServer
 from headroom.predictor.settings import PredictorSettings
@@ -17,12 +17,6 @@ from tests.router.routercases import router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
 
 PREDICT = {"x-prediction-based-scheduling": "true"}
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def predictor_server(port, runtime):

@@ -1,7 +1,6 @@
 """Telemetry to the real broker: records land with the prediction used; a broker outage loses nothing."""
 
 import asyncio
-import socket
 import time
 import uuid
 
@@ -15,6 +14,7 @@ from headroom.contract.telemetry import decode
 from headroom.contract.topics import KafkaSettings, TopicSpec
 from headroom.localkafka import broker
 from headroom.localkafka.settings import BrokerSettings
+from headroom.ports import free_port
 from headroom.router.app.server import RouterServer
 from tests.router.routercases import TablePredictor, router_config, wait_for
 from tests.router.upstream import Upstream, upstreams
@@ -82,12 +82,6 @@ def test_records_land_in_kafka_with_the_prediction(kafka, fresh_topic):
     assert (slo.predicted_ttft_ms, slo.predicted_tpot_ms, slo.model_versions, slo.output_tokens) == \
         (42.0, 6.0, {"ttft": 7, "tpot": 7}, 5)
     assert slo.ttft_ms is not None and slo.tpot_ms is not None and slo.slo_tpot_ms == 100.0
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_broker_outage_keeps_routing_and_delivers_the_buffer_later(tmp_path):
