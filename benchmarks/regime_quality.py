@@ -56,7 +56,7 @@ def play_all(s: Scenario, args: argparse.Namespace) -> Summary:
         for name, make, _ in policies(args, steady.slo, predictor, include_no_slo=False):
             result = play(s, requests, make(seed), seed=seed, lengths=lengths, telemetry=False)
             runs.setdefault(name, []).append(served(result, s.slo))
-    return summarize(s, runs)
+    return summarize(s, runs, baselines=BASELINES)  # the variants are headroom's, not references
 
 
 def main() -> int:

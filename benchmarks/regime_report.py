@@ -9,7 +9,7 @@ against a reference (the best baseline offline, the heuristic arm live) in each 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,10 @@ Summary = dict[str, Any]  # a scenario's figures as a JSON document
 
 
 def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]],
-              reference: str | None = None) -> Summary:
+              reference: str | None = None, baselines: Collection[str] | None = None) -> Summary:
     """``runs``: policy → one list of rows per seed (the same seeds, in the same order, for every policy).
-    ``reference`` None: the policy other than headroom with the best attainment after the change."""
+    ``reference`` None: the policy among ``baselines`` (default: every one but headroom and the oracle) with the
+    best attainment after the change."""
     at, duration = scenario.change_at_s, scenario.duration_s
     policies: dict[str, dict[str, Any]] = {}
     for name, seeds in runs.items():
@@ -45,7 +46,7 @@ def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]],
                         for ws in zip(*per_seed)],
             "_windows": per_seed}
     if reference is None:
-        others = [p for p in policies if p != OURS and p != "oracle"]
+        others = [p for p in policies if p != OURS and p != "oracle" and (baselines is None or p in baselines)]
         reference = max(others, key=lambda p: (round(policies[p]["after"]["attainment"], 3),
                                                -policies[p]["after"]["ttft_p99_ms"])) if others else None
     recovery = None

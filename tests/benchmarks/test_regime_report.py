@@ -36,3 +36,9 @@ def test_a_reference_given_by_name_and_a_policy_that_never_recovers():
     summary = summarize(S, {"headroom": [rows(5, 5, 5, 1)], "baseline": [rows(5, 5, 5, 5)]}, reference="baseline")
     assert summary["recovery_s"] == [None] and summary["verdict"]["recovered_within_10s"] == [False]
     assert "per seed: never" in markdown(summary)
+
+
+def test_a_variant_of_headroom_is_never_the_reference():
+    runs = {"headroom": [rows(5, 5, 4, 4)], "least-queue": [rows(5, 5, 3, 3)], "headroom 0.5": [rows(5, 5, 5, 5)]}
+    assert summarize(S, runs, baselines=["least-queue"])["reference"] == "least-queue"
+    assert summarize(S, runs)["reference"] == "headroom 0.5"  # without the baselines named, every other policy
