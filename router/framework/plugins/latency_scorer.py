@@ -15,10 +15,8 @@ Parameters:
         default). ``most`` is the default because it measured far better SLO attainment and goodput on the
         simulated pool (docs/benchmarks.md, "Router"): packing sends each request where its predicted
         latency is just under the SLO, so any underestimate becomes a miss.
-    ttftWeight (0.65): weight of TTFT in combined latency, headroom and deficit.
-    tpotWeight (0.35): weight of TPOT. Chosen by the worst case over the offline traces and regime changes and
-        the live demo (docs/benchmarks.md, "The latency scorer's TPOT weight"): at 0.2, streams crowded onto a
-        slowed server and missed their TPOT SLO.
+    ttftWeight (0.8): weight of TTFT in combined latency, headroom and deficit.
+    tpotWeight (0.2): weight of TPOT.
 """
 
 from __future__ import annotations
@@ -40,8 +38,8 @@ POSITIVE_FLOOR = 0.01  # least score of a candidate predicted to meet its SLO
 @dataclass(frozen=True)
 class Params:
     headroom_selection_strategy: Literal["least", "most"] = "most"
-    ttft_weight: float = 0.65
-    tpot_weight: float = 0.35
+    ttft_weight: float = 0.8
+    tpot_weight: float = 0.2
 
     def __post_init__(self) -> None:
         check_range("ttft_weight", self.ttft_weight, 0.0, 1.0)
