@@ -1,5 +1,7 @@
-"""The demo's report: ``demo.json`` (every number), ``demo.md`` (the same for people, with the host's load)
-and the PNG plots of :mod:`demo.plots`. A report of an interrupted run says so and covers what ran.
+"""The demo's report: ``demo.json`` (every number), ``demo.md`` (the same for people, with the host's load),
+the PNG plots of :mod:`demo.plots`, and what they are drawn from: ``requests.parquet`` (every request as both
+arms' client saw it) and ``telemetry.parquet`` (headroom's completion records, with the server and the
+predictions each was placed with). A report of an interrupted run says so and covers what ran.
 
 The heuristic share is defined once (:func:`heuristic_share`), for the live view, the terminal summary and
 ``demo.md`` alike: decisions the heuristic profile made in headroom's arm over all its decisions, in the
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +114,7 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "demo.json").write_text(json.dumps(asdict(report), indent=2, default=str))
+    write_evidence(evidence, directory)
     s = report.settings
     change_at = float(s["duration_s"]) * float(s["regime_change_at"])
     figures = plots.draw(evidence, change_at, float(s["duration_s"]) * WARMUP_SHARE, directory)
@@ -153,6 +156,18 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
               f"- wall time: {report.seconds:.0f} s", ""]
     (directory / "demo.md").write_text("\n".join(lines))
     return directory / "demo.md"
+
+
+def write_evidence(evidence: Evidence, directory: Path) -> None:
+    """``requests.parquet`` and, when the records could be read, ``telemetry.parquet``."""
+    import polars as pl
+
+    rows = [asdict(o) for o in evidence.outcomes]
+    requests = (pl.DataFrame(rows, infer_schema_length=None) if rows
+                else pl.DataFrame(schema=[f.name for f in fields(ClientOutcome)]))
+    requests.write_parquet(directory / "requests.parquet")
+    if evidence.telemetry is not None:
+        evidence.telemetry.write_parquet(directory / "telemetry.parquet")
 
 
 def decision_time(report: Report) -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import polars as pl
 import pytest
 
 from headroom.contract.settings import from_env
@@ -56,6 +57,11 @@ def test_short_demo_learns_routes_and_prices_the_slowed_servers_slower(tmp_path)
     assert "of capacity" in report["scenario"]
     for plot in ("timeline.png", "predicted_vs_actual.png"):
         assert (tmp_path / "report" / plot).stat().st_size > 10_000 and f"]({plot})" in markdown
+    requests = pl.read_parquet(tmp_path / "report" / "requests.parquet")  # what the numbers are drawn from
+    assert requests.height == headroom["requests"] + baseline["requests"]
+    assert set(requests["arm"]) == {"headroom", "baseline"}
+    records = pl.read_parquet(tmp_path / "report" / "telemetry.parquet")
+    assert records.height == report["telemetry_in_kafka"] and records["server_id"].n_unique() == 4
     assert not broker.status(settings).running
 
 

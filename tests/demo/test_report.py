@@ -1,7 +1,9 @@
-"""The demo report's window-by-window comparison of the two arms after the change."""
+"""The demo report's window-by-window comparison of the two arms after the change, and the data it keeps."""
+
+import polars as pl
 
 from headroom.demo.load import ClientOutcome
-from headroom.demo.report import compare_windows
+from headroom.demo.report import Evidence, compare_windows, write_evidence
 
 
 def outcome(arm, sent_at, ttft_ms, met):
@@ -27,3 +29,20 @@ def test_no_window_after_the_change():
     assert compare_windows([], change_at=10.0, seconds=12.0) == {
         "windows": 0, "window_s": 5.0, "attainment_at_least": 0, "p99_at_most": 0, "attainment_gap_range": [],
         "p99_ratio_range": []}
+
+
+def test_keeps_every_request_and_record_it_was_drawn_from(tmp_path):
+    failed = ClientOutcome(arm="baseline", request_id="b1", sent_at=1.0, status=0, stream=True, has_slo=True,
+                           error="connection refused")
+    records = pl.DataFrame({"request_id": ["h1"], "server_id": ["h100-0"], "ttft_ms": [120.0]})
+    write_evidence(Evidence([outcome("headroom", 0.5, 120.0, True), failed], [], records, None), tmp_path)
+    requests = pl.read_parquet(tmp_path / "requests.parquet")
+    assert requests["request_id"].to_list() == ["headroom0.5", "b1"]
+    assert requests["error"].to_list() == ["", "connection refused"] and requests["ttft_ms"].to_list() == [120.0, None]
+    assert pl.read_parquet(tmp_path / "telemetry.parquet").equals(records)
+
+
+def test_an_empty_run_still_writes_its_requests_table(tmp_path):
+    write_evidence(Evidence([], [], None, None), tmp_path)
+    assert pl.read_parquet(tmp_path / "requests.parquet").columns[:3] == ["arm", "request_id", "sent_at"]
+    assert not (tmp_path / "telemetry.parquet").exists()
