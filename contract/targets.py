@@ -9,6 +9,12 @@ client waits for its response to start: the first token of a stream, the whole r
 (True, False)
 >>> response_ms(False, 80.0, None), response_ms(False, 80.0, 900.0), response_ms(True, 80.0, 900.0)
 (80.0, 900.0, 80.0)
+
+Over many servers at once, one target for all: a server whose pool has no E2E model yet is compared with the
+others by TTFT, every one of them, never its TTFT with their E2E.
+
+>>> response_ms(False, np.array([80.0, 90.0]), np.array([900.0, np.nan])).tolist()
+[80.0, 90.0]
 """
 
 from __future__ import annotations
@@ -55,8 +61,12 @@ def response_ms(stream: bool, ttft_ms: float | None, e2e_ms: float | None) -> fl
 
 def response_ms(stream: bool, ttft_ms: Any, e2e_ms: Any) -> Any:
     """When the response starts, in ms: TTFT for a stream, E2E otherwise; where that one is unknown (None or
-    NaN) the other stands in. Scalars, or element-wise for arrays."""
+    NaN) the other stands in. Scalars, or arrays of servers to compare: a stand-in is not comparable with what it
+    stands in for (a TTFT looks many times faster than an E2E), so where any server has only the other, every
+    server is compared by the other."""
     first, other = (ttft_ms, e2e_ms) if stream else (e2e_ms, ttft_ms)
     if isinstance(first, np.ndarray):
+        if (np.isnan(first) & ~np.isnan(other)).any():
+            first, other = other, first
         return np.where(np.isnan(first), other, first)
     return other if first is None or math.isnan(first) else first

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from headroom.router.framework.plugins.latency_scorer import POSITIVE_FLOOR, build
@@ -51,3 +53,14 @@ def test_rejects_bad_strategy():
     from headroom.router.errors import ConfigError
     with pytest.raises(ConfigError, match="headroomSelectionStrategy.*'least', 'most'.*'middle'"):
         build("latency", {"headroomSelectionStrategy": "middle"})
+
+
+def with_e2e(candidate, e2e_ms):
+    return replace(candidate, prediction=replace(candidate.prediction, e2e_ms=e2e_ms))
+
+
+def test_a_server_without_an_e2e_model_is_not_priced_by_its_ttft_beside_the_others_e2e():
+    # a non-streaming request: a's pool has no E2E model yet; its TTFT must not look 30x faster than b's E2E
+    candidates = [cand("a", 200), with_e2e(cand("b", 100), 6000.0), with_e2e(cand("c", 150), 5000.0)]
+    assert best(build("latency"), req(stream=False), candidates) == "b"  # every one of them by TTFT
+    assert best(build("latency"), req(stream=False), candidates[1:]) == "c"  # by E2E where all have it
