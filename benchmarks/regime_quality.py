@@ -1,7 +1,7 @@
 """Routing through regime changes on the offline simulator: headroom against every baseline, per 5-s window.
 
     .venv/bin/python -m headroom.benchmarks.regime_quality [--scenario all|NAME,...] [--seeds 3] [--baselines ...]
-        [--variant NAME=JSON] [--no-oracle] [--json PATH] [--markdown PATH]
+        [--variant NAME=JSON] [--mix slo|demo] [--no-oracle] [--json PATH] [--markdown PATH]
 
 Each scenario of :mod:`sim.scenarios` (its pool, load, change and SLO) is played by :mod:`sim.scenario_play`.
 Training is router_quality's (:func:`benchmarks.router_quality.train_models`: round 1 on random routing, round 2
@@ -11,6 +11,11 @@ before the change, as a router that has served it a while does. The policies are
 baseline, ``headroom``, variants, the oracle); seed ``k`` draws the arrivals from its own stretch of the trace
 and seeds the pickers. The report (:mod:`benchmarks.regime_report`): per 5-s window attainment and p99 TTFT,
 whole-run and after-change numbers of every policy, and headroom's time to recover against the best baseline.
+
+``--mix``: ``slo`` (the scenarios' own: every request streams and carries the SLO) or ``demo``, the demo's
+(:class:`demo.load.Mix`: some requests do not stream, some streams carry no SLO, some are sheddable), in training and
+evaluation alike. Every request is judged against the scenario's SLO either way: one sent without an SLO still
+feels a melted server.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from pathlib import Path
 from headroom.benchmarks.regime_report import Summary, markdown, summarize
 from headroom.benchmarks.router_quality import policies, train_models
 from headroom.benchmarks.routing_policies import BASELINES
+from headroom.demo.load import Mix, as_headed, dress
 from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.sim.scenario_play import play, pool, served
+from headroom.sim.request import SimRequest
 from headroom.sim.scenarios import SCENARIOS, Scenario, scenario
 from headroom.sim.windows import Row
 
@@ -36,11 +43,19 @@ TRAIN_SKIP = 10_000  # training arrivals come from this far into the trace
 SEED_SKIP = 2_500  # seed k's arrivals start k × this far in
 
 
+def arrivals(s: Scenario, mix: str, seed: int, skip: int) -> list[SimRequest]:
+    """The scenario's requests for ``seed``, dressed by ``mix`` (see the module docstring)."""
+    requests = s.requests(seed=seed, skip=skip)
+    if mix == "slo":
+        return requests
+    return as_headed(dress(requests, Mix(slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1], seed=seed)))
+
+
 @cache
-def train(steady: Scenario) -> tuple[EmbeddedPredictor, list[int]]:
+def train(steady: Scenario, mix: str) -> tuple[EmbeddedPredictor, list[int]]:
     """Models of a pool in its steady regime (``steady`` has no change; see the module docstring), and the
     streams' output lengths a router that ran before has seen."""
-    runs = [(steady.with_(load=load).requests(seed=100, skip=TRAIN_SKIP), pool(steady)) for load in TRAIN_LOADS]
+    runs = [(arrivals(steady.with_(load=load), mix, 100, TRAIN_SKIP), pool(steady)) for load in TRAIN_LOADS]
     runtime, records = train_models(runs, steady.slo)
     lengths = [r.output_tokens for r in records if r.stream][-1000:]
     return EmbeddedPredictor(runtime), lengths
@@ -49,11 +64,12 @@ def train(steady: Scenario) -> tuple[EmbeddedPredictor, list[int]]:
 def play_all(s: Scenario, args: argparse.Namespace) -> Summary:
     """Every policy on every seed of scenario ``s``; the summary of :func:`benchmarks.regime_report.summarize`."""
     steady = s.with_(name="steady", change=None, load=TRAIN_LOADS[1])
-    predictor, lengths = train(steady)
+    predictor, lengths = train(steady, args.mix)
     runs: dict[str, list[list[Row]]] = {}
+    headers = steady.slo if args.mix == "slo" else None  # the demo's mix: each request its own, or none
     for seed in range(args.seeds):
-        requests = s.requests(seed=seed, skip=seed * SEED_SKIP)
-        for name, make, _ in policies(args, steady.slo, predictor, include_no_slo=False):
+        requests = arrivals(s, args.mix, seed, seed * SEED_SKIP)
+        for name, make, _ in policies(args, headers, predictor, include_no_slo=False):
             result = play(s, requests, make(seed), seed=seed, lengths=lengths, telemetry=False)
             runs.setdefault(name, []).append(served(result, s.slo))
     return summarize(s, runs, baselines=BASELINES)  # the variants are headroom's, not references
@@ -65,6 +81,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
+    parser.add_argument("--mix", choices=("slo", "demo"), default="slo", help="Which requests carry SLOs and stream.")
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--json", type=Path, help="Write every number here.")
     parser.add_argument("--markdown", type=Path, help="Write the tables here too.")

@@ -214,12 +214,13 @@ def prepare(args: argparse.Namespace) -> Setup:
     return Setup(slo, work, capacity, loads, train_loads, records, EmbeddedPredictor(runtime), lengths)
 
 
-def policies(args: argparse.Namespace, slo: tuple[float, float], predictor: LatencyPredictor,
+def policies(args: argparse.Namespace, slo: tuple[float, float] | None, predictor: LatencyPredictor,
              include_no_slo: bool = True) -> list[tuple[str, Factory, bool]]:
     """(name, seed → pick function, deterministic) of every policy ``args`` asks for, ``headroom no-SLO``
-    included unless not ``include_no_slo``."""
+    included unless not ``include_no_slo``. Headroom's requests carry ``slo`` (None: each its own)."""
     chosen: list[tuple[str, Factory, bool]] = [(name, *BASELINES[name]) for name in args.baselines.split(",") if name]
-    headers, pool_slo = (None, {"ttftMs": slo[0], "tpotMs": slo[1]}) if args.pool_slo else (slo, None)
+    pool_slo = {"ttftMs": slo[0], "tpotMs": slo[1]} if args.pool_slo and slo else None
+    headers = None if args.pool_slo else slo
 
     def ours(seed: int, pipeline: dict[str, Any] | None = None,
              overlays: dict[str, Any] | None = None) -> PickFunction:

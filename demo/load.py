@@ -76,6 +76,16 @@ def dress(requests: Sequence[SimRequest], mix: Mix) -> list[tuple[SimRequest, di
     return dressed
 
 
+def as_headed(dressed: Sequence[tuple[SimRequest, dict[str, str]]]) -> list[SimRequest]:
+    """Each dressed request as the simulator routes it: with the SLOs and priority its headers carry, and none
+    without them."""
+    out = []
+    for request, headers in dressed:
+        slo = (float(headers[SLO_TTFT[0]]), float(headers[SLO_TPOT[0]])) if SLO_TTFT[0] in headers else (None, None)
+        out.append(replace(request, slo_ttft_ms=slo[0], slo_tpot_ms=slo[1], priority=int(headers.get(PRIORITY, 0))))
+    return out
+
+
 async def drive(arms: Sequence[Arm], dressed: Sequence[tuple[SimRequest, dict[str, str]]], *, max_seconds: float,
                 on_outcome: Callable[[ClientOutcome], None], max_in_flight: int = 512) -> list[ClientOutcome]:
     """Send every request at its arrival time (until ``max_seconds``) to every arm; returns the outcomes in
