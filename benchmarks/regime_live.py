@@ -1,12 +1,13 @@
 """Regime changes live, on real processes: headroom's arm against the heuristic arm, per 5-s window.
 
     .venv/bin/python -m headroom.benchmarks.regime_live [--scenario all|NAME,...] [--seeds 3] [--quick] [--duration S]
-        [--out DIR]
+        [--mix slo|demo] [--out DIR]
 
 Each run starts what ``headroom demo`` starts (:class:`demo.arms.TwoArms`: a broker, the learning worker, the
 simulated servers and two routers over two identical pools, headroom's predicting in process) with a scenario's pool — every server
 that will join it already running, routed to by neither router yet — at the scenario's time scale, sends the
-scenario's arrivals (:meth:`sim.scenarios.Scenario.requests`: every request streams and carries the SLO headers)
+scenario's arrivals (:meth:`sim.scenarios.Scenario.requests`: every request streams and carries the SLO headers;
+with ``--mix demo``, some do not, as in the demo)
 through both arms at once, and makes the change at its time: ``/admin/slowdown`` or ``/admin/kv`` on the servers
 of both arms, or a new server list in both routers' polled files; a prompt shift or a burst is in the arrivals.
 headroom's models are learned during the run from its own telemetry, as in the demo (the change comes half way).
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headroom.benchmarks.regime_quality import SEED_SKIP
+from headroom.benchmarks.regime_quality import MIXES, SEED_SKIP, dressed
 from headroom.benchmarks.regime_report import Summary, markdown, summarize
 from headroom.contract.settings import from_env
 from headroom.demo import load
@@ -44,21 +45,19 @@ from headroom.sim.scenarios import (
 from headroom.sim.windows import Row
 
 
-def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int) -> Summary:
+def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str = "slo") -> Summary:
     """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw."""
     demo = from_env(DemoSettings)
     arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
                    retrain_interval_s=demo.retrain_interval_s)
-    mix = load.Mix(slo_share=1.0, stream_share=1.0, sheddable_share=0.0, slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1],
-                   seed=seed)
-    dressed = load.dress(s.requests(seed=seed, skip=seed * SEED_SKIP), mix)
-    due = {request.request_id: request.arrival_s for request, _ in dressed}
+    requests = dressed(s, mix, seed, seed * SEED_SKIP)
+    due = {request.request_id: request.arrival_s for request, _ in requests}
     outcomes: list[load.ClientOutcome] = []
     made: list[dict[str, Any]] = []
     load_start = os.getloadavg()
     try:
         arms.start()
-        arms.drive(dressed, s.duration_s, change_events(s, arms, made), outcomes.append)
+        arms.drive(requests, s.duration_s, change_events(s, arms, made), outcomes.append)
     finally:
         arms.stop()
     rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}
@@ -80,6 +79,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, help="Seconds of each run (the change half way).")
     parser.add_argument("--time-scale", type=float, help="Run the servers this many times as fast as their hardware "
                                                          "(default: the scenario's; the SLO follows).")
+    parser.add_argument("--mix", choices=tuple(MIXES), default="slo", help="Which requests carry SLOs and stream: "
+                                                                          "every one, or the demo's mix.")
     parser.add_argument("--out", type=Path, default=Path("regime-live"), help="Where the report goes.")
     parser.add_argument("--state-dir", type=Path, default=Path(".headroom/regime-live"))
     args = parser.parse_args()
@@ -103,7 +104,7 @@ def main() -> int:
     for seed in range(seeds):
         for s in chosen:
             print(f"# {s.name} seed {seed}: {s.describe()}", flush=True)
-            run = play_live(s, seed, args.state_dir, base_port)
+            run = play_live(s, seed, args.state_dir, base_port, args.mix)
             rows = run.pop("rows")
             for arm in ARMS:
                 runs[s.name][arm].append(rows[arm])

@@ -33,8 +33,8 @@ from headroom.benchmarks.router_quality import policies, train_models
 from headroom.benchmarks.routing_policies import BASELINES
 from headroom.demo.load import Mix, as_headed, dress
 from headroom.router.framework.predictors import EmbeddedPredictor
-from headroom.sim.scenario_play import play, pool, served
 from headroom.sim.request import SimRequest
+from headroom.sim.scenario_play import play, pool, served
 from headroom.sim.scenarios import SCENARIOS, Scenario, scenario
 from headroom.sim.windows import Row
 
@@ -43,12 +43,18 @@ TRAIN_SKIP = 10_000  # training arrivals come from this far into the trace
 SEED_SKIP = 2_500  # seed k's arrivals start k × this far in
 
 
+MIXES = {"slo": {"slo_share": 1.0, "stream_share": 1.0, "sheddable_share": 0.0}, "demo": {}}  # Mix's shares
+
+
+def dressed(s: Scenario, mix: str, seed: int, skip: int) -> list[tuple[SimRequest, dict[str, str]]]:
+    """The scenario's requests for ``seed`` with the headers ``mix`` gives them (see the module docstring)."""
+    return dress(s.requests(seed=seed, skip=skip), Mix(slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1], seed=seed,
+                                                       **MIXES[mix]))
+
+
 def arrivals(s: Scenario, mix: str, seed: int, skip: int) -> list[SimRequest]:
-    """The scenario's requests for ``seed``, dressed by ``mix`` (see the module docstring)."""
-    requests = s.requests(seed=seed, skip=skip)
-    if mix == "slo":
-        return requests
-    return as_headed(dress(requests, Mix(slo_ttft_ms=s.slo[0], slo_tpot_ms=s.slo[1], seed=seed)))
+    """:func:`dressed`, as the simulator routes them."""
+    return as_headed(dressed(s, mix, seed, skip))
 
 
 @cache
@@ -81,7 +87,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
-    parser.add_argument("--mix", choices=("slo", "demo"), default="slo", help="Which requests carry SLOs and stream.")
+    parser.add_argument("--mix", choices=tuple(MIXES), default="slo", help="Which requests carry SLOs and stream.")
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--json", type=Path, help="Write every number here.")
     parser.add_argument("--markdown", type=Path, help="Write the tables here too.")

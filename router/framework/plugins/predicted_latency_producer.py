@@ -3,7 +3,8 @@
 Reads each candidate's server snapshot and the request, builds one feature matrix per pool with
 :func:`router.framework.candidate_features.table_features`, and asks ``context.predictor`` once per pool. Headroom is
 ``SLO - prediction``: TTFT against the request's TTFT SLO (for a non-streaming request, whose first
-token arrives with its last, the predicted E2E when the predictor gives one); TPOT only for streaming requests, against the
+token arrives with its last, the predicted E2E when the predictor gives one for every server compared:
+:func:`contract.targets.response_ms`); TPOT only for streaming requests, against the
 tightest of the request's TPOT SLO and those already running on that server, times ``sloBufferFactor``.
 
 The TPOT models predict a mean; where streams' TPOT scatters widely around it (short outputs in a burst: a clean
