@@ -14,8 +14,7 @@ whole-run and after-change numbers of every policy, and headroom's time to recov
 
 ``--mix``: ``slo`` (the scenarios' own: every request streams and carries the SLO) or ``demo``, the demo's
 (:class:`demo.load.Mix`: some requests do not stream, some streams carry no SLO, some are sheddable), in training and
-evaluation alike. Every request is judged against the scenario's SLO either way: one sent without an SLO still
-feels a melted server.
+evaluation alike. Attainment and TTFT p99 are over the requests that carry the SLO, as the demo counts them.
 """
 
 from __future__ import annotations

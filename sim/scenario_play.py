@@ -46,10 +46,12 @@ def play(scenario: Scenario, requests: Sequence[SimRequest], pick: PickFunction,
 
 
 def served(result: RunResult, slo: tuple[float, float]) -> list[tuple[float, float | None, bool]]:
-    """Each request of a run as ``(arrival s, TTFT ms or None if not served, SLO met)``."""
+    """Each request of a run that carries an SLO (in a scenario's own arrivals, every one; in the demo's mix, those
+    its client sent one with) as ``(arrival s, TTFT ms or None if not served, SLO met)``."""
     def met(o: Outcome) -> bool:
         return o.ttft_ms <= slo[0] and (o.tpot_ms is None or o.tpot_ms <= slo[1])
-    rows: list[tuple[float, float | None, bool]] = [(o.request.arrival_s, o.ttft_ms, met(o)) for o in result.outcomes]
-    rows += [(d.request.arrival_s, None, False) for d in result.dropped]
+    rows: list[tuple[float, float | None, bool]] = [(o.request.arrival_s, o.ttft_ms, met(o)) for o in result.outcomes
+                                                    if o.request.slo_ttft_ms is not None]
+    rows += [(d.request.arrival_s, None, False) for d in result.dropped if d.request.slo_ttft_ms is not None]
     return sorted(rows, key=lambda row: row[0])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from headroom.sim.policies import policy
@@ -134,6 +136,15 @@ def test_served_counts_a_dropped_request_as_a_miss() -> None:
     assert all(not met for _, _, met in dropped) and min(d.time_s for d in result.dropped) >= 20.0
     assert whole(rows)[0] == pytest.approx(sum(met for _, _, met in rows) / len(rows))
     assert whole(rows)[0] <= 1 - len(dropped) / len(rows)
+
+
+def test_served_judges_only_the_requests_sent_with_an_slo() -> None:
+    s = short("kv-shrink", change=KvShrink("h100-0", share=0.001))
+    requests = [r if i % 3 else replace(r, slo_ttft_ms=None, slo_tpot_ms=None) for i, r in enumerate(s.requests())]
+    result = play(s, requests, policy("round-robin"))
+    rows = served(result, s.slo)
+    with_slo = sorted(r.arrival_s for r in requests if r.slo_ttft_ms is not None)
+    assert [arrival for arrival, _, _ in rows] == with_slo and 0 < len(rows) < len(requests)
 
 
 def test_a_scenario_longer_than_its_stretch_of_the_trace_says_so() -> None:
