@@ -1,7 +1,8 @@
 """Routing through regime changes on the offline simulator: headroom against every baseline, per 5-s window.
 
     .venv/bin/python -m headroom.benchmarks.regime_quality [--scenario all|NAME,...] [--seeds 3] [--baselines ...]
-        [--variant NAME=JSON] [--mix slo|demo] [--no-oracle] [--json PATH] [--markdown PATH]
+        [--variant NAME=JSON] [--mix slo|demo] [--trace NAME] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--no-oracle]
+        [--json PATH] [--markdown PATH]
 
 Each scenario of :mod:`sim.scenarios` (its pool, load, change and SLO) is played by :mod:`sim.scenario_play`.
 Training is router_quality's (:func:`benchmarks.router_quality.train_models`: round 1 on random routing, round 2
@@ -15,12 +16,17 @@ whole-run and after-change numbers of every policy, and headroom's time to recov
 ``--mix``: ``slo`` (the scenarios' own: every request streams and carries the SLO) or ``demo``, the demo's
 (:class:`demo.load.Mix`: some requests do not stream, some streams carry no SLO, some are sheddable), in training and
 evaluation alike. Attainment and TTFT p99 are over the requests that carry the SLO, as the demo counts them.
+
+``--trace`` plays the same changes on another trace (a shared trace's name or a synthetic load, as
+``router_quality`` takes them: ``code:burst_factor=8``), with the SLO at full speed from ``--slo-ttft-ms`` and
+``--slo-tpot-ms`` (default: the scenarios' own); the trace must hold the rows the training and the seeds skip.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -80,6 +86,18 @@ def play_all(s: Scenario, args: argparse.Namespace) -> Summary:
     return summarize(s, runs, baselines=BASELINES)  # the variants are headroom's, not references
 
 
+def chosen_scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """The scenarios ``--scenario`` names, on ``--trace`` with the SLO of ``--slo-ttft-ms`` and ``--slo-tpot-ms``
+    where given; ValueError names what is unknown or out of range."""
+    chosen = list(SCENARIOS.values()) if args.scenario == "all" else [scenario(n) for n in args.scenario.split(",")]
+    overrides = {field: value for field, value in (("trace", args.trace), ("slo_ttft_ms", args.slo_ttft_ms),
+                                                   ("slo_tpot_ms", args.slo_tpot_ms)) if value is not None}
+    for field in ("slo_ttft_ms", "slo_tpot_ms"):
+        if field in overrides and not 0 < overrides[field] < math.inf:
+            raise ValueError(f"--{field.replace('_', '-')} must be a positive number of ms, not {overrides[field]:g}")
+    return [s.with_(**overrides) for s in chosen]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="all", help=f"all, or names among {', '.join(SCENARIOS)}.")
@@ -87,19 +105,25 @@ def main() -> int:
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
     parser.add_argument("--mix", choices=tuple(MIXES), default="slo", help="Which requests carry SLOs and stream.")
+    parser.add_argument("--trace", help="Play the scenarios on this trace (default: each scenario's own).")
+    parser.add_argument("--slo-ttft-ms", type=float, help="The TTFT SLO at full speed (default: the scenarios').")
+    parser.add_argument("--slo-tpot-ms", type=float, help="The TPOT SLO at full speed (default: the scenarios').")
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--json", type=Path, help="Write every number here.")
     parser.add_argument("--markdown", type=Path, help="Write the tables here too.")
     args = parser.parse_args()
     args.pool_slo = False
     try:
-        chosen = list(SCENARIOS.values()) if args.scenario == "all" else [scenario(n) for n in args.scenario.split(",")]
+        chosen = chosen_scenarios(args)
     except ValueError as err:
         parser.error(str(err))
     started, load_start = time.time(), os.getloadavg()
     summaries, text = [], []
     for s in chosen:
-        summary = play_all(s, args)
+        try:
+            summary = play_all(s, args)
+        except ValueError as err:  # a trace too short for the stretches the run skips
+            parser.error(str(err))
         summaries.append(summary)
         text.append(markdown(summary))
         print(text[-1], flush=True)
