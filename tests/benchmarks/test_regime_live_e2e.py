@@ -1,5 +1,6 @@
-"""The live regime benchmark on real processes, briefly: one scenario, one seed, 20 s of load through both arms,
-the membership change read by both routers from their server files, a report, and nothing left running."""
+"""The live regime benchmark on real processes, briefly: one scenario, one seed, 20 s of load through both arms
+(the servers at three times the scenarios' speed, so that the last streams end within seconds of the load), the
+membership change read by both routers from their server files, a report, and nothing left running."""
 
 import json
 import os
@@ -23,7 +24,7 @@ def test_a_short_replace_scenario_runs_both_arms_and_reports_them(tmp_path):
     kafka_port, controller_port = free_port(), free_port()
     env = {**os.environ, "HEADROOM_KAFKA_PORT": str(kafka_port), "HEADROOM_KAFKA_CONTROLLER_PORT": str(controller_port)}
     done = subprocess.run([sys.executable, "-m", "headroom.benchmarks.regime_live", "--scenario", "replace",
-                           "--seeds", "1", "--duration", "20", "--out", str(tmp_path / "out"),
+                           "--seeds", "1", "--duration", "20", "--time-scale", "0.3", "--out", str(tmp_path / "out"),
                            "--state-dir", str(tmp_path / "state")],
                           cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
