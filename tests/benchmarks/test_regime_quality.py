@@ -46,9 +46,9 @@ def test_an_slo_that_is_not_a_positive_number_is_refused_by_name(field, value):
 
 
 def test_a_trace_too_short_for_the_stretches_skipped_is_one_line(capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["regime_quality", "--scenario", "slowdown", "--trace", "code", "--seeds", "1",
+    monkeypatch.setattr(sys, "argv", ["regime_quality", "--scenario", "slowdown", "--trace", "azure", "--seeds", "1",
                                       "--baselines", "", "--no-oracle"])
-    monkeypatch.setattr(regime_quality, "TRAIN_SKIP", 10 ** 9)
+    monkeypatch.setattr(regime_quality, "TRAIN_SKIP", 10 ** 6)  # past the end of the trace's file
     with pytest.raises(SystemExit) as exited:
         regime_quality.main()
     assert exited.value.code == 2
