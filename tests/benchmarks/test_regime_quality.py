@@ -1,4 +1,5 @@
-"""The arrivals the regime benchmarks play: the scenarios' own, or the demo's mix of them."""
+"""The arrivals the regime benchmarks play: the scenarios' own or the demo's mix of them, on the scenarios' trace
+or another."""
 
 import argparse
 import math
@@ -52,4 +53,4 @@ def test_a_trace_too_short_for_the_stretches_skipped_is_one_line(capsys, monkeyp
     with pytest.raises(SystemExit) as exited:
         regime_quality.main()
     assert exited.value.code == 2
-    assert "scenario 'steady': the 0 requests of the trace past row" in capsys.readouterr().err
+    assert "scenario 'slowdown': the 0 requests of the trace past row 1000100 end before" in capsys.readouterr().err
