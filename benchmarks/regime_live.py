@@ -61,9 +61,9 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str 
     finally:
         arms.stop()
     rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}
-    for o in outcomes:
+    for o in outcomes:  # at the time it was due, so that both arms' windows hold the same requests
         if o.has_slo:  # as the demo counts: the requests sent with an SLO (every one, but in the demo's mix)
-            rows[o.arm].append((o.sent_at, o.ttft_ms if o.status == 200 else None, o.slo_met is True))
+            rows[o.arm].append((due[o.request_id], o.ttft_ms if o.status == 200 else None, o.slo_met is True))
     late = sorted(o.sent_at - due[o.request_id] for o in outcomes)
     return {"rows": rows, "load_average": [list(load_start), list(os.getloadavg())], "changes_made": made,
             "failed": {arm: sum(o.status not in (200, 429) for o in outcomes if o.arm == arm) for arm in ARMS},

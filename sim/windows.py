@@ -1,8 +1,9 @@
 """Per-window attainment and p99 TTFT of a run, and the time a policy takes to recover after a change.
 
 Both players of a scenario (:mod:`sim.scenario_play`, ``benchmarks/regime_live.py``) reduce each request to
-``(sent s, TTFT ms or None when not served, SLO met)``. A request counts in the window it was sent in; one not
-served counts as a miss. The time to recover is measured from the change to the start of the first window from
+``(sent s, TTFT ms or None when not served, SLO met)``, the live one at the time the request was due, so that a
+client late by a few milliseconds cannot move it to another window in one arm only. A request counts in the
+window it was sent in; one not served counts as a miss. The time to recover is measured from the change to the start of the first window from
 which a policy's attainment stays at or above a reference's in every later window.
 """
 
