@@ -1,10 +1,11 @@
 """Per-window attainment and p99 TTFT of a run, and the time a policy takes to recover after a change.
 
 Both players of a scenario (:mod:`sim.scenario_play`, ``benchmarks/regime_live.py``) reduce each request to
-``(sent s, TTFT ms or None when not served, SLO met)``, the live one at the time the request was due, so that a
-client late by a few milliseconds cannot move it to another window in one arm only. A request counts in the
-window it was sent in; one not served counts as a miss. The time to recover is measured from the change to the start of the first window from
-which a policy's attainment stays at or above a reference's in every later window.
+``(time s, TTFT ms or None when not served, SLO met)``: the time it was sent, or in the live player the time it was
+due, so that a client late by a few milliseconds cannot move a request to another window in one arm only. A request
+counts in the window of that time; one not served counts as a miss. The time to recover is measured from the change
+to the start of the first window from which a policy's attainment stays at or above a reference's in every later
+window.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Row = tuple[float, float | None, bool]  # sent s, TTFT ms (None: not served), SLO met
+Row = tuple[float, float | None, bool]  # sent (or due) s, TTFT ms (None: not served), SLO met
 WINDOW_S = 5.0
 
 
