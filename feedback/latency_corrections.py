@@ -1,16 +1,16 @@
 """How far each server's latencies have lately departed from what the models predict: learned from its own
-completions, in seconds, where retraining takes minutes.
+streams' first tokens and completions, in seconds, where retraining takes minutes.
 
 A latency model is trained per pool and retrained every so often; one server can change within seconds (a bad
-driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every completion's TTFT, TPOT or E2E
-next to what the model predicted for it there. :class:`LatencyCorrections` keeps, per server and target, the
+driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every stream's TTFT at its first token
+(:meth:`first_token`) and every completion's TPOT or E2E, next to what the model predicted for it there. :class:`LatencyCorrections` keeps, per server and target, the
 last :data:`RING` ratios ``actual / predicted``, each clipped to ``[1 / MAX_FACTOR, MAX_FACTOR]``, and the log of
 their mean without the highest and the lowest, shrunk towards 0 while few have been seen: the log factor the
 server's predictions are multiplied by (:meth:`log_factors`). A mean, because the models predict one: where a
 latency scatters widely around its mean (the TPOT of short streams), a median of ratios would pull every
 prediction towards the common case and away from what the model is right about. Without its extremes, because
-a wild completion (or a forged report) must move nothing. A server that turned 2× slower is priced 1.2× slower
-after three of its completions, 1.5× after six, 1.9× after ten (a server first seen, 1.7× after three).
+a wild completion (or a forged report) must move nothing. A server that turned 2× slower is priced 1.5× slower
+after three of its completions, 1.9× after five (a server first seen, 1.7× after three).
 
 It fades, so it never outlives what it knew:
 
@@ -57,7 +57,7 @@ import numpy as np
 
 from headroom.contract.targets import TARGETS
 
-RING = 12  # ratios kept per server and target
+RING = 6  # ratios kept per server and target (12 followed a change at half the pace, and did worse by the worst case)
 TRIM = 4  # from this many ratios on, the highest and the lowest are left out of the mean
 MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
 PRIOR = 1.0  # shrinkage: the mean counts n / (n + PRIOR), n the ratios observed so far
@@ -139,6 +139,16 @@ class LatencyCorrections:
         self._at[t, slot] = now
         self._estimate[t, slot] = self._trimmed_mean(slot, t)
         self._observed = True
+
+    def first_token(self, server_id: str, pool_key: str, ttft_ms: float, work_tokens: float,
+                    predicted_ttft_ms: float | None, version: int | None, now: float) -> None:
+        """A stream's first token came ``ttft_ms`` after dispatch, with ``work_tokens`` of prefill ahead of it: the
+        server's prefill pace, and its TTFT against the model's prediction (``version``) it was placed with, if any.
+        Learned when the first token comes, not when the stream ends: a long answer must not delay what its first
+        token already says about the server."""
+        self.observe_prefill(server_id, ttft_ms, work_tokens, now)
+        if predicted_ttft_ms is not None and version is not None:
+            self.observe(server_id, pool_key, "ttft", predicted_ttft_ms, ttft_ms, version, now)
 
     def observe_prefill(self, server_id: str, ttft_ms: float, work_tokens: float, now: float) -> None:
         """A stream on ``server_id`` got its first token ``ttft_ms`` after dispatch, with ``work_tokens`` of

@@ -288,9 +288,9 @@ class _Run:
                 if request.request_id not in srv.prefilling:
                     continue
                 if first_s > now:
-                    self.push(first_s, _FIRST, (srv, request), 0)
+                    self.push(first_s, _FIRST, (srv, request, first_s), 0)
                 else:
-                    self._first_token(srv, request)
+                    self._first_token(srv, request, first_s)
             engine.first_tokens.clear()
         if engine.dropped:
             for drop in engine.dropped:
@@ -304,13 +304,25 @@ class _Run:
             self.counter += 1
             heappush(self.heap, (wake, self.counter, _WAKE, srv, srv.version))
 
-    def _first_token(self, srv: _Server, request: SimRequest) -> None:
+    def _first_token(self, srv: _Server, request: SimRequest, first_s: float) -> None:
         if request.request_id not in srv.prefilling:
             return  # finished or dropped at the instant of its first token, and forgotten already
         r = self.router_of[request.request_id]
         srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":
             self.views[r].inflight_prefill_tokens[srv.index] = srv.prefill_tokens[r]
+        seen = self.dispatched[request.request_id]
+        self._learn_first_token(self.views[r], srv.spec.server_id, request, seen, (first_s - seen.dispatch_s) * 1000.0)
+
+    def _learn_first_token(self, view: PoolView, server_id: str, request: SimRequest, seen: Dispatched,
+                           ttft_ms: float) -> None:
+        """As the router learns from a stream's first token (``RouterService.streamed``): the server's prefill pace
+        and the TTFT against the model's prediction."""
+        state, pick = seen.state, seen.decision if type(seen.decision) is Pick else None
+        work = prefill_work(request.prompt_tokens, state.inflight_prefill_tokens, state.prefix_match)
+        version = None if pick is None or pick.model_versions is None else pick.model_versions.get("ttft")
+        view.corrections.first_token(server_id, seen.pool_key, ttft_ms, work,
+                                     None if pick is None else pick.predicted_ttft_ms, version, self.now)
 
     def _forget(self, srv: _Server, request: SimRequest) -> int:
         """Drop a finished or dropped request from its router's accounting; the router that dispatched it."""
@@ -336,23 +348,21 @@ class _Run:
 
     def _complete(self, srv: _Server, outcome: Outcome) -> None:
         seen = self.dispatched[outcome.request.request_id]  # every request that completes was dispatched
+        first_unseen = outcome.request.request_id in srv.prefilling  # it ended at the instant of its first token
         r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
         view, stream = self.views[r], outcome.request.stream
         if stream:
             view.lengths.add(outcome.output_tokens)
-            if outcome.ttft_ms is not None:
-                state = seen.state
-                work = prefill_work(outcome.request.prompt_tokens, state.inflight_prefill_tokens, state.prefix_match)
-                view.corrections.observe_prefill(outcome.server_id, outcome.ttft_ms, work, self.now)
+            if outcome.ttft_ms is not None and first_unseen:
+                self._learn_first_token(view, outcome.server_id, outcome.request, seen, outcome.ttft_ms)
         pick = seen.decision if type(seen.decision) is Pick else None
         if pick is not None:
             used_tpot = pick.used_tpot_ms()
             if stream and used_tpot is not None and outcome.tpot_ms is not None:
                 view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)
             versions = pick.model_versions or {}
-            for target, predicted, actual in (("ttft", pick.predicted_ttft_ms, outcome.ttft_ms),
-                                              ("tpot", pick.predicted_tpot_ms, outcome.tpot_ms),
+            for target, predicted, actual in (("tpot", pick.predicted_tpot_ms, outcome.tpot_ms),
                                               ("e2e", pick.predicted_e2e_ms, outcome.e2e_ms)):
                 version = versions.get(target)
                 if trains(target, stream) and predicted is not None and actual is not None and version is not None:

@@ -9,7 +9,8 @@ the producer calibrates its TPOT verdict with) and how each latency compared wit
 record carrying the model's prediction that was used (uncorrected: the residuals the worker's drift detectors
 watch are the model's) (or, with a :class:`~router.control.telemetry_sampler.TelemetrySampler`, a stratified sample of them, each with its
 weight);
-:meth:`RouterService.streamed` notes tokens relayed from a server; :meth:`RouterService.abandon`
+:meth:`RouterService.streamed` notes tokens relayed from a server (a stream's first one teaches its TTFT at once,
+not at the stream's end); :meth:`RouterService.abandon`
 releases a request that failed. A proxied attempt that failed before its first byte is reported with
 :meth:`RouterService.upstream_failed` (passive outlier detection) and may go to another server
 (:meth:`RouterService.retry`); the record of the attempt that answers carries the retries and ejections.
@@ -152,11 +153,11 @@ class RouterService:
         out, not ``measured``: a request scheduled without its body, whose prompt is unknown, or not ``trusted``:
         measured by a caller that was not authenticated, :class:`~router.fronts.auth.TelemetryTrust`)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
-        self.pool.completed(dispatch.key, streamed)
+        first_unseen = self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
         if trusted:  # a caller's own say on latencies teaches the router nothing
-            self._learn(dispatch, completion)
+            self._learn(dispatch, completion, first_unseen)
         if not measured or not trusted:
             self.metrics.telemetry.labels("no_body" if not measured else "unauthenticated").inc()
             return None
@@ -171,36 +172,47 @@ class RouterService:
             self.telemetry.send(record)
         return record
 
-    def _learn(self, dispatch: Dispatch, done: Completion) -> None:
-        """The pace the server went through prefill at, and how the request's latencies compared with the
-        predictions it was placed with. A router without a predictor has nothing to correct or floor."""
+    def _learn(self, dispatch: Dispatch, done: Completion, first_unseen: bool) -> None:
+        """How the request's TPOT or E2E compared with the predictions it was placed with, and its TTFT and the
+        server's prefill pace if its first token taught nothing yet (``first_unseen``: a caller reporting the whole
+        request at once). A router without a predictor has nothing to correct or floor."""
         if self.predictor is None:
             return
         server, stream, now = dispatch.server, dispatch.request.stream, self.monotonic()
-        if stream and done.ttft_ms is not None:
-            work = prefill_work(dispatch.request.prompt_tokens, server.inflight_prefill_tokens, server.prefix_match)
-            self.pool.corrections.observe_prefill(server.server_id, done.ttft_ms, work, now)
+        if stream and done.ttft_ms is not None and first_unseen:
+            self._learn_first_token(dispatch, done.ttft_ms, now)
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
         if prediction is None:
             return
         if stream and done.tpot_ms is not None:
             self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
-        observed = {"ttft": done.ttft_ms, "tpot": done.tpot_ms, "e2e": done.e2e_ms}
-        for target, predicted in prediction.model_ms().items():
-            version, actual = prediction.versions.get(target), observed[target]
+        model_ms = prediction.model_ms()
+        for target, actual in (("tpot", done.tpot_ms), ("e2e", done.e2e_ms)):
+            predicted, version = model_ms[target], prediction.versions.get(target)
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
                                               now)
+
+    def _learn_first_token(self, dispatch: Dispatch, ttft_ms: float, now: float) -> None:
+        """A stream's first token came ``ttft_ms`` after dispatch: the server's prefill pace, and its TTFT against
+        the model's prediction."""
+        server, prediction = dispatch.server, dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        work = prefill_work(dispatch.request.prompt_tokens, server.inflight_prefill_tokens, server.prefix_match)
+        predicted = None if prediction is None else prediction.model_ms()["ttft"]
+        version = None if prediction is None else prediction.versions.get("ttft")
+        self.pool.corrections.first_token(server.server_id, server.pool_key, ttft_ms, work, predicted, version, now)
 
     def idle_s(self, server_id: str) -> Callable[[], float]:
         """Seconds since ``server_id`` last made progress the router saw, asked when needed."""
         return lambda: self.pool.idle_s(server_id, self.monotonic())
 
-    def streamed(self, dispatch: Dispatch, now: float, events: int = 1) -> None:
+    def streamed(self, dispatch: Dispatch, now: float, events: int = 1, *, trusted: bool = True) -> None:
         """``events`` chunks of the request's text went by at ``now`` (monotonic): the server's step rhythm, the
         stream's progress against its TPOT SLO, and its prompt no longer counts as prefill queued there (from
-        its first tokens on)."""
-        self.pool.token(dispatch.key, now, events)
+        its first tokens on). The first ones also teach the router the stream's TTFT there, at once, when
+        ``trusted`` (as :meth:`complete`)."""
+        if self.pool.token(dispatch.key, now, events) and trusted and self.predictor is not None:
+            self._learn_first_token(dispatch, (now - dispatch.dispatch_mono) * 1000.0, now)
         self.pool.token_seen(dispatch.server.server_id, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:

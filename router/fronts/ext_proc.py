@@ -257,7 +257,7 @@ class Exchange:
             now = self.service.monotonic()
             texts = self.meter.text_chunks
             if self.meter.feed(data, now):  # once per text event, however the bytes were cut
-                self.service.streamed(self.dispatch, now, self.meter.text_chunks - texts)
+                self.service.streamed(self.dispatch, now, self.meter.text_chunks - texts, trusted=self.trusted)
         elif len(self.json_body) < MAX_METERED_JSON:
             self.json_body += data
         if end_of_stream:

@@ -194,12 +194,13 @@ class PoolState:
             self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
         self._last_token[i] = now
 
-    def token(self, key: str, now: float, count: int = 1) -> None:
+    def token(self, key: str, now: float, count: int = 1) -> bool:
         """``count`` tokens of the request dispatched under ``key`` were relayed at ``now`` (the first one ends its
-        prefill)."""
+        prefill); whether they were its first."""
         entry = self.inflight.token(key, now, count)
         if entry is not None:
             self._store_load(entry.server_id)
+        return entry is not None
 
     def _at_risk(self, now: float) -> np.ndarray:
         """Per server, the expected number of its streams at risk that end soon (:meth:`token`, ``lengths``)."""
@@ -210,12 +211,15 @@ class PoolState:
                 counts[i] = n
         return counts
 
-    def completed(self, key: str, output_tokens: int = 0) -> None:
-        """A request finished (``output_tokens`` when it completed: its length tells when streams end)."""
+    def completed(self, key: str, output_tokens: int = 0) -> bool:
+        """A request finished (``output_tokens`` when it completed: its length tells when streams end); whether it
+        may have been a stream whose first token :meth:`token` never saw (an unknown or expired key may)."""
         self.lengths.add(output_tokens)
         entry = self.inflight.finish(key)
-        if entry is not None:
-            self._store_load(entry.server_id)
+        if entry is None:
+            return True
+        self._store_load(entry.server_id)
+        return entry.prefilling
 
     def upstream_failed(self, server_id: str, now: float) -> float | None:
         """A request sent to ``server_id`` failed; the end of its ejection if that ejected it, else None."""

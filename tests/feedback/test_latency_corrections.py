@@ -18,9 +18,9 @@ def observe(corrections, ratios, server="a", pool="p", target="ttft", version=1,
 
 @pytest.mark.parametrize("completions, low, high", [
     pytest.param(1, 1.0, 1.0, id="one-is-an-extreme-and-left-out"),
-    pytest.param(3, 1.15, 1.25, id="three"),
-    pytest.param(6, 1.45, 1.55, id="six"),
-    pytest.param(10, 1.8, 1.95, id="ten"),
+    pytest.param(2, 1.15, 1.25, id="two"),
+    pytest.param(3, 1.4, 1.5, id="three"),
+    pytest.param(5, 1.85, 1.95, id="five"),
     pytest.param(30, 1.95, 2.0, id="many"),
 ])
 def test_a_server_made_2x_slower_is_priced_slower_after_a_few_of_its_completions(completions, low, high):

@@ -98,3 +98,39 @@ def test_a_callers_candidates_get_the_corrections_learned_for_them():
     assert math.exp(table.latency_correction[0, 0]) > 2.0
     unknown = router.pool.with_corrections([server("elsewhere")], clock.now)
     assert unknown.latency_correction.tolist() == [[0.0], [0.0], [0.0]]
+
+
+def ttft_factor(router, clock, server_id):
+    (snapshot,) = [s for s in router.pool.snapshots(req(), clock.now) if s.server_id == server_id]
+    return math.exp(snapshot.latency_correction[0])
+
+
+def test_a_streams_first_token_teaches_its_ttft_at_once_and_its_end_does_not_count_it_again():
+    router, clock = service(TablePredictor(base=100.0))
+    dispatch = router.pick(req(request_id="s", stream=True))
+    sid, model = dispatch.server.server_id, dispatch.decision.chosen.prediction.model_ms()
+    clock.now += 2 * model["ttft"] / 1000.0  # twice the model's TTFT
+    router.streamed(dispatch, clock.now)
+    once = ttft_factor(router, clock, sid)
+    assert once == pytest.approx(math.sqrt(2.0))  # one ratio of 2, shrunk by half while it is the only one
+    router.streamed(dispatch, clock.now + 0.05)  # later tokens teach nothing more
+    router.complete(dispatch, Completion(e2e_ms=5000.0, output_tokens=50, ttft_ms=2 * model["ttft"],
+                                         tpot_ms=model["tpot"]))
+    assert ttft_factor(router, clock, sid) == pytest.approx(once)
+
+
+def test_a_caller_reporting_the_whole_stream_at_its_end_still_teaches_its_ttft():
+    router, clock = service(TablePredictor(base=100.0))
+    serve(router, clock, 1, {"a": 2.0, "b": 2.0})  # completed without a token relayed, as the Pick API reports
+    assert max(ttft_factor(router, clock, sid) for sid in ("a", "b")) == pytest.approx(math.sqrt(2.0), rel=1e-3)
+
+
+def test_an_untrusted_callers_first_token_teaches_nothing():
+    router, clock = service(TablePredictor(base=100.0))
+    dispatch = router.pick(req(request_id="s", stream=True))
+    clock.now += 1.0
+    router.streamed(dispatch, clock.now, trusted=False)
+    router.complete(dispatch, Completion(e2e_ms=2000.0, output_tokens=5, ttft_ms=1000.0, tpot_ms=10.0),
+                    trusted=False)
+    assert ttft_factor(router, clock, dispatch.server.server_id) == pytest.approx(1.0)
+

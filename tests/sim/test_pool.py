@@ -230,3 +230,23 @@ def test_a_stream_that_ends_with_its_first_token_is_accounted_once() -> None:
     assert any(r.output_tokens == 1 for r in requests)
     result = run(requests, uniform_pool(2), policy("least-queue"))
     assert len(result.outcomes) == len(requests) and not result.dropped
+
+
+def test_the_router_view_learns_a_streams_ttft_at_its_first_token_not_at_its_end() -> None:
+    requests = generate(poisson_arrivals(10.0, 5.0, 0), Lengths(800, 0.6, high=4000), Lengths(300, 0.2, high=400),
+                        seed=0, stream_fraction=1.0)
+    corrections = {}
+
+    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TTFT at 1 ms
+        corrections[request.request_id] = view.latency_correction(0)[0]
+        return Pick(view.snapshots[0].server_id, predicted_ttft_ms=1.0, model_versions={"ttft": 1})
+
+    outcomes = run(requests, uniform_pool(1), pick).outcomes
+    first_token = min(o.first_token_s for o in outcomes)
+    first_end = min(o.completion_s for o in outcomes)
+    before = [o for o in outcomes if o.request.arrival_s < first_token]
+    between = [o for o in outcomes if first_token < o.request.arrival_s < first_end]
+    assert before and between
+    assert all(corrections[o.request.request_id] == 0.0 for o in before)
+    assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
+
