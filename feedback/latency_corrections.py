@@ -3,14 +3,15 @@ streams' first tokens and completions, in seconds, where retraining takes minute
 
 A latency model is trained per pool and retrained every so often; one server can change within seconds (a bad
 driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every stream's TTFT at its first token
-(:meth:`first_token`) and every completion's TPOT or E2E, next to what the model predicted for it there. :class:`LatencyCorrections` keeps, per server and target, the
-last :data:`RING` ratios ``actual / predicted``, each clipped to ``[1 / MAX_FACTOR, MAX_FACTOR]``, and the log of
-their mean without the highest and the lowest, shrunk towards 0 while few have been seen: the log factor the
-server's predictions are multiplied by (:meth:`log_factors`). A mean, because the models predict one: where a
-latency scatters widely around its mean (the TPOT of short streams), a median of ratios would pull every
-prediction towards the common case and away from what the model is right about. Without its extremes, because
-a wild completion (or a forged report) must move nothing. A server that turned 2× slower is priced 1.5× slower
-after three of its completions, 1.9× after five (a server first seen, 1.7× after three).
+(:meth:`first_token`) and every completion's TPOT or E2E, next to what the model predicted for it there.
+:class:`LatencyCorrections` keeps, per server and target, the last :data:`RING` ratios ``actual / predicted``, each
+clipped to ``[1 / MAX_FACTOR, MAX_FACTOR]``, and the log of their mean without the highest and the lowest, shrunk
+towards 0 while few have been seen: the log factor the server's predictions are multiplied by (:meth:`log_factors`).
+A mean, because the models predict one: where a latency scatters widely around its mean (the TPOT of short
+streams), a median of ratios would pull every prediction towards the common case and away from what the model is
+right about. Without its extremes, because a wild completion (or a forged report) must move nothing. A server that
+turned 2× slower is priced 1.5× slower after three of its requests, 1.9× after five (a server first seen, 1.7× after
+three).
 
 It fades, so it never outlives what it knew:
 

@@ -312,7 +312,8 @@ class _Run:
         if srv.state == "ready":
             self.views[r].inflight_prefill_tokens[srv.index] = srv.prefill_tokens[r]
         seen = self.dispatched[request.request_id]
-        self._learn_first_token(self.views[r], srv.spec.server_id, request, seen, (first_s - seen.dispatch_s) * 1000.0)
+        ttft_ms = (first_s - seen.dispatch_s) * 1000.0
+        self._learn_first_token(self.views[r], srv.spec.server_id, request, seen, ttft_ms)
 
     def _learn_first_token(self, view: PoolView, server_id: str, request: SimRequest, seen: Dispatched,
                            ttft_ms: float) -> None:
