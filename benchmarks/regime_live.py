@@ -1,7 +1,7 @@
 """Regime changes live, on real processes: headroom's arm against the heuristic arm, per 5-s window.
 
-    .venv/bin/python -m headroom.benchmarks.regime_live [--scenario all|NAME,...] [--seeds 3] [--quick] [--duration S]
-        [--mix slo|demo] [--out DIR]
+    .venv/bin/python -m headroom.benchmarks.regime_live [--scenario all|NAME,...] [--seeds 3] [--first-seed 0]
+        [--quick] [--duration S] [--mix slo|demo] [--out DIR]
 
 Each run starts what ``headroom demo`` starts (:class:`demo.arms.TwoArms`: a broker, the learning worker, the
 simulated servers and two routers over two identical pools, headroom's predicting in process) with a scenario's pool — every server
@@ -35,6 +35,7 @@ from headroom.benchmarks.regime_report import Summary, markdown, summarize
 from headroom.contract.settings import from_env
 from headroom.demo import load
 from headroom.demo.arms import ARMS, Layout, TwoArms, change_events
+from headroom.demo.scrape import by_label, scrape, total
 from headroom.demo.settings import DemoSettings
 from headroom.ports import free_port
 from headroom.sim.scenarios import (
@@ -46,7 +47,9 @@ from headroom.sim.windows import Row
 
 
 def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str = "slo") -> Summary:
-    """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw."""
+    """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw: among it,
+    once a second, headroom's model versions, its corrections per server and the worker's drift events and
+    promotions (``timeline``)."""
     demo = from_env(DemoSettings)
     arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
                    retrain_interval_s=demo.retrain_interval_s)
@@ -54,10 +57,27 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str 
     due = {request.request_id: request.arrival_s for request, _ in requests}
     outcomes: list[load.ClientOutcome] = []
     made: list[dict[str, Any]] = []
+    timeline: list[dict[str, Any]] = []
+
+    def tick(elapsed: float) -> None:
+        try:
+            router = scrape(f"http://127.0.0.1:{arms.ports.router_http}/metrics")
+            worker = scrape(f"http://127.0.0.1:{arms.ports.worker_metrics}/metrics")
+        except OSError:  # not up yet, or too slow this second: the timeline skips it
+            return
+        timeline.append({
+            "t": round(elapsed, 1),
+            "versions": by_label(router, "headroom_router_model_version", "target"),
+            "corrections": {f"{labels['server']}/{labels['target']}": round(value, 3)
+                            for labels, value in router.get("headroom_router_latency_correction", [])
+                            if value != 1.0},
+            "drift_events": by_label(worker, "headroom_drift_events_total", "target"),
+            "promotions": total(worker, "headroom_model_promotions_total")})
+
     load_start = os.getloadavg()
     try:
         arms.start()
-        arms.drive(requests, s.duration_s, change_events(s, arms, made), outcomes.append)
+        arms.drive(requests, s.duration_s, change_events(s, arms, made), outcomes.append, tick)
     finally:
         arms.stop()
     rows: dict[str, list[Row]] = {arm: [] for arm in ARMS}
@@ -69,13 +89,14 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str 
             "failed": {arm: sum(o.status not in (200, 429) for o in outcomes if o.arm == arm) for arm in ARMS},
             "errors": sorted({f"{o.status}: {o.error[:120]}" for o in outcomes if o.status != 200})[:5],
             "sent_late_s": {"p50": late[len(late) // 2], "max": late[-1]} if late else {},
-            "components_ready_s": arms.ready}
+            "components_ready_s": arms.ready, "timeline": timeline}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="all", help=f"all, or names among {', '.join(SCENARIOS)}.")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="Seeds run: this one and the next --seeds - 1.")
     parser.add_argument("--quick", action="store_true", help="One seed, 60 s runs, the change at 30 s.")
     parser.add_argument("--duration", type=float, help="Seconds of each run (the change half way).")
     parser.add_argument("--time-scale", type=float, help="Run the servers this many times as fast as their hardware "
@@ -102,7 +123,7 @@ def main() -> int:
     started = time.time()
     runs: dict[str, dict[str, list[list[Row]]]] = {s.name: {arm: [] for arm in ARMS} for s in chosen}
     seen: dict[str, list[Summary]] = {s.name: [] for s in chosen}
-    for seed in range(seeds):
+    for seed in range(args.first_seed, args.first_seed + seeds):
         for s in chosen:
             print(f"# {s.name} seed {seed}: {s.describe()}", flush=True)
             run = play_live(s, seed, args.state_dir, base_port, args.mix)

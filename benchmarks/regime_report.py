@@ -1,9 +1,10 @@
 """The report of a regime-change benchmark, offline (``regime_quality.py``) or live (``regime_live.py``) alike.
 
 A run gives, per scenario, per policy (or arm) and per seed, each request as ``(sent s, TTFT ms or None,
-SLO met)`` (:mod:`sim.windows`). :func:`summarize` turns that into per 5-s window attainment and p99 TTFT (the
-mean over seeds), whole-run and after-change attainment and p99 for every policy, and headroom's time to recover
-against a reference (the best baseline offline, the heuristic arm live) in each seed; :func:`markdown` prints it.
+SLO met)`` (:mod:`sim.windows`). :func:`summarize` turns that into per 5-s window attainment and p99 TTFT (each
+seed's, and their mean), whole-run and after-change attainment and p99 for every policy, and headroom's time to
+recover against a reference (the best baseline offline, the heuristic arm live) in each seed; :func:`markdown`
+prints it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def summarize(scenario: Scenario, runs: Mapping[str, Sequence[Sequence[Row]]],
                       "ttft_p99_ms": _mean(w[1] for w in wholes)},
             "after": {"attainment": _mean(a[0] for a in afters), "attainment_range": _range(a[0] for a in afters),
                       "ttft_p99_ms": _mean(a[1] for a in afters)},
-            "per_seed": [{"whole": list(w), "after": list(a)} for w, a in zip(wholes, afters)],
+            "per_seed": [{"whole": list(w), "after": list(a),
+                          "windows": [[x.start_s, x.requests, x.attainment, x.ttft_p99_ms] for x in ws]}
+                         for w, a, ws in zip(wholes, afters, per_seed)],
             "windows": [{"start_s": ws[0].start_s, "requests": _mean(w.requests for w in ws),
                          "attainment": _mean(w.attainment for w in ws), "ttft_p99_ms": _mean(w.ttft_p99_ms for w in ws)}
                         for ws in zip(*per_seed)],
