@@ -49,7 +49,7 @@ from headroom.sim.windows import Row
 def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str = "slo") -> Summary:
     """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw: among it,
     once a second, headroom's model versions, its corrections per server and the worker's drift events and
-    promotions (``timeline``)."""
+    promotions (``timeline``), and every request that missed its SLO (``missed``)."""
     demo = from_env(DemoSettings)
     arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
                    retrain_interval_s=demo.retrain_interval_s)
@@ -84,12 +84,16 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str 
     for o in outcomes:  # at the time it was due, so that both arms' windows hold the same requests
         if o.has_slo:  # as the demo counts: the requests sent with an SLO (every one, but in the demo's mix)
             rows[o.arm].append((due[o.request_id], o.ttft_ms if o.status == 200 else None, o.slo_met is True))
+    missed = sorted((o for o in outcomes if o.has_slo and o.slo_met is not True), key=lambda o: due[o.request_id])
     late = sorted(o.sent_at - due[o.request_id] for o in outcomes)
     return {"rows": rows, "load_average": [list(load_start), list(os.getloadavg())], "changes_made": made,
             "failed": {arm: sum(o.status not in (200, 429) for o in outcomes if o.arm == arm) for arm in ARMS},
             "errors": sorted({f"{o.status}: {o.error[:120]}" for o in outcomes if o.status != 200})[:5],
             "sent_late_s": {"p50": late[len(late) // 2], "max": late[-1]} if late else {},
-            "components_ready_s": arms.ready, "timeline": timeline}
+            "components_ready_s": arms.ready, "timeline": timeline,
+            "missed": [{"arm": o.arm, "due_s": round(due[o.request_id], 2), "status": o.status, "ttft_ms": o.ttft_ms,
+                        "tpot_ms": o.tpot_ms, "output_tokens": o.output_tokens, "error": o.error[:80]}
+                       for o in missed]}
 
 
 def main() -> int:

@@ -3,7 +3,11 @@ streams' first tokens and completions, in seconds, where retraining takes minute
 
 A latency model is trained per pool and retrained every so often; one server can change within seconds (a bad
 driver, a noisy neighbour, throttling, a smaller KV cache). The router sees every stream's TTFT at its first token
-(:meth:`first_token`) and every completion's TPOT or E2E, next to what the model predicted for it there.
+(:meth:`first_token`), its TPOT over its next :data:`EARLY_TPOT_TOKENS` tokens, and every other completion's TPOT
+or E2E, next to what the model predicted for it there. A stream's TPOT is learned early because a long answer
+streams for minutes, and it is learned once: its first tokens after the first are timed right after the state it
+was placed in, which the model priced; later ones would also time how the server's load grew since, which the
+model cannot know and a new request's prediction already counts.
 :class:`LatencyCorrections` keeps, per server and target, the last :data:`RING` ratios ``actual / predicted``, each
 clipped to ``[1 / MAX_FACTOR, MAX_FACTOR]``, and the log of their mean without the highest and the lowest, shrunk
 towards 0 while few have been seen: the log factor the server's predictions are multiplied by (:meth:`log_factors`).
@@ -59,6 +63,7 @@ import numpy as np
 from headroom.contract.targets import TARGETS
 
 RING = 6  # ratios kept per server and target (12 followed a change at half the pace, and did worse by the worst case)
+EARLY_TPOT_TOKENS = 16  # a stream's TPOT is learned over this many tokens after its first, while it runs
 TRIM = 4  # from this many ratios on, the highest and the lowest are left out of the mean
 MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
 PRIOR = 1.0  # shrinkage: the mean counts n / (n + PRIOR), n the ratios observed so far

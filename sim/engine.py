@@ -29,6 +29,7 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 
 from headroom.contract.prompt import BLOCK_TOKENS
 from headroom.contract.server_metrics import ServerMetrics
@@ -44,16 +45,19 @@ _new_tuple = tuple.__new__  # builds a named tuple without its keyword-handling 
 
 class ServerEngine:
     """A simulated server. Drive it with :meth:`submit`, :meth:`advance_to` and :meth:`next_wake`;
-    collect :attr:`finished` outcomes, :attr:`dropped` requests and :attr:`first_tokens`."""
+    collect :attr:`finished` outcomes, :attr:`dropped` requests, :attr:`first_tokens` and, with
+    ``early_tpot_tokens`` (k), :attr:`early_tpots`: when a stream's token ``1 + k`` came, by which a router relaying
+    it has timed its first ``k`` tokens after the first."""
 
     __slots__ = ("profile", "server_id", "pool_key", "record_tokens", "max_jump", "clock", "slowdown", "cache",
-                 "_type", "_slots", "_memory", "_kv_capacity", "finished", "dropped", "first_tokens", "prefix_queries", "prefix_hits",
-                 "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase",
+                 "_type", "_slots", "_memory", "_kv_capacity", "finished", "dropped", "first_tokens",
+                 "early_tpot_tokens", "early_tpots", "_early", "prefix_queries", "prefix_hits", "_rng", "_uid", "_running", "_prefilling", "_waiting", "_decoders", "_context", "_g", "_phase",
                  "_finish", "_hit_memo", "_dirty", "_kind", "_k", "_alpha", "_beta", "_step_end", "_chunks",
                  "_step_decoders", "_stream_decoders", "_token_steps")
 
     def __init__(self, profile: ServerProfile, server_id: str = "server-0", *, pool_key: str = "default",
-                 seed: int = 0, record_tokens: bool = False, max_jump: int = 1 << 30, start_s: float = 0.0):
+                 seed: int = 0, record_tokens: bool = False, max_jump: int = 1 << 30, start_s: float = 0.0,
+                 early_tpot_tokens: int = 0):
         self.profile = profile
         self.server_id = server_id
         self.pool_key = pool_key
@@ -67,6 +71,9 @@ class ServerEngine:
         self.finished: list[Outcome] = []
         self.dropped: list[Dropped] = []
         self.first_tokens: list[tuple[SimRequest, float]] = []  # (request, time of its first token)
+        self.early_tpot_tokens = early_tpot_tokens  # 0: none timed
+        self.early_tpots: list[tuple[SimRequest, float]] = []  # (stream, time of its token 1 + early_tpot_tokens)
+        self._early: list[tuple[int, int, int, SeqState]] = []  # (decode step of that token, uid, epoch, seq)
         self.prefix_queries = 0
         self.prefix_hits = 0
         self._rng = random.Random(seed)
@@ -148,6 +155,13 @@ class ServerEngine:
             return self._step_end
         return self.clock + self._span(self._k)
 
+    def early_tpots_by(self, now: float) -> None:
+        """Add to :attr:`early_tpots` those that came by ``now`` inside the planned decode segment: a router relaying
+        the streams has seen them, though the segment is committed only at its end."""
+        if self._early and self._kind == _SEGMENT and not self._dirty:
+            g, start = self._g, self.clock
+            self._early_tpots_by(g + self._k, lambda step: start + self._span(step - g), now)
+
     def streamed_steps(self, now: float) -> tuple[float, ...]:
         """End times (oldest first) of the last two steps before ``now`` that streamed a token to a client:
         what a router relaying this server's streams has seen of its step rhythm."""
@@ -226,7 +240,7 @@ class ServerEngine:
             setattr(twin, name, getattr(self, name))
         clones = {uid: seq.clone() for uid, seq in self._running.items()}
         twin.cache = self.cache.copy()
-        twin.finished, twin.dropped, twin.first_tokens = [], [], []
+        twin.finished, twin.dropped, twin.first_tokens, twin.early_tpots = [], [], [], []
         twin._token_steps = list(self._token_steps)
         twin._rng = random.Random()
         twin._rng.setstate(self._rng.getstate())
@@ -236,6 +250,8 @@ class ServerEngine:
         twin._phase = list(self._phase)
         twin._finish = [(g, uid, epoch, clones[uid]) for g, uid, epoch, seq in self._finish if uid in clones]
         heapq.heapify(twin._finish)
+        twin._early = [(g, uid, epoch, clones[uid]) for g, uid, epoch, seq in self._early if uid in clones]
+        heapq.heapify(twin._early)
         twin._chunks = [(clones[seq.uid], n) for seq, n in self._chunks if seq.uid in clones]
         return twin
 
@@ -476,8 +492,11 @@ class ServerEngine:
                 if seq.decoding:
                     seq.times.extend(ends)
         self.clock = start + self._span(steps)
+        before = self._g
         self._g += steps
         self._context += self._decoders * steps
+        if self._early:
+            self._early_tpots_by(self._g, lambda step: start + self._span(step - before))
         if steps >= self._k:
             self._complete_decoders()
             self._dirty = True
@@ -497,6 +516,8 @@ class ServerEngine:
                         seq.times.append(end)
             self._g += 1
             self._context += decoders
+            if self._early:
+                self._early_tpots_by(self._g, lambda step: end)
             self._complete_decoders()
         for seq, n in self._chunks:
             seq.kv += n
@@ -541,6 +562,18 @@ class ServerEngine:
         self._context += seq.kv
         self._phase[(seq.kv - self._g) % BLOCK_TOKENS] += 1
         heapq.heappush(self._finish, (self._g + seq.request.output_tokens - seq.generated, seq.uid, seq.epoch, seq))
+        timed_at = 1 + self.early_tpot_tokens  # the token by which a stream's early TPOT is timed
+        if self.early_tpot_tokens and seq.request.stream and seq.generated < timed_at <= seq.request.output_tokens:
+            heapq.heappush(self._early, (self._g + timed_at - seq.generated, seq.uid, seq.epoch, seq))
+
+    def _early_tpots_by(self, last_step: int, time_of: Callable[[int], float], by: float = math.inf) -> None:
+        """Record the streams whose early TPOT is timed by decode step ``last_step`` and by time ``by``
+        (``time_of``: a step's end)."""
+        heap = self._early
+        while heap and heap[0][0] <= last_step and (end := time_of(heap[0][0])) <= by:
+            _, _, epoch, seq = heapq.heappop(heap)
+            if epoch == seq.epoch and seq.decoding:
+                self.early_tpots.append((seq.request, end))
 
     def _complete_decoders(self) -> None:
         heap, g = self._finish, self._g

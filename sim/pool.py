@@ -29,7 +29,7 @@ from typing import Any
 from headroom.contract.targets import trains
 from headroom.contract.telemetry import TelemetryRecord
 from headroom.errors import HeadroomError
-from headroom.feedback.latency_corrections import prefill_work
+from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS, prefill_work
 from headroom.sim.engine import ServerEngine
 from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
@@ -80,7 +80,7 @@ class _Server:
         self.snapshot = snapshot
 
 
-_WAKE, _DONE, _READY, _ACTION, _FIRST = 0, 1, 2, 3, 4
+_WAKE, _DONE, _READY, _ACTION, _FIRST, _EARLY = 0, 1, 2, 3, 4, 5
 
 
 class PoolControl:
@@ -202,6 +202,8 @@ class _Run:
         self.view = self.views[0]
         self.control = PoolControl(self)
         self.dispatched: dict[str, Dispatched] = {}
+        self.first_token_s: dict[str, float] = {}  # stream id -> its first token's time, until its early TPOT
+        self.tpot_learned: set[str] = set()  # streams whose early TPOT was learned
         self.outcomes: list[Outcome] = []
         self.seen: list[Dispatched] = []
         self.dropped: list[Dropped] = []
@@ -225,7 +227,7 @@ class _Run:
             raise SimulationError(f"server id {spec.server_id!r} is already in the pool")
         engine = ServerEngine(spec.profile, spec.server_id, pool_key=spec.key,
                               seed=zlib.crc32(f"{self.seed}:{spec.server_id}".encode()),
-                              record_tokens=self.record_tokens, start_s=self.now)
+                              record_tokens=self.record_tokens, start_s=self.now, early_tpot_tokens=EARLY_TPOT_TOKENS)
         snapshot = engine.snapshot(self.now)
         if state != "ready":
             snapshot = snapshot._replace(ready=False)
@@ -292,6 +294,13 @@ class _Run:
                 else:
                     self._first_token(srv, request, first_s)
             engine.first_tokens.clear()
+        if engine.early_tpots:
+            for request, timed_s in engine.early_tpots:
+                if timed_s > now:
+                    self.push(timed_s, _EARLY, (request, timed_s), 0)
+                else:
+                    self._early_tpot(request, timed_s)
+            engine.early_tpots.clear()
         if engine.dropped:
             for drop in engine.dropped:
                 self._forget(srv, drop.request)
@@ -314,6 +323,32 @@ class _Run:
         seen = self.dispatched[request.request_id]
         ttft_ms = (first_s - seen.dispatch_s) * 1000.0
         self._learn_first_token(self.views[r], srv.spec.server_id, request, seen, ttft_ms)
+        self.first_token_s[request.request_id] = first_s
+
+    def _relay_early_tpots(self) -> None:
+        """Learn the early TPOTs streamed by now inside decode segments not yet committed."""
+        for srv in self.servers.values():
+            engine = srv.engine
+            engine.early_tpots_by(self.now)
+            if engine.early_tpots:
+                for request, timed_s in engine.early_tpots:
+                    self._early_tpot(request, timed_s)
+                engine.early_tpots.clear()
+
+    def _early_tpot(self, request: SimRequest, timed_s: float) -> None:
+        """As the router learns from a stream's first tokens after its first (``RouterService.streamed``): its TPOT
+        against the model's prediction."""
+        first_s = self.first_token_s.pop(request.request_id, None)
+        if first_s is None:
+            return  # finished or dropped, and forgotten already
+        self.tpot_learned.add(request.request_id)
+        seen = self.dispatched[request.request_id]
+        pick = seen.decision if type(seen.decision) is Pick else None
+        version = None if pick is None or pick.model_versions is None else pick.model_versions.get("tpot")
+        if pick is not None and pick.predicted_tpot_ms is not None and version is not None:
+            self.views[self.router_of[request.request_id]].corrections.observe(
+                pick.server_id, seen.pool_key, "tpot", pick.predicted_tpot_ms,
+                (timed_s - first_s) * 1000.0 / EARLY_TPOT_TOKENS, version, self.now)
 
     def _learn_first_token(self, view: PoolView, server_id: str, request: SimRequest, seen: Dispatched,
                            ttft_ms: float) -> None:
@@ -328,6 +363,8 @@ class _Run:
     def _forget(self, srv: _Server, request: SimRequest) -> int:
         """Drop a finished or dropped request from its router's accounting; the router that dispatched it."""
         self.dispatched.pop(request.request_id, None)
+        self.first_token_s.pop(request.request_id, None)
+        self.tpot_learned.discard(request.request_id)
         r = self.router_of.pop(request.request_id)
         srv.inflight[r] -= 1
         srv.inflight_tokens[r] -= request.prompt_tokens
@@ -350,6 +387,7 @@ class _Run:
     def _complete(self, srv: _Server, outcome: Outcome) -> None:
         seen = self.dispatched[outcome.request.request_id]  # every request that completes was dispatched
         first_unseen = outcome.request.request_id in srv.prefilling  # it ended at the instant of its first token
+        tpot_learned = outcome.request.request_id in self.tpot_learned
         r = self._forget(srv, outcome.request)
         self.outcomes.append(outcome)
         view, stream = self.views[r], outcome.request.stream
@@ -363,7 +401,7 @@ class _Run:
             if stream and used_tpot is not None and outcome.tpot_ms is not None:
                 view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)
             versions = pick.model_versions or {}
-            for target, predicted, actual in (("tpot", pick.predicted_tpot_ms, outcome.tpot_ms),
+            for target, predicted, actual in (("tpot", pick.predicted_tpot_ms, None if tpot_learned else outcome.tpot_ms),
                                               ("e2e", pick.predicted_e2e_ms, outcome.e2e_ms)):
                 version = versions.get(target)
                 if trains(target, stream) and predicted is not None and actual is not None and version is not None:
@@ -393,6 +431,7 @@ class _Run:
         if not view.snapshots:
             self.dropped.append(Dropped(request, "", self.now, "no routable server"))
             return
+        self._relay_early_tpots()
         view._start(request, self.now)
         decision = self.picks[r](request, view)
         if isinstance(decision, Shed):
@@ -461,6 +500,8 @@ class _Run:
                     self._complete(*payload)
                 elif kind == _FIRST:
                     self._first_token(*payload)
+                elif kind == _EARLY:
+                    self._early_tpot(*payload)
                 elif kind == _READY:
                     if payload.state == "loading":
                         payload.state = "ready"

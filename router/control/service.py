@@ -42,7 +42,7 @@ from headroom.router.control.telemetry_sink import TelemetrySink
 from headroom.router.errors import AdmissionRejected
 from headroom.router.framework.engine import Decision, Engine
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
-from headroom.router.state.pool import PoolState
+from headroom.router.state.pool import Finished, PoolState
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +153,11 @@ class RouterService:
         out, not ``measured``: a request scheduled without its body, whose prompt is unknown, or not ``trusted``:
         measured by a caller that was not authenticated, :class:`~router.fronts.auth.TelemetryTrust`)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
-        first_unseen = self.pool.completed(dispatch.key, streamed)
+        finished = self.pool.completed(dispatch.key, streamed)
         self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
         if trusted:  # a caller's own say on latencies teaches the router nothing
-            self._learn(dispatch, completion, first_unseen)
+            self._learn(dispatch, completion, finished)
         if not measured or not trusted:
             self.metrics.telemetry.labels("no_body" if not measured else "unauthenticated").inc()
             return None
@@ -172,14 +172,15 @@ class RouterService:
             self.telemetry.send(record)
         return record
 
-    def _learn(self, dispatch: Dispatch, done: Completion, first_unseen: bool) -> None:
+    def _learn(self, dispatch: Dispatch, done: Completion, finished: Finished) -> None:
         """How the request's TPOT or E2E compared with the predictions it was placed with, and its TTFT and the
-        server's prefill pace if its first token taught nothing yet (``first_unseen``: a caller reporting the whole
-        request at once). A router without a predictor has nothing to correct or floor."""
+        server's prefill pace if its first token taught nothing yet (a caller reporting the whole request at once);
+        its TPOT only if its early TPOT did not already. A router without a predictor has nothing to correct or
+        floor."""
         if self.predictor is None:
             return
         server, stream, now = dispatch.server, dispatch.request.stream, self.monotonic()
-        if stream and done.ttft_ms is not None and first_unseen:
+        if stream and done.ttft_ms is not None and finished.first_unseen:
             self._learn_first_token(dispatch, done.ttft_ms, now)
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
         if prediction is None:
@@ -187,7 +188,7 @@ class RouterService:
         if stream and done.tpot_ms is not None:
             self.pool.tpot_ratios.add(server.pool_key, prediction.tpot_ms, done.tpot_ms)
         model_ms = prediction.model_ms()
-        for target, actual in (("tpot", done.tpot_ms), ("e2e", done.e2e_ms)):
+        for target, actual in (("tpot", None if finished.early_tpot_timed else done.tpot_ms), ("e2e", done.e2e_ms)):
             predicted, version = model_ms[target], prediction.versions.get(target)
             if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                 self.pool.corrections.observe(server.server_id, server.pool_key, target, predicted, actual, version,
@@ -209,11 +210,25 @@ class RouterService:
     def streamed(self, dispatch: Dispatch, now: float, events: int = 1, *, trusted: bool = True) -> None:
         """``events`` chunks of the request's text went by at ``now`` (monotonic): the server's step rhythm, the
         stream's progress against its TPOT SLO, and its prompt no longer counts as prefill queued there (from
-        its first tokens on). The first ones also teach the router the stream's TTFT there, at once, when
-        ``trusted`` (as :meth:`complete`)."""
-        if self.pool.token(dispatch.key, now, events) and trusted and self.predictor is not None:
-            self._learn_first_token(dispatch, (now - dispatch.dispatch_mono) * 1000.0, now)
+        its first tokens on). When ``trusted`` (as :meth:`complete`), the first ones teach the router the
+        stream's TTFT there at once, and the next ones its TPOT (:class:`~router.state.inflight.Relayed`)."""
+        relayed = self.pool.token(dispatch.key, now, events)
+        if trusted and self.predictor is not None:
+            if relayed.first is not None:
+                self._learn_first_token(dispatch, (now - dispatch.dispatch_mono) * 1000.0, now)
+            elif relayed.early_tpot_ms is not None:
+                self._learn_early_tpot(dispatch, relayed.early_tpot_ms, now)
         self.pool.token_seen(dispatch.server.server_id, now)
+
+    def _learn_early_tpot(self, dispatch: Dispatch, tpot_ms: float, now: float) -> None:
+        """The stream's first tokens after its first came ``tpot_ms`` apart: its TPOT against the model's
+        prediction."""
+        server, prediction = dispatch.server, dispatch.decision.chosen.prediction  # type: ignore[union-attr]
+        if prediction is None:
+            return
+        predicted, version = prediction.model_ms()["tpot"], prediction.versions.get("tpot")
+        if predicted is not None and version is not None:
+            self.pool.corrections.observe(server.server_id, server.pool_key, "tpot", predicted, tpot_ms, version, now)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""

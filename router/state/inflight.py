@@ -12,13 +12,19 @@ The tokens of a streaming request with a TPOT SLO are followed as they are relay
 one relayed chunk counts as one token, :mod:`router.state.stream_table`), so :meth:`Inflight.tpot_at_risk`
 can say, per server, how many of its streams are at risk of missing their TPOT SLO right now
 (:func:`contract.slo.tpot_at_risk`), each weighted by the chance that it ends soon.
+
+A stream's first :data:`EARLY_TPOT_TOKENS` tokens after its first are timed too: :meth:`Inflight.token` says
+their ms per token once they went by, so that the router learns a stream's TPOT while it runs, not at its end (a
+long answer may stream for minutes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
+from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.router.state.stream_table import StreamTable
 
 
@@ -31,6 +37,16 @@ class InflightRequest:
     started: float
     prefilling: bool = False  # streaming, no first token seen yet
     max_tokens: int = 0  # the output cap; 0 when it has none
+
+
+class Relayed(NamedTuple):
+    """What tokens relayed for a request say: its entry when they were its first, and its early TPOT when they
+    completed it (the ms per token of its first :data:`EARLY_TPOT_TOKENS` after the first)."""
+    first: InflightRequest | None
+    early_tpot_ms: float | None
+
+
+NOTHING = Relayed(None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +67,7 @@ class Inflight:
         self._requests: dict[str, InflightRequest] = {}  # in start order
         self._load: dict[str, ServerLoad] = {}
         self._streams = StreamTable()  # the streams with a TPOT SLO, from their first token on
+        self._early: dict[str, list[float] | None] = {}  # stream -> [first token's time, tokens since]; None: timed
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
               now: float, stream: bool = False, max_tokens: int = 0) -> None:
@@ -74,14 +91,28 @@ class Inflight:
         self._load[entry.server_id] = replace(load, prefill_tokens=load.prefill_tokens - entry.prompt_tokens)
         return entry
 
-    def token(self, request_id: str, now: float, count: int = 1) -> InflightRequest | None:
-        """``count`` tokens of a streaming request were relayed at ``now``; returns the entry when they were the
-        first."""
+    def token(self, request_id: str, now: float, count: int = 1) -> Relayed:
+        """``count`` tokens of a streaming request were relayed at ``now``."""
         entry = self._requests.get(request_id)
-        if entry is None or entry.tpot_slo_ms is None:
-            return self.first_token(request_id)
-        self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now, count)
-        return self.first_token(request_id)
+        if entry is None:
+            return NOTHING
+        if entry.tpot_slo_ms is not None:
+            self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now, count)
+        if request_id not in self._early:
+            self._early[request_id] = [now, 0.0]
+            return Relayed(self.first_token(request_id), None)
+        early = self._early[request_id]
+        if early is None:
+            return NOTHING
+        early[1] += count
+        if early[1] < EARLY_TPOT_TOKENS:
+            return NOTHING
+        self._early[request_id] = None
+        return Relayed(None, (now - early[0]) * 1000.0 / early[1])
+
+    def early_tpot_timed(self, request_id: str) -> bool:
+        """Whether :meth:`token` said the stream's early TPOT."""
+        return request_id in self._early and self._early[request_id] is None
 
     def tpot_at_risk(self, now: float, weight: Callable[[int], float]) -> dict[str, float]:
         """Per server with any: its streams at risk of missing their TPOT SLO at ``now``, each counted as
@@ -93,6 +124,7 @@ class Inflight:
         if entry is None:
             return None
         self._streams.drop(request_id)
+        self._early.pop(request_id, None)
         load = self._load[entry.server_id]
         if load.requests <= 1:
             del self._load[entry.server_id]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,13 +34,19 @@ from headroom.output_lengths import OutputLengths
 from headroom.router.framework.roles import Request, ServerSnapshot
 from headroom.router.framework.server_table import ServerTable
 from headroom.router.state.encoder_index import EncoderIndex
-from headroom.router.state.inflight import Inflight
+from headroom.router.state.inflight import Inflight, Relayed
 from headroom.router.state.outliers import OutlierPolicy, Outliers
 from headroom.router.state.prefix_index import PrefixIndex
 from headroom.router.state.servers import ServerSpec
 from headroom.tpot_ratios import TpotRatios
 
 STEP_GAP_S = 0.001  # tokens closer than this together came out of the same batch step
+
+
+class Finished(NamedTuple):
+    """What :meth:`PoolState.completed` says of a request that finished."""
+    first_unseen: bool  # possibly a stream whose first token went by unseen
+    early_tpot_timed: bool  # its early TPOT went by (:meth:`PoolState.token`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,13 +200,13 @@ class PoolState:
             self._token_interval[i] = 0.0  # the last one was too long ago to say anything of this step
         self._last_token[i] = now
 
-    def token(self, key: str, now: float, count: int = 1) -> bool:
+    def token(self, key: str, now: float, count: int = 1) -> Relayed:
         """``count`` tokens of the request dispatched under ``key`` were relayed at ``now`` (the first one ends its
-        prefill); whether they were its first."""
-        entry = self.inflight.token(key, now, count)
-        if entry is not None:
-            self._store_load(entry.server_id)
-        return entry is not None
+        prefill): whether they were its first, and its early TPOT when they completed it."""
+        relayed = self.inflight.token(key, now, count)
+        if relayed.first is not None:
+            self._store_load(relayed.first.server_id)
+        return relayed
 
     def _at_risk(self, now: float) -> np.ndarray:
         """Per server, the expected number of its streams at risk that end soon (:meth:`token`, ``lengths``)."""
@@ -211,15 +217,17 @@ class PoolState:
                 counts[i] = n
         return counts
 
-    def completed(self, key: str, output_tokens: int = 0) -> bool:
-        """A request finished (``output_tokens`` when it completed: its length tells when streams end); whether it
-        may have been a stream whose first token :meth:`token` never saw (an unknown or expired key may)."""
+    def completed(self, key: str, output_tokens: int = 0) -> Finished:
+        """A request finished (``output_tokens`` when it completed: its length tells when streams end): whether it
+        may have been a stream whose first token :meth:`token` never saw (an unknown or expired key may), and
+        whether :meth:`token` said its early TPOT."""
         self.lengths.add(output_tokens)
+        timed = self.inflight.early_tpot_timed(key)
         entry = self.inflight.finish(key)
         if entry is None:
-            return True
+            return Finished(True, False)
         self._store_load(entry.server_id)
-        return entry.prefilling
+        return Finished(entry.prefilling, timed)
 
     def upstream_failed(self, server_id: str, now: float) -> float | None:
         """A request sent to ``server_id`` failed; the end of its ejection if that ejected it, else None."""

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from headroom.contract.server_metrics import ServerMetrics
+from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.router.control.metering import Completion
 from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.service import RouterService
@@ -134,3 +135,52 @@ def test_an_untrusted_callers_first_token_teaches_nothing():
                     trusted=False)
     assert ttft_factor(router, clock, dispatch.server.server_id) == pytest.approx(1.0)
 
+
+
+def tpot_factor(router, clock, server_id):
+    (snapshot,) = [s for s in router.pool.snapshots(req(), clock.now) if s.server_id == server_id]
+    return math.exp(snapshot.latency_correction[1])
+
+
+def test_a_streams_first_tokens_teach_its_tpot_while_it_runs_and_once():
+    router, clock = service(TablePredictor(base=100.0))
+    dispatch = router.pick(req(request_id="s", stream=True))
+    sid, model = dispatch.server.server_id, dispatch.decision.chosen.prediction.model_ms()
+    clock.now += model["ttft"] / 1000.0
+    router.streamed(dispatch, clock.now)  # the first token
+
+    def tokens(n, tpot_ms):
+        for _ in range(n):
+            clock.now += tpot_ms / 1000.0
+            router.streamed(dispatch, clock.now)
+
+    tokens(EARLY_TPOT_TOKENS - 1, 2 * model["tpot"])  # twice the model's TPOT
+    assert tpot_factor(router, clock, sid) == pytest.approx(1.0)  # not timed yet
+    tokens(1, 2 * model["tpot"])
+    once = tpot_factor(router, clock, sid)
+    assert once == pytest.approx(math.sqrt(2.0))  # one ratio of 2, shrunk by half while it is the only one
+    tokens(3 * EARLY_TPOT_TOKENS, model["tpot"] / 100.0)  # later tokens, however fast, teach nothing: nor the end
+    router.complete(dispatch, Completion(e2e_ms=9000.0, output_tokens=4 * EARLY_TPOT_TOKENS + 1,
+                                         ttft_ms=model["ttft"], tpot_ms=model["tpot"] / 4))
+    assert tpot_factor(router, clock, sid) == pytest.approx(once, rel=1e-3)  # faded by a few ms only
+
+
+def test_a_short_stream_teaches_its_tpot_at_its_end():
+    router, clock = service(TablePredictor(base=100.0))
+    dispatch = router.pick(req(request_id="s", stream=True))
+    sid, model = dispatch.server.server_id, dispatch.decision.chosen.prediction.model_ms()
+    for _ in range(EARLY_TPOT_TOKENS // 2):
+        clock.now += 0.01
+        router.streamed(dispatch, clock.now)
+    router.complete(dispatch, Completion(e2e_ms=900.0, output_tokens=EARLY_TPOT_TOKENS // 2, ttft_ms=model["ttft"],
+                                         tpot_ms=2 * model["tpot"]))
+    assert tpot_factor(router, clock, sid) == pytest.approx(math.sqrt(2.0))
+
+
+def test_an_untrusted_callers_tokens_teach_no_tpot():
+    router, clock = service(TablePredictor(base=100.0))
+    dispatch = router.pick(req(request_id="s", stream=True))
+    for _ in range(3 * EARLY_TPOT_TOKENS):
+        clock.now += 1.0
+        router.streamed(dispatch, clock.now, trusted=False)
+    assert tpot_factor(router, clock, dispatch.server.server_id) == pytest.approx(1.0)

@@ -7,6 +7,7 @@ from aiohttp import web
 from headroom.contract.prompt import token_block_hashes as block_hashes
 from headroom.contract.server_metrics import ServerMetrics
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, SERVER_FIELDS
+from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.output_lengths import OutputLengths
 from headroom.router.errors import ConfigError
 from headroom.router.state.pool import PoolState
@@ -246,3 +247,19 @@ def test_tokens_relayed_together_count_each():
     together = at_risk_after([(0.10, 3), (0.16, 3)])  # two reads of three SSE events each
     assert together == at_risk_after([(0.10, 1)] * 3 + [(0.16, 1)] * 3) == 1.0  # 6 tokens: 50 ms behind at 0.45
     assert at_risk_after([(0.10, 1), (0.16, 1)]) == 0.0  # counted per read, 2 tokens: 250 ms behind, past saving
+
+
+def test_a_streams_first_tokens_after_its_first_are_timed_once():
+    pool = PoolState((ServerSpec("a", "h:1"),))
+    pool.scraped("a", ServerMetrics(0, 0, 0), now=0.0)
+    pool.dispatched(req(request_id="s", stream=True), "a", now=0.0)
+    assert pool.token("s", 0.5).first is not None
+    reads = [pool.token("s", 0.5 + 0.02 * i, 2).early_tpot_ms for i in range(1, EARLY_TPOT_TOKENS + 1)]
+    timed = [(i, ms) for i, ms in enumerate(reads, 1) if ms is not None]
+    assert timed == [(EARLY_TPOT_TOKENS // 2, pytest.approx(10.0))]  # two tokens a read, 20 ms apart
+    assert pool.completed("s") == (False, True)
+    assert pool.token("s", 9.0) == (None, None)  # a finished stream is forgotten
+    pool.dispatched(req(request_id="t", stream=True), "a", now=0.0)
+    pool.token("t", 0.5)
+    assert pool.completed("t") == (False, False)  # not timed: its TPOT is learned at its end
+    assert pool.completed("unknown") == (True, False)

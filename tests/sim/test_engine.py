@@ -215,3 +215,31 @@ def test_a_grown_kv_cache_admits_what_waited_for_blocks() -> None:
     engine.set_kv_capacity(400, 0.05)
     engine.advance_to(0.3)
     assert engine.num_running == 3
+
+
+def test_a_streams_early_tpot_is_timed_at_the_token_a_router_times_it_by() -> None:
+    def run(early_tpot_tokens: int) -> ServerEngine:
+        engine = ServerEngine(H100, record_tokens=True, early_tpot_tokens=early_tpot_tokens)
+        for i in range(6):
+            engine.submit(SimRequest(f"r{i}", i * 0.05, 300 + 40 * i, 10 + 25 * i, stream=i != 3), i * 0.05)
+        drain(engine)
+        return engine
+
+    engine = run(16)
+    times = {o.request.request_id: o.token_times for o in engine.finished}
+    expected = sorted((rid, times[rid][16]) for rid in times if rid != "r3" and len(times[rid]) > 16)
+    got = sorted((r.request_id, t) for r, t in engine.early_tpots)
+    assert [rid for rid, _ in got] == [rid for rid, _ in expected] == ["r1", "r2", "r4", "r5"]
+    assert [t for _, t in got] == pytest.approx([t for _, t in expected], abs=1e-9)
+    assert run(0).early_tpots == []
+    recorded = ServerEngine(H100, record_tokens=True)
+    recorded.submit(SimRequest("r", 0.0, 500, 200), 0.0)
+    drain(recorded)
+    timed = recorded.finished[0].token_times[16]
+    for now, seen in ((timed - 1e-6, []), (timed + 1e-6, [timed])):
+        lazy = ServerEngine(H100, early_tpot_tokens=16)  # advanced only to its wakes, as the pool does
+        lazy.submit(SimRequest("r", 0.0, 500, 200), 0.0)
+        while (wake := lazy.next_wake(lazy.clock)) is not None and wake <= now:
+            lazy.advance_to(wake)
+        lazy.early_tpots_by(now)  # inside a decode segment not yet committed
+        assert [t for _, t in lazy.early_tpots] == pytest.approx(seen, abs=1e-9)

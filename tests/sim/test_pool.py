@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from headroom.contract.telemetry import decode, encode
+from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.sim.oracle import oracle_pick, true_ttft_ms
 from headroom.sim.policies import policy
 from headroom.sim.pool import PoolControl, SimulationError, run, slow_down, uniform_pool
@@ -250,3 +251,22 @@ def test_the_router_view_learns_a_streams_ttft_at_its_first_token_not_at_its_end
     assert all(corrections[o.request.request_id] == 0.0 for o in before)
     assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
 
+
+
+def test_the_router_view_learns_a_streams_tpot_from_its_first_tokens_not_at_its_end() -> None:
+    requests = generate(poisson_arrivals(10.0, 5.0, 0), Lengths(800, 0.6, high=4000), Lengths(300, 0.2, high=400),
+                        seed=0, stream_fraction=1.0)
+    corrections = {}
+
+    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TPOT at 1 ms
+        corrections[request.request_id] = view.latency_correction(0)[1]
+        return Pick(view.snapshots[0].server_id, predicted_tpot_ms=1.0, model_versions={"tpot": 1})
+
+    outcomes = run(requests, uniform_pool(1), pick, record_tokens=True).outcomes
+    first_timed = min(o.token_times[EARLY_TPOT_TOKENS] for o in outcomes)
+    first_end = min(o.completion_s for o in outcomes)
+    before = [o for o in outcomes if o.request.arrival_s < first_timed]
+    between = [o for o in outcomes if first_timed < o.request.arrival_s < first_end]
+    assert before and between
+    assert all(corrections[o.request.request_id] == 0.0 for o in before)
+    assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
