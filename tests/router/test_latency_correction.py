@@ -106,6 +106,11 @@ def ttft_factor(router, clock, server_id):
     return math.exp(snapshot.latency_correction[0])
 
 
+def tpot_factor(router, clock, server_id):
+    (snapshot,) = [s for s in router.pool.snapshots(req(), clock.now) if s.server_id == server_id]
+    return math.exp(snapshot.latency_correction[1])
+
+
 def test_a_streams_first_token_teaches_its_ttft_at_once_and_its_end_does_not_count_it_again():
     router, clock = service(TablePredictor(base=100.0))
     dispatch = router.pick(req(request_id="s", stream=True))
@@ -126,20 +131,16 @@ def test_a_caller_reporting_the_whole_stream_at_its_end_still_teaches_its_ttft()
     assert max(ttft_factor(router, clock, sid) for sid in ("a", "b")) == pytest.approx(math.sqrt(2.0), rel=1e-3)
 
 
-def test_an_untrusted_callers_first_token_teaches_nothing():
+def test_an_untrusted_callers_tokens_teach_nothing():
     router, clock = service(TablePredictor(base=100.0))
     dispatch = router.pick(req(request_id="s", stream=True))
-    clock.now += 1.0
-    router.streamed(dispatch, clock.now, trusted=False)
+    for _ in range(3 * EARLY_TPOT_TOKENS):
+        clock.now += 1.0
+        router.streamed(dispatch, clock.now, trusted=False)
     router.complete(dispatch, Completion(e2e_ms=2000.0, output_tokens=5, ttft_ms=1000.0, tpot_ms=10.0),
                     trusted=False)
-    assert ttft_factor(router, clock, dispatch.server.server_id) == pytest.approx(1.0)
-
-
-
-def tpot_factor(router, clock, server_id):
-    (snapshot,) = [s for s in router.pool.snapshots(req(), clock.now) if s.server_id == server_id]
-    return math.exp(snapshot.latency_correction[1])
+    sid = dispatch.server.server_id
+    assert ttft_factor(router, clock, sid) == tpot_factor(router, clock, sid) == pytest.approx(1.0)
 
 
 def test_a_streams_first_tokens_teach_its_tpot_while_it_runs_and_once():
@@ -175,12 +176,3 @@ def test_a_short_stream_teaches_its_tpot_at_its_end():
     router.complete(dispatch, Completion(e2e_ms=900.0, output_tokens=EARLY_TPOT_TOKENS // 2, ttft_ms=model["ttft"],
                                          tpot_ms=2 * model["tpot"]))
     assert tpot_factor(router, clock, sid) == pytest.approx(math.sqrt(2.0))
-
-
-def test_an_untrusted_callers_tokens_teach_no_tpot():
-    router, clock = service(TablePredictor(base=100.0))
-    dispatch = router.pick(req(request_id="s", stream=True))
-    for _ in range(3 * EARLY_TPOT_TOKENS):
-        clock.now += 1.0
-        router.streamed(dispatch, clock.now, trusted=False)
-    assert tpot_factor(router, clock, dispatch.server.server_id) == pytest.approx(1.0)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from headroom.contract.targets import TARGETS
 from headroom.contract.telemetry import decode, encode
 from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.sim.oracle import oracle_pick, true_ttft_ms
@@ -233,40 +234,22 @@ def test_a_stream_that_ends_with_its_first_token_is_accounted_once() -> None:
     assert len(result.outcomes) == len(requests) and not result.dropped
 
 
-def test_the_router_view_learns_a_streams_ttft_at_its_first_token_not_at_its_end() -> None:
+@pytest.mark.parametrize("target", ["ttft", "tpot"])
+def test_the_router_view_learns_a_streams_ttft_and_tpot_while_it_runs_not_at_its_end(target: str) -> None:
+    """Its TTFT at its first token, its TPOT at its token ``1 + EARLY_TPOT_TOKENS``."""
     requests = generate(poisson_arrivals(10.0, 5.0, 0), Lengths(800, 0.6, high=4000), Lengths(300, 0.2, high=400),
                         seed=0, stream_fraction=1.0)
     corrections = {}
 
-    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TTFT at 1 ms
-        corrections[request.request_id] = view.latency_correction(0)[0]
-        return Pick(view.snapshots[0].server_id, predicted_ttft_ms=1.0, model_versions={"ttft": 1})
-
-    outcomes = run(requests, uniform_pool(1), pick).outcomes
-    first_token = min(o.first_token_s for o in outcomes)
-    first_end = min(o.completion_s for o in outcomes)
-    before = [o for o in outcomes if o.request.arrival_s < first_token]
-    between = [o for o in outcomes if first_token < o.request.arrival_s < first_end]
-    assert before and between
-    assert all(corrections[o.request.request_id] == 0.0 for o in before)
-    assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
-
-
-
-def test_the_router_view_learns_a_streams_tpot_from_its_first_tokens_not_at_its_end() -> None:
-    requests = generate(poisson_arrivals(10.0, 5.0, 0), Lengths(800, 0.6, high=4000), Lengths(300, 0.2, high=400),
-                        seed=0, stream_fraction=1.0)
-    corrections = {}
-
-    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TPOT at 1 ms
-        corrections[request.request_id] = view.latency_correction(0)[1]
-        return Pick(view.snapshots[0].server_id, predicted_tpot_ms=1.0, model_versions={"tpot": 1})
+    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TTFT or TPOT at 1 ms
+        corrections[request.request_id] = view.latency_correction(0)[TARGETS.index(target)]
+        return Pick(view.snapshots[0].server_id, **{f"predicted_{target}_ms": 1.0}, model_versions={target: 1})
 
     outcomes = run(requests, uniform_pool(1), pick, record_tokens=True).outcomes
-    first_timed = min(o.token_times[EARLY_TPOT_TOKENS] for o in outcomes)
+    taught = min(o.token_times[0 if target == "ttft" else EARLY_TPOT_TOKENS] for o in outcomes)
     first_end = min(o.completion_s for o in outcomes)
-    before = [o for o in outcomes if o.request.arrival_s < first_timed]
-    between = [o for o in outcomes if first_timed < o.request.arrival_s < first_end]
+    before = [o for o in outcomes if o.request.arrival_s < taught]
+    between = [o for o in outcomes if taught < o.request.arrival_s < first_end]
     assert before and between
     assert all(corrections[o.request.request_id] == 0.0 for o in before)
     assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
