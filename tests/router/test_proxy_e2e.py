@@ -101,8 +101,9 @@ def test_streams_over_the_pool_default_tpot_slo_are_seen_while_relayed():
             return at_risk, after, router
     at_risk, after, router = run(scenario)
     # no header: held to the pool's 25 ms; 30 ms between tokens puts the stream behind it while it is relayed,
-    # by a few ms a token, so it is at risk (until it is too far behind to be saved); once it ended, it is not
-    assert len(at_risk) == 8 and at_risk[1] == 1 and after == 0, at_risk
+    # by a few ms a token, so it is at risk (from its second to about its sixth token, later when a busy machine
+    # delays one token and lets the next catch up); once it ended, it is not
+    assert len(at_risk) == 8 and 1.0 in at_risk and after == 0, at_risk
     (record,) = router.telemetry.records
     assert record.slo_tpot_ms == 25.0 and record.tpot_ms > 25.0
 
