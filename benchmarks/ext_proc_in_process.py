@@ -107,7 +107,7 @@ def _native_run(service: Any, raw: list[bytes], scrape: Any, refused: list[int])
         for token in range(count):
             if token % SCRAPE_EVERY == 0:
                 scrape()
-            front._decide(token, dict(headers), body.request_body.body, False, True)
+            front._decide(token, dict(headers), body.request_body.body, False, True, True)
             front._finish(token, False, False, answer.response_body.body)
         return time.process_time() - started
 

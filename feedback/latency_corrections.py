@@ -33,6 +33,9 @@ counts once its work is at least :data:`PACE_MIN_WORK` tokens (below, fixed cost
 lower quartile of the last :data:`RING` samples, so that it bounds rather than predicts, and it fades as the
 corrections do.
 
+A server that stalls teaches none of this, as its first tokens do not come; what its streams say while they wait
+(:mod:`feedback.first_token_watch`) raises its TTFT factor (:meth:`LatencyCorrections.log_factors`, ``overdue``).
+
 Times are the caller's (monotonic seconds in the router, virtual ones in the simulator).
 
 >>> corrections = LatencyCorrections()
@@ -69,6 +72,7 @@ MAX_FACTOR = 16.0  # a single ratio counts at most this far from 1 (either way)
 PRIOR = 1.0  # shrinkage: the mean counts n / (n + PRIOR), n the ratios observed so far
 MAX_SERVERS = 4096  # servers observed at once; one more is left out until another is forgotten
 TARGET_INDEX = {target: i for i, target in enumerate(TARGETS)}
+_TTFT = TARGET_INDEX["ttft"]
 PACE_MIN_WORK = 1024  # prompt tokens of prefill work a pace sample needs
 PACE_LEAST = 3  # samples before a server has a pace
 MAX_PACE_MS = 100.0  # ms per token: one sample counts at most this (a forged or broken report)
@@ -106,14 +110,20 @@ class LatencyCorrections:
         """The slots of ``server_ids`` (new servers get empty ones), to read :meth:`log_factors` with."""
         return np.array([self._slot_of(sid) for sid in server_ids], dtype=np.intp)
 
-    def log_factors(self, slots: np.ndarray, now: float) -> np.ndarray:
-        """``(len(TARGETS), len(slots))``: the log factor each target's prediction is multiplied by at ``now``."""
+    def log_factors(self, slots: np.ndarray, now: float, overdue: np.ndarray | None = None) -> np.ndarray:
+        """``(len(TARGETS), len(slots))``: the log factor each target's prediction is multiplied by at ``now``; the
+        TTFT one at least ``overdue`` where that is above 0 (per slot,
+        :meth:`~feedback.first_token_watch.FirstTokenWatch.overdue`)."""
         if not self._observed:
-            return np.zeros((len(TARGETS), len(slots)))
-        estimate, at = self._estimate[:, slots], self._at[:, slots]
-        if not estimate.any():
-            return np.zeros_like(estimate)
-        return estimate * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s))
+            factors = np.zeros((len(TARGETS), len(slots)))
+        else:
+            estimate, at = self._estimate[:, slots], self._at[:, slots]
+            factors = estimate * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s)) if estimate.any() \
+                else np.zeros_like(estimate)
+        if overdue is not None and overdue.any():
+            late = overdue > 0.0
+            factors[_TTFT, late] = np.maximum(factors[_TTFT, late], overdue[late])
+        return factors
 
     def log_factors_of(self, server_ids: Sequence[str], now: float) -> np.ndarray:
         """:meth:`log_factors` by server id, without taking a slot for a server never observed (0 for it)."""

@@ -322,6 +322,7 @@ class _Run:
             self.views[r].inflight_prefill_tokens[srv.index] = srv.prefill_tokens[r]
         seen = self.dispatched[request.request_id]
         ttft_ms = (first_s - seen.dispatch_s) * 1000.0
+        self.views[r].watch.first_token(srv.spec.server_id, request.request_id, ttft_ms)
         self._learn_first_token(self.views[r], srv.spec.server_id, request, seen, ttft_ms)
         self.first_token_s[request.request_id] = first_s
 
@@ -366,6 +367,7 @@ class _Run:
         self.first_token_s.pop(request.request_id, None)
         self.tpot_learned.discard(request.request_id)
         r = self.router_of.pop(request.request_id)
+        self.views[r].watch.ended(srv.spec.server_id, request.request_id)
         srv.inflight[r] -= 1
         srv.inflight_tokens[r] -= request.prompt_tokens
         srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
@@ -451,6 +453,8 @@ class _Run:
         if request.stream:  # the router sees a streaming request's first token, a non-streaming one's never
             srv.prefill_tokens[r] += request.prompt_tokens
             srv.prefilling[request.request_id] = request.prompt_tokens
+            if type(decision) is Pick and decision.predicted_ttft_ms is not None:
+                view.watch.dispatched(server_id, request.request_id, self.now, decision.predicted_ttft_ms)
             slo = decision.tpot_slo_ms if type(decision) is Pick and decision.tpot_slo_ms else request.slo_tpot_ms
             if slo is not None:
                 tpot_slos = srv.tpot_slos[r]

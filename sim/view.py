@@ -19,7 +19,9 @@ each routable server ``i`` (ready, not draining), in the same order:
   (:class:`~headroom.tpot_ratios.TpotRatios`, fed as they complete, as a router's own record is);
 - ``corrections`` — how far each server's latencies have lately departed from the models' predictions
   (:class:`~feedback.latency_corrections.LatencyCorrections`, fed as requests complete, as a router's own is), and
-  ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now, and
+  ``latency_correction(i)`` the log factors per target it corrects server ``i``'s predictions by now (the TTFT one
+  no lower than what its latest streams say while some are late for their first tokens: ``watch``, fed as the
+  router's own is), and
   ``prefill_pace(i)`` the pace server ``i`` lately went through prefill at;
 - ``prefix_match(i)`` — the fraction of this request's prompt cached on the server, computed on demand.
   The simulator reads the server's actual cache at dispatch time; a real router estimates the same
@@ -45,6 +47,7 @@ from headroom.contract.server_metrics import SCRAPED_STATE
 from headroom.contract.server_state import NO_TOKEN_AGE_MS, ServerState
 from headroom.contract.slo import tpot_at_risk
 from headroom.contract.targets import TARGETS
+from headroom.feedback.first_token_watch import FirstTokenWatch
 from headroom.feedback.latency_corrections import LatencyCorrections
 from headroom.output_lengths import OutputLengths
 from headroom.sim.records import MetricsSnapshot
@@ -87,7 +90,7 @@ class PoolView:
 
     __slots__ = ("now", "request", "snapshots", "inflight_requests", "inflight_prompt_tokens",
                  "inflight_prefill_tokens", "inflight_decode_tokens", "running_tpot_slos", "lengths", "tpot_ratios",
-                 "corrections", "_engines", "_matches", "_tpot_slos", "_known", "_correction_slots", "_corrections",
+                 "corrections", "watch", "_engines", "_matches", "_tpot_slos", "_known", "_correction_slots", "_positions", "_corrections",
                  "_paces")
 
     def __init__(self) -> None:
@@ -102,7 +105,9 @@ class PoolView:
         self.lengths = OutputLengths()
         self.tpot_ratios = TpotRatios()
         self.corrections = LatencyCorrections()
+        self.watch = FirstTokenWatch()
         self._correction_slots = np.zeros(0, dtype=np.intp)
+        self._positions: dict[str, int] = {}  # server id -> its index
         self._corrections: np.ndarray | None = None  # this arrival's, once read
         self._paces: np.ndarray | None = None
         self._engines: list[ServerEngine] = []
@@ -144,7 +149,12 @@ class PoolView:
     def latency_correction(self, i: int) -> tuple[float, ...]:
         """The log factors per target (``TARGETS`` order) server ``i``'s predictions are corrected by now."""
         if self._corrections is None:
-            self._corrections = self.corrections.log_factors(self._correction_slots, self.now)
+            overdue = np.zeros(len(self.snapshots))
+            for server_id, factor in self.watch.overdue(self.now).items():
+                position = self._positions.get(server_id)  # None: no longer routable
+                if position is not None:
+                    overdue[position] = factor
+            self._corrections = self.corrections.log_factors(self._correction_slots, self.now, overdue)
         return tuple(self._corrections[:, i].tolist())
 
     def prefill_pace(self, i: int) -> float:
@@ -174,7 +184,9 @@ class PoolView:
 
     def _servers_changed(self) -> None:
         """The routable servers changed (``snapshots`` is the new list): their correction slots."""
-        self._correction_slots = self.corrections.slots([s.server_id for s in self.snapshots])
+        ids = [s.server_id for s in self.snapshots]
+        self._correction_slots = self.corrections.slots(ids)
+        self._positions = {server_id: i for i, server_id in enumerate(ids)}
 
 
 def known_prefix(request: SimRequest, known: set[int]) -> float:

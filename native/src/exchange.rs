@@ -48,6 +48,7 @@ pub struct Exchange {
     limits: Arc<Limits>,
     duplex_request: bool,
     duplex_response: bool,
+    response_streamed: bool, // its body comes as it is sent (streamed or full duplex)
     headers_only: bool,
     headers: Vec<(String, String)>,
     chunks: Vec<Bytes>,
@@ -69,6 +70,7 @@ impl Exchange {
             limits,
             duplex_request: duplex,
             duplex_response: duplex,
+            response_streamed: duplex,
             headers_only: false,
             headers: Vec::new(),
             chunks: Vec::new(),
@@ -117,6 +119,7 @@ impl Exchange {
         self.duplex_request = mode == proto::MODE_FULL_DUPLEX;
         self.headers_only = mode == proto::MODE_NONE;
         self.duplex_response = config.response_body_mode == proto::MODE_FULL_DUPLEX;
+        self.response_streamed = self.duplex_response || config.response_body_mode == proto::MODE_STREAMED;
         None
     }
 
@@ -179,6 +182,7 @@ impl Exchange {
             body,
             to_body,
             trusted: self.trusted,
+            response_streamed: self.response_streamed,
         };
         match self.handoff.ask(self.token, event).await {
             Some(Reply::Answer { answer, routed: true, stream }) => {

@@ -16,9 +16,17 @@ use tokio::sync::oneshot;
 /// What the front hands the event loop.
 pub enum Event {
     /// Schedule a request: its headers (lower-cased names, in order), its body (None: scheduled on its headers
-    /// alone), whether the answer goes to the request body message (else to the request headers'), and whether
-    /// its caller is trusted for telemetry. Awaits a [`Reply`].
-    Decide { token: u64, headers: Vec<(String, String)>, body: Option<Bytes>, to_body: bool, trusted: bool },
+    /// alone), whether the answer goes to the request body message (else to the request headers'), whether
+    /// its caller is trusted for telemetry, and whether its response body comes as it is sent (streamed or full
+    /// duplex, not buffered). Awaits a [`Reply`].
+    Decide {
+        token: u64,
+        headers: Vec<(String, String)>,
+        body: Option<Bytes>,
+        to_body: bool,
+        trusted: bool,
+        response_streamed: bool,
+    },
     /// A request body grew to `size` bytes, over the limit: awaits the refusal.
     TooLarge { token: u64, size: usize },
     /// A chunk of a scheduled streaming response, to meter.

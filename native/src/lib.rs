@@ -130,13 +130,13 @@ impl ExtProcFront {
         let mut out = Vec::new();
         for event in self.handoff.take() {
             let item = match event {
-                Event::Decide { token, headers, body, to_body, trusted } => {
+                Event::Decide { token, headers, body, to_body, trusted, response_streamed } => {
                     let names = PyDict::new(py);
                     for (name, value) in headers {
                         names.set_item(name, value)?;
                     }
                     let body = body.map(|b| PyBytes::new(py, &b));
-                    (DECIDE, token, names, body, to_body, trusted).into_pyobject(py)?.into_any().unbind()
+                    (DECIDE, token, names, body, to_body, trusted, response_streamed).into_pyobject(py)?.into_any().unbind()
                 }
                 Event::TooLarge { token, size } => (TOO_LARGE, token, size).into_pyobject(py)?.into_any().unbind(),
                 Event::Feed { token, data } => (FEED, token, PyBytes::new(py, &data)).into_pyobject(py)?.into_any().unbind(),

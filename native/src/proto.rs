@@ -94,6 +94,7 @@ pub struct ProtocolConfiguration {
 
 /// `ProcessingMode.BodySendMode`.
 pub const MODE_NONE: i32 = 0;
+pub const MODE_STREAMED: i32 = 1;
 pub const MODE_BUFFERED: i32 = 2;
 pub const MODE_FULL_DUPLEX: i32 = 4;
 

@@ -59,6 +59,7 @@ class Dispatch:
     key: str = ""  # the dispatch's in-flight key, unique in the router
     tried: tuple[str, ...] = ()  # servers the request went to before this one, which failed it
     ejections: int = 0  # servers its failed attempts ejected
+    watched: bool = False  # its tokens are relayed through the router as they come, by a trusted caller
 
     @property
     def server(self) -> ServerSnapshot:
@@ -92,9 +93,12 @@ class RouterService:
                        block_hashes=prompt.block_hashes, media_hashes=prompt.media_hashes)
 
     def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None, *,
-             retry_of: Dispatch | None = None) -> Dispatch:
+             retry_of: Dispatch | None = None, watched: bool = False) -> Dispatch:
         """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch; a retry
-        (``retry_of`` the dispatch that failed) goes to none of the servers tried already."""
+        (``retry_of`` the dispatch that failed) goes to none of the servers tried already. When ``watched`` (its
+        tokens will be relayed through the router as they come, by a trusted caller), a stream waits for its first
+        token there with the model's prediction of it, and its server is priced by how late it is
+        (:meth:`PoolState.dispatched`)."""
         arrival = self.wall() if retry_of is None else retry_of.arrival_ts
         started = time.perf_counter()
         now = self.monotonic()
@@ -123,15 +127,17 @@ class RouterService:
                 self.pool.corrections.model_version(chosen.server.pool_key, target, version)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
-        self.pool.dispatched(request, chosen.server.server_id, now, key)  # type: ignore[union-attr]
+        prediction = chosen.prediction  # type: ignore[union-attr]
+        awaited = prediction.model_ms()["ttft"] if watched and request.stream and prediction is not None else None
+        self.pool.dispatched(request, chosen.server.server_id, now, key, awaited)  # type: ignore[union-attr]
         return Dispatch(request, decision, arrival, self.wall(), now, key, tried,
-                        0 if retry_of is None else retry_of.ejections)
+                        0 if retry_of is None else retry_of.ejections, watched)
 
     def retry(self, failed: Dispatch) -> Dispatch:
         """The same request on another server, after ``failed`` (already reported) failed before its first
         byte; raises :class:`~router.errors.NoCandidates` when no other server is left."""
         self.metrics.upstream_retries.inc()
-        return self.pick(failed.request, retry_of=failed)
+        return self.pick(failed.request, retry_of=failed, watched=failed.watched)
 
     def upstream_failed(self, dispatch: Dispatch, reason: str) -> Dispatch:
         """Release a dispatch whose server failed it (``reason``: e.g. ``connect``, ``status-503``, ``first-byte-

@@ -154,6 +154,7 @@ class Exchange:
         self.service = servicer.service
         self.trusted = trusted  # its measurements become telemetry
         self.duplex_request = self.duplex_response = servicer.body_mode == FULL_DUPLEX  # hand the bodies back
+        self.response_streamed = self.duplex_response  # the response body comes as it is sent, not at its end
         self.headers_only = False  # request body mode NONE: schedule on the headers
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []  # the request body's chunks before its last
@@ -173,6 +174,7 @@ class Exchange:
         self.duplex_request = config.request_body_mode == FULL_DUPLEX
         self.headers_only = config.request_body_mode == MODES.NONE
         self.duplex_response = config.response_body_mode == FULL_DUPLEX
+        self.response_streamed = config.response_body_mode in (MODES.STREAMED, FULL_DUPLEX)
         return None
 
     def chat(self) -> bool:
@@ -240,7 +242,7 @@ class Exchange:
         try:
             headers = parse_headers(self.headers)
             request = self.service.request_of(self.servicer.request_id(self.headers), headers, prompt)
-            self.dispatch = self.service.pick(request)
+            self.dispatch = self.service.pick(request, watched=self.trusted and self.response_streamed)
         except RequestError as err:
             return refusal(err)
         except AdmissionRejected as err:

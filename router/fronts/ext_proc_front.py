@@ -105,9 +105,10 @@ class NativeExtProc:
                 if event[0] in (self.native.DECIDE, self.native.TOO_LARGE):
                     self._front.fail(event[1], "the router failed to schedule the request")
 
-    def _decide(self, token: int, headers: dict[str, str], body: bytes | None, to_body: bool, trusted: bool) -> None:
+    def _decide(self, token: int, headers: dict[str, str], body: bytes | None, to_body: bool, trusted: bool,
+                response_streamed: bool) -> None:
         exchange = Exchange(self.servicer, trusted)
-        exchange.headers = headers
+        exchange.headers, exchange.response_streamed = headers, response_streamed
         kind = "request_body" if to_body else "request_headers"
         if body is None:
             self._answer(token, exchange, kind, exchange.schedule(kind, HEADER_ONLY))

@@ -13,6 +13,10 @@ one relayed chunk counts as one token, :mod:`router.state.stream_table`), so :me
 can say, per server, how many of its streams are at risk of missing their TPOT SLO right now
 (:func:`contract.slo.tpot_at_risk`), each weighted by the chance that it ends soon.
 
+A stream whose first token the router will see can be started with the model's prediction of it
+(``predicted_ttft_ms``): it is watched (:class:`~feedback.first_token_watch.FirstTokenWatch`, ``watch``), so that a
+server whose latest streams are late for their first tokens is priced so while they wait.
+
 A stream's first :data:`EARLY_TPOT_TOKENS` tokens after its first are timed too: :meth:`Inflight.token` says
 their ms per token once they went by, so that the router learns a stream's TPOT while it runs, not at its end (a
 long answer may stream for minutes).
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from headroom.feedback.first_token_watch import FirstTokenWatch
 from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.router.state.stream_table import StreamTable
 
@@ -68,10 +73,14 @@ class Inflight:
         self._load: dict[str, ServerLoad] = {}
         self._streams = StreamTable()  # the streams with a TPOT SLO, from their first token on
         self._early: dict[str, list[float] | None] = {}  # stream -> [first token's time, tokens since]; None: timed
+        self.watch = FirstTokenWatch()
 
     def start(self, request_id: str, server_id: str, prompt_tokens: int, tpot_slo_ms: float | None,
-              now: float, stream: bool = False, max_tokens: int = 0) -> None:
+              now: float, stream: bool = False, max_tokens: int = 0, predicted_ttft_ms: float | None = None) -> None:
+        """Account a request sent to ``server_id``; a stream with ``predicted_ttft_ms`` is watched."""
         self.finish(request_id)  # a reused id replaces its earlier entry
+        if stream and predicted_ttft_ms is not None:
+            self.watch.dispatched(server_id, request_id, now, predicted_ttft_ms)
         entry = InflightRequest(request_id, server_id, max(0, prompt_tokens), tpot_slo_ms, now, stream,
                                 max(0, max_tokens))
         self._requests[request_id] = entry
@@ -81,12 +90,13 @@ class Inflight:
         self._load[server_id] = ServerLoad(load.requests + 1, load.prompt_tokens + entry.prompt_tokens, slos, prefill,
                                            load.decode_tokens + entry.max_tokens)
 
-    def first_token(self, request_id: str) -> InflightRequest | None:
-        """The request's first token arrived: its prompt is no longer prefill work queued on its server."""
+    def first_token(self, request_id: str, now: float) -> InflightRequest | None:
+        """The request's first token arrived at ``now``: its prompt is no longer prefill work queued on its server."""
         entry = self._requests.get(request_id)
         if entry is None or not entry.prefilling:
             return None
         self._requests[request_id] = replace(entry, prefilling=False)
+        self.watch.first_token(entry.server_id, request_id, (now - entry.started) * 1000.0)
         load = self._load[entry.server_id]
         self._load[entry.server_id] = replace(load, prefill_tokens=load.prefill_tokens - entry.prompt_tokens)
         return entry
@@ -100,7 +110,7 @@ class Inflight:
             self._streams.token(request_id, entry.server_id, entry.tpot_slo_ms, now, count)
         if request_id not in self._early:
             self._early[request_id] = [now, 0.0]
-            return Relayed(self.first_token(request_id), None)
+            return Relayed(self.first_token(request_id, now), None)
         early = self._early[request_id]
         if early is None:
             return NOTHING
@@ -125,6 +135,7 @@ class Inflight:
             return None
         self._streams.drop(request_id)
         self._early.pop(request_id, None)
+        self.watch.ended(entry.server_id, request_id)
         load = self._load[entry.server_id]
         if load.requests <= 1:
             del self._load[entry.server_id]

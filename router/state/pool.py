@@ -14,7 +14,8 @@ many of its streams are at risk of missing their TPOT SLO (from :meth:`PoolState
 the chance that it ends within a few tokens, from the lengths of the streams that completed (``lengths``). How the
 TPOT of completed streams compared with their predictions is kept per pool in ``tpot_ratios``, and how far each
 server's latencies have lately departed from the models' in ``corrections`` (each candidate's
-``latency_correction`` and ``prefill_ms_per_token``, faded to the decision's time). Expired in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
+``latency_correction`` and ``prefill_ms_per_token``, faded to the decision's time; its TTFT factor no lower than
+what its latest streams say while some are late for their first tokens, ``inflight.watch``). Expired in-flight requests are swept every ``expire_every_s``. Time is passed in by the caller.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class PoolState:
             self.encoder.forget(gone)
             self.outliers.forget(gone)
             self.corrections.forget(gone)
+            self.inflight.watch.forget(gone)
         for sid in self.servers:
             self.scrapes.setdefault(sid, Scrape())
         ids = tuple(self.servers)
@@ -161,7 +163,7 @@ class PoolState:
             running_tpot_slos_ms=names(self._tpot_slos), tightest_tpot_slo_ms=column(self._tightest_tpot_slo),
             metrics_age_s=np.maximum(0.0, now - column(self._scraped_at)),  # never scraped: inf
             tpot_at_risk=column(self._at_risk(now)),
-            latency_correction=self.corrections.log_factors(slots, now),
+            latency_correction=self.corrections.log_factors(slots, now, column(self._overdue(now))),
             prefill_ms_per_token=self.corrections.prefill_pace(slots, now))
 
     def with_corrections(self, servers: Sequence[ServerSnapshot], now: float) -> ServerTable:
@@ -173,16 +175,19 @@ class PoolState:
 
     def latency_corrections(self, now: float) -> Iterator[tuple[str, str, float]]:
         """``(server id, target, factor)`` of every server: what its predictions are multiplied by at ``now``."""
-        factors = np.exp(self.corrections.log_factors(self._correction_slots, now))
+        factors = np.exp(self.corrections.log_factors(self._correction_slots, now, self._overdue(now)))
         for t, target in enumerate(TARGETS):
             for i, server_id in enumerate(self._ids):
                 yield server_id, target, float(factors[t, i])
 
-    def dispatched(self, request: Request, server_id: str, now: float, key: str | None = None) -> None:
-        """Account a request sent to ``server_id``: in flight (under ``key``, the request id by default), and
+    def dispatched(self, request: Request, server_id: str, now: float, key: str | None = None,
+                   predicted_ttft_ms: float | None = None) -> None:
+        """Account a request sent to ``server_id``: in flight (under ``key``, the request id by default; a stream
+        whose first token :meth:`token` will see is watched for it, with the model's ``predicted_ttft_ms``), and
         its prompt blocks cached there."""
         self.inflight.start(key or request.request_id, server_id, request.prompt_tokens,
-                            request.slo_tpot_ms if request.stream else None, now, request.stream, request.max_tokens)
+                            request.slo_tpot_ms if request.stream else None, now, request.stream, request.max_tokens,
+                            predicted_ttft_ms)
         self.prefix.record(server_id, request.block_hashes)
         self.encoder.record(server_id, request.media_hashes)
         self._store_load(server_id)
@@ -210,12 +215,21 @@ class PoolState:
 
     def _at_risk(self, now: float) -> np.ndarray:
         """Per server, the expected number of its streams at risk that end soon (:meth:`token`, ``lengths``)."""
-        counts = np.zeros(len(self._ids))
-        for server_id, n in self.inflight.tpot_at_risk(now, self.lengths.end_chance).items():
+        return self._column(self.inflight.tpot_at_risk(now, self.lengths.end_chance))
+
+    def _overdue(self, now: float) -> np.ndarray:
+        """Per server, the least its TTFT log factor can be, from its latest streams while some are late for their
+        first tokens (:meth:`FirstTokenWatch.overdue`)."""
+        return self._column(self.inflight.watch.overdue(now))
+
+    def _column(self, values: dict[str, float]) -> np.ndarray:
+        """``values`` by server id as a column in position order (0 for the servers without one)."""
+        column = np.zeros(len(self._ids))
+        for server_id, value in values.items():
             i = self._position.get(server_id)
             if i is not None:
-                counts[i] = n
-        return counts
+                column[i] = value
+        return column
 
     def completed(self, key: str, output_tokens: int = 0) -> Finished:
         """A request finished (``output_tokens`` when it completed: its length tells when streams end): whether it

@@ -14,7 +14,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from headroom.router.app.config import ConfigError
 from headroom.router.fronts.ext_proc import DESTINATION_HEADER
-from tests.router.routercases import router_config
+from tests.router.routercases import GATEWAY_TOKEN, TablePredictor, router_config
 from tests.router.test_ext_proc import MODES, ext_proc_channel, request_messages, with_router
 from tests.router.test_ext_proc_duplex import duplex_request, duplex_response, send_all, streamed_of
 
@@ -90,3 +90,31 @@ def test_the_body_mode_setting_takes_full_duplex_or_buffered_only():
     assert router_config([], extProcBodyMode="buffered").settings.ext_proc_body_mode == "buffered"
     with pytest.raises(ConfigError, match="extProcBodyMode"):
         router_config([], extProcBodyMode="streamed")
+
+
+@pytest.mark.parametrize("response_mode, token, priced", [
+    (MODES.STREAMED, GATEWAY_TOKEN, True), (MODES.BUFFERED, GATEWAY_TOKEN, False), (MODES.STREAMED, None, False)],
+    ids=["streamed", "buffered-response", "untrusted"])
+def test_streams_waiting_for_a_first_token_price_their_server_only_when_a_trusted_gateway_streams_the_response(
+        response_mode, token, priced):
+    config = ep.ProtocolConfiguration(request_body_mode=MODES.BUFFERED, response_body_mode=response_mode)
+    body = {"prompt": "hello", "max_tokens": 4, "stream": True}
+
+    async def scenario(router, servers):
+        calls = []
+        async with ext_proc_channel(router, token) as channel:
+            for i in range(3):  # routed, then no answer: they wait for their first tokens
+                call = ep_grpc.ExternalProcessorStub(channel).Process()
+                for message in request_messages({"x-request-id": f"w{i}"}, body, config):
+                    await call.write(message)
+                    await call.read()
+                calls.append(call)
+            await asyncio.sleep(0.5)  # 5x the model's 100 ms on the idle server
+            factors = [f for _, target, f in router.pool.latency_corrections(router.service.monotonic())
+                       if target == "ttft"]
+            for call in calls:
+                call.cancel()
+        return factors
+    no_gateway = {"HEADROOM_ROUTER_GATEWAY_TOKENS_FILE": ""} if token is None else {}  # every caller routed, none trusted
+    factors, _ = asyncio.run(asyncio.wait_for(with_router(scenario, TablePredictor(), no_gateway), 60))
+    assert (max(factors) > 2.0) if priced else (factors == [1.0, 1.0]), factors

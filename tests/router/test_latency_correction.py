@@ -176,3 +176,36 @@ def test_a_short_stream_teaches_its_tpot_at_its_end():
     router.complete(dispatch, Completion(e2e_ms=900.0, output_tokens=EARLY_TPOT_TOKENS // 2, ttft_ms=model["ttft"],
                                          tpot_ms=2 * model["tpot"]))
     assert tpot_factor(router, clock, sid) == pytest.approx(math.sqrt(2.0))
+
+
+def test_a_server_whose_streams_wait_past_their_first_tokens_is_priced_that_late_while_they_wait():
+    router, clock = service(TablePredictor(base=100.0))
+    waiting = [router.pick(req(request_id=f"s{i}", stream=True), watched=True) for i in range(4)]
+    sent = [d.server.server_id for d in waiting]
+    stalled = max(("a", "b"), key=sent.count)  # two streams or more
+    other = ({"a", "b"} - {stalled}).pop()
+    on_stalled = [d for d in waiting if d.server.server_id == stalled]
+    for dispatch in waiting:
+        if dispatch.server.server_id == other:
+            router.streamed(dispatch, clock.now + 0.05)  # the other one answers
+    clock.now += 0.4  # the stalled server's streams waited 4x the model's 100 ms
+    assert ttft_factor(router, clock, stalled) == pytest.approx(4.0, rel=0.01)
+    assert ttft_factor(router, clock, other) <= 1.0  # it answered (if it had any) in half the model's time
+    assert router.pick(req(request_id="next", stream=True), watched=True).server.server_id == other
+    factors = {(sid, target): factor for sid, target, factor in router.pool.latency_corrections(clock.now)}
+    assert factors[stalled, "ttft"] == pytest.approx(4.0, rel=0.01)  # as the metrics show it
+    for dispatch in on_stalled:
+        router.streamed(dispatch, clock.now)  # their first tokens: what they teach replaces what they said
+    assert 1.0 < ttft_factor(router, clock, stalled) < 4.0
+
+
+def test_one_late_stream_and_streams_not_watched_say_nothing_of_their_server():
+    router, clock = service(TablePredictor(base=100.0))
+    alone = router.pick(req(request_id="alone", stream=True), watched=True)
+    clock.now += 1.0
+    assert ttft_factor(router, clock, alone.server.server_id) == pytest.approx(1.0)  # one late stream alone
+    router.complete(alone, Completion(e2e_ms=1.0, output_tokens=0), trusted=False)
+    for i in range(4):  # as the Pick API's: the router never sees their first tokens
+        router.pick(req(request_id=f"p{i}", stream=True))
+    clock.now += 1.0
+    assert ttft_factor(router, clock, "a") == ttft_factor(router, clock, "b") == pytest.approx(1.0)

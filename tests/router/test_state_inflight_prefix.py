@@ -27,9 +27,9 @@ def test_prefill_tokens_count_streaming_requests_until_their_first_token():
     inflight.start("s2", "a", 40, None, now=0, stream=True)
     inflight.start("n1", "a", 500, None, now=0)  # non-streaming: its first token is never seen
     assert (inflight.load_of("a").prompt_tokens, inflight.load_of("a").prefill_tokens) == (640, 140)
-    assert inflight.first_token("s1").server_id == "a"
-    assert inflight.first_token("s1") is None and inflight.first_token("n1") is None
-    assert inflight.first_token("unknown") is None
+    assert inflight.first_token("s1", now=1.0).server_id == "a"
+    assert inflight.first_token("s1", now=1.0) is None and inflight.first_token("n1", now=1.0) is None
+    assert inflight.first_token("unknown", now=1.0) is None
     assert inflight.load_of("a").prefill_tokens == 40
     inflight.finish("s1")  # already past its first token: nothing more to release
     inflight.finish("s2")  # finished before its first token was seen

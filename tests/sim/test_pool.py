@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from headroom.contract.targets import TARGETS
@@ -253,3 +255,19 @@ def test_the_router_view_learns_a_streams_ttft_and_tpot_while_it_runs_not_at_its
     assert before and between
     assert all(corrections[o.request.request_id] == 0.0 for o in before)
     assert all(corrections[o.request.request_id] > 0.5 for o in between)  # slower than 1 ms, before any stream ended
+
+
+def test_the_router_view_prices_a_server_whose_latest_streams_are_late_for_their_first_tokens() -> None:
+    """Before any first token comes, as the router's :class:`FirstTokenWatch`."""
+    requests = [SimRequest(f"r{i}", i * 0.01, 4000, 5) for i in range(8)]  # each prefill takes longer than 10 ms
+    seen = {}
+
+    def pick(request: SimRequest, view: PoolView) -> Pick:  # a model that prices every TTFT at 2 ms
+        seen[request.request_id] = view.latency_correction(0)[TARGETS.index("ttft")]
+        return Pick(view.snapshots[0].server_id, predicted_ttft_ms=2.0, model_versions={"ttft": 1})
+
+    outcomes = run(requests, uniform_pool(1), pick, record_tokens=True).outcomes
+    assert min(o.token_times[0] for o in outcomes) > 0.03
+    assert seen["r0"] == seen["r1"] == 0.0  # no stream, then one alone
+    assert seen["r2"] == pytest.approx(math.log(5.0))  # r1 waited 10 ms, r0 20 ms: both at least 5x late
+    assert seen["r3"] == pytest.approx(math.log(5.0))  # r2 waited 10 ms
