@@ -6,7 +6,8 @@ predicted profile, whose producer predicts per candidate, unless
 it opted out (or, on a router configured to predict only requests that opt in, did not opt in). When no
 candidate could be predicted (warm-up, predictor unavailable, no model for the pool, stale metrics, ...),
 the whole request falls back to the heuristic profile; when only some could, those few are scored by the
-heuristic profile's scorers and the rest by the predicted profile's (degraded per candidate). A decision
+heuristic profile's scorers, each against all the candidates (a server's queue is long or short among them all),
+and the rest by the predicted profile's (degraded per candidate). A decision
 the heuristic profile made carries one ``heuristic_reason`` (:data:`HEURISTIC_REASONS` orders them);
 one the predicted profile made with some candidates degraded lists their ``fallback_reasons``.
 
@@ -108,11 +109,11 @@ class Engine:
             predicted = survivors.is_predicted
             if predicted.all():
                 scores = _weighted(profile, request, survivors)
-            else:
-                scores = np.zeros(len(survivors))
-                for scoring, rows in ((profile, np.flatnonzero(predicted)), (heuristic, np.flatnonzero(~predicted))):
-                    if len(rows):
-                        scores[rows] = _weighted(scoring, request, survivors.take(rows))
+            else:  # the heuristic's scores of the others, each against every survivor (a queue is long among all)
+                scores = _weighted(heuristic, request, survivors)
+                rows = np.flatnonzero(predicted)
+                if len(rows):
+                    scores[rows] = _weighted(profile, request, survivors.take(rows))
         scored = ScoredSet(survivors, scores)
         rejection = profile.admitter.admit(request, candidates) if profile.admitter else None
         if rejection is not None:

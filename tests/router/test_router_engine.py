@@ -68,8 +68,20 @@ def test_partial_fallback_scores_unpredicted_with_heuristic(engine):
     assert (decision.fallback, decision.fallback_reasons) == ("partial", ("prediction-failed",))
     scores = {s.candidate.server.server_id: s.score for s in decision.scored}
     # "a" is the only predicted candidate (latency score 1); "b" gets the heuristic mean of kv-free 0.9,
-    # queue 1 (alone in its group) and prefix 0.
+    # queue 1 (the shortest of both) and prefix 0.
     assert scores["a"] == pytest.approx(1.0) and scores["b"] == pytest.approx((0.9 + 1.0 + 0.0) / 3)
+
+
+def test_an_unpredicted_candidate_with_the_longest_queue_scores_so_among_all(engine):
+    """A server without a model that stalls (its queue grows) is not scored as if it were alone."""
+    servers = [server("a", num_waiting=0), server("b", num_waiting=1), server("stalled", num_waiting=12)]
+    decision = engine.decide(req(), servers, ctx(0, TablePredictor(failing_rows={2})))
+    scores = {s.candidate.server.server_id: s.score for s in decision.scored}
+    assert decision.fallback == "partial"
+    assert scores["stalled"] == pytest.approx((1.0 - 0.0 + 0.0) / 3)  # kv-free 1 (no usage), queue 0, prefix 0
+    picks = {engine.decide(req(), servers, ctx(seed, TablePredictor(failing_rows={2}))).chosen.server.server_id
+             for seed in range(30)}
+    assert "stalled" not in picks
 
 
 def test_sheddable_rejected_when_nobody_meets_slo(engine):
