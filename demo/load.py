@@ -4,7 +4,9 @@ Each :class:`~sim.request.SimRequest` is sent at its arrival time (bounded by a 
 limit) as a ``/v1/completions`` call carrying the trace's exact token counts and prefix block hashes in
 the ``headroom`` extension, with the routing headers a :class:`Mix` assigns it — to every :class:`Arm` at
 once, each with headers of its own on top, so the arms see the same arrival stream. TTFT is measured at
-the first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end.
+the first streamed token, TPOT over the remaining tokens (counted from ``usage``), E2E at the end. A stream
+still running at the client's time limit (:data:`TIME_LIMIT_S`) is judged by what it streamed until then: its
+TTFT, and its TPOT over the tokens seen.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import aiohttp
 
 from headroom.router.control.headers import PRIORITY, SLO_TPOT, SLO_TTFT
 from headroom.sim.request import SimRequest
+
+TIME_LIMIT_S = 120.0  # a request's whole time, as the client waits for it
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ async def drive(arms: Sequence[Arm], dressed: Sequence[tuple[SimRequest, dict[st
     send order."""
     limit = asyncio.Semaphore(max_in_flight * len(arms))
     connector = aiohttp.TCPConnector(limit=max_in_flight * len(arms))
-    timeout = aiohttp.ClientTimeout(total=120)
+    timeout = aiohttp.ClientTimeout(total=TIME_LIMIT_S)
     began = time.monotonic()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         tasks: list[asyncio.Task[ClientOutcome]] = []
@@ -128,18 +132,26 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
         has_slo = SLO_TTFT[0] in headers
         outcome = partial(ClientOutcome, arm.name, request.request_id, sent - began, stream=request.stream,
                           has_slo=has_slo)
+        seen = _Streamed()
+        cut = ""
         try:
             async with session.post(f"{arm.base_url}/v1/completions", json=body, headers=headers) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
                     return outcome(status=response.status, error=text)
                 if request.stream:
-                    first, last, tokens = await _read_stream(response)
+                    await _read_stream(response, seen)
+                    first, last, tokens = seen.first, seen.last, seen.usage_tokens
                 else:
                     payload = await response.json()
                     first = last = time.monotonic()
                     tokens = payload.get("usage", {}).get("completion_tokens", 0)
-        except (TimeoutError, aiohttp.ClientError) as err:
+        except TimeoutError as err:
+            if seen.first is None:
+                return outcome(status=0, error=f"{type(err).__name__}: {err}")
+            first, last, tokens = seen.first, seen.last, seen.texts  # cut while streaming: judged on what came
+            cut = f"cut at the client's {TIME_LIMIT_S:g}-s limit after {tokens} tokens"
+        except aiohttp.ClientError as err:
             return outcome(status=0, error=f"{type(err).__name__}: {err}")
         except RuntimeError as err:  # aiohttp's answer to reading a stream whose connection closed (on Ctrl-C)
             if str(err) != "Connection closed.":
@@ -154,22 +166,29 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
             met = ttft <= float(headers[SLO_TTFT[0]]) and (
                 tpot is None or SLO_TPOT[0] not in headers or tpot <= float(headers[SLO_TPOT[0]]))
         return outcome(status=200, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=(last - sent) * 1000, output_tokens=tokens,
-                       slo_met=met)
+                       slo_met=met, error=cut)
 
 
-async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float | None, int]:
-    first = last = None
-    tokens = 0
+@dataclass
+class _Streamed:
+    """What a stream showed so far: its first and last text event's times, how many, and ``usage``'s count."""
+    first: float | None = None
+    last: float | None = None
+    texts: int = 0
+    usage_tokens: int = 0
+
+
+async def _read_stream(response: aiohttp.ClientResponse, seen: _Streamed) -> None:
     async for line in response.content:
         if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
             continue
         event = json.loads(line[6:])
         if any(choice.get("text") for choice in event.get("choices", [])):
             now = time.monotonic()
-            first = first or now
-            last = now
+            seen.first = seen.first or now
+            seen.last = now
+            seen.texts += 1
         usage = event.get("usage")
         if usage:
-            tokens = usage.get("completion_tokens", tokens)
-    return first, last, tokens
+            seen.usage_tokens = usage.get("completion_tokens", seen.usage_tokens)
 

@@ -29,3 +29,26 @@ def test_as_headed_carries_what_the_headers_say_and_nothing_else():
         else:
             assert routed.slo_ttft_ms is None and routed.slo_tpot_ms is None and routed.priority == 0
     assert {r.priority for r in as_headed(dressed)} == {0, -1}
+
+
+def test_a_stream_cut_by_the_clients_time_limit_is_judged_on_what_it_streamed(monkeypatch):
+    import asyncio
+
+    from headroom.demo import load
+    from tests.router.upstream import Upstream, upstreams
+
+    monkeypatch.setattr(load, "TIME_LIMIT_S", 0.6)
+    slos = {"on-pace": "100", "behind": "20"}  # TPOT SLO ms; the server streams a token every 50 ms
+
+    async def scenario():
+        async with upstreams(Upstream("a", token_delay_s=0.05)) as (server,):
+            arm = load.Arm("a", f"http://{server.address}")
+            dressed = [(SimRequest(name, 0.0, 100, 200), {SLO_TTFT[0]: "1000", "x-slo-tpot-ms": tpot})
+                       for name, tpot in slos.items()]
+            return await load.drive([arm], dressed, max_seconds=1.0, on_outcome=lambda o: None)
+
+    outcomes = {o.request_id: o for o in asyncio.run(scenario())}
+    for name, outcome in outcomes.items():
+        assert outcome.status == 200 and outcome.error.startswith("cut at the client's 0.6-s limit"), outcome
+        assert 5 <= outcome.output_tokens < 200 and 40 < outcome.tpot_ms < 100
+    assert outcomes["on-pace"].slo_met is True and outcomes["behind"].slo_met is False
