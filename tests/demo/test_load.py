@@ -48,7 +48,7 @@ def test_a_stream_cut_by_the_clients_time_limit_is_judged_on_what_it_streamed(mo
             return await load.drive([arm], dressed, max_seconds=1.0, on_outcome=lambda o: None)
 
     outcomes = {o.request_id: o for o in asyncio.run(scenario())}
-    for name, outcome in outcomes.items():
+    for outcome in outcomes.values():
         assert outcome.status == 200 and outcome.error.startswith("cut at the client's 0.6-s limit"), outcome
         assert 5 <= outcome.output_tokens < 200 and 40 < outcome.tpot_ms < 100
     assert outcomes["on-pace"].slo_met is True and outcomes["behind"].slo_met is False
