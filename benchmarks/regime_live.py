@@ -49,7 +49,8 @@ from headroom.sim.windows import Row
 def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str = "slo") -> Summary:
     """One run of scenario ``s``; each arm's requests as rows (:mod:`sim.windows`), and what the run saw: among it,
     once a second, headroom's model versions, its corrections per server and the worker's drift events and
-    promotions (``timeline``), and every request that missed its SLO (``missed``)."""
+    promotions (``timeline``), every request that missed its SLO (``missed``) and each server's share
+    (:func:`served`)."""
     demo = from_env(DemoSettings)
     arms = TwoArms(state_dir, base_port, seed, Layout.of(s), min_samples=demo.min_samples,
                    retrain_interval_s=demo.retrain_interval_s)
@@ -91,9 +92,23 @@ def play_live(s: Scenario, seed: int, state_dir: Path, base_port: int, mix: str 
             "errors": sorted({f"{o.status}: {o.error[:120]}" for o in outcomes if o.status != 200})[:5],
             "sent_late_s": {"p50": late[len(late) // 2], "max": late[-1]} if late else {},
             "components_ready_s": arms.ready, "timeline": timeline,
-            "missed": [{"arm": o.arm, "due_s": round(due[o.request_id], 2), "status": o.status, "ttft_ms": o.ttft_ms,
-                        "tpot_ms": o.tpot_ms, "output_tokens": o.output_tokens, "error": o.error[:80]}
-                       for o in missed]}
+            "served": served(outcomes, due, s.change_at_s),
+            "missed": [{"arm": o.arm, "due_s": round(due[o.request_id], 2), "server": o.server, "status": o.status,
+                        "ttft_ms": o.ttft_ms, "tpot_ms": o.tpot_ms, "output_tokens": o.output_tokens,
+                        "error": o.error[:80]} for o in missed]}
+
+
+def served(outcomes: list[load.ClientOutcome], due: dict[str, float], change_at_s: float) -> dict[str, Any]:
+    """Per arm and server: the requests with an SLO it was given, and how many of them missed, before and after
+    the change (by the time each was due)."""
+    counts: dict[str, Any] = {arm: {} for arm in ARMS}
+    for o in outcomes:
+        if o.has_slo:
+            tally = counts[o.arm].setdefault(o.server or "none", {"before": [0, 0], "after": [0, 0]})
+            part = tally["after" if due[o.request_id] >= change_at_s else "before"]
+            part[0] += 1
+            part[1] += o.slo_met is not True
+    return counts
 
 
 def main() -> int:

@@ -22,6 +22,7 @@ from functools import partial
 import aiohttp
 
 from headroom.router.control.headers import PRIORITY, SLO_TPOT, SLO_TTFT
+from headroom.router.fronts.proxy import SERVER_HEADER
 from headroom.sim.request import SimRequest
 
 TIME_LIMIT_S = 120.0  # a request's whole time, as the client waits for it
@@ -62,6 +63,7 @@ class ClientOutcome:
     output_tokens: int = 0
     slo_met: bool | None = None
     error: str = ""
+    server: str = ""  # the server the router placed it on (its x-headroom-server header), when it says
 
 
 def dress(requests: Sequence[SimRequest], mix: Mix) -> list[tuple[SimRequest, dict[str, str]]]:
@@ -136,6 +138,7 @@ async def _one(session: aiohttp.ClientSession, arm: Arm, request: SimRequest, he
         cut = ""
         try:
             async with session.post(f"{arm.base_url}/v1/completions", json=body, headers=headers) as response:
+                outcome = partial(outcome, server=response.headers.get(SERVER_HEADER, ""))
                 if response.status != 200:
                     text = (await response.text())[:200]
                     return outcome(status=response.status, error=text)

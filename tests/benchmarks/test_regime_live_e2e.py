@@ -41,6 +41,10 @@ def test_a_short_replace_scenario_runs_both_arms_and_reports_them(tmp_path):
     assert run["failed"] == {"headroom": 0, "baseline": 0}
     assert [c["change"] for c in run["changes_made"]] == ["h100-3 joins the pool and h100-0 leaves it (draining)"]
     assert len(run["load_average"]) == 2 and len(summary["recovery_s"]) == 1
+    for arm, served in run["served"].items():  # every request is counted on the server its router named
+        assert sum(sum(tally[part][0] for part in ("before", "after")) for tally in served.values()) == \
+            sum(w["requests"] for w in summary["policies"][arm]["windows"])
+        assert served["h100-3"]["before"][0] == 0 < served["h100-3"]["after"][0] and "none" not in served
     for arm in ("headroom", "baseline"):  # each router read the new server list while the load went on
         assert "server list changed: 4 servers" in (tmp_path / "state" / "logs" / f"router-{arm}.log").read_text()
     markdown = (tmp_path / "out" / "regime-live.md").read_text()
