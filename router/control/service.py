@@ -124,10 +124,12 @@ class RouterService:
             raise AdmissionRejected(decision.rejection)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:
-            for target, version in chosen.prediction.versions.items():
-                if version == STAND_IN_VERSION:  # the gauge tells a pool's own models
-                    self._standing_in.add(chosen.server.pool_key)
-                else:
+            versions = chosen.prediction.versions
+            if STAND_IN_VERSION in versions.values():
+                self._standing_in.add(chosen.server.pool_key)
+                m.child(m.stand_ins, chosen.server.pool_key).inc()
+            for target, version in versions.items():
+                if version != STAND_IN_VERSION:  # the gauge tells a pool's own models
                     m.child(m.model_version, target).set(version)
                 self.pool.corrections.model_version(chosen.server.pool_key, target, version)
         if self._standing_in:

@@ -93,6 +93,7 @@ def test_a_server_without_a_model_of_its_own_is_priced_by_a_stand_in_corrected_b
     versions = {r.server_id: r.model_versions for r in router.telemetry.records}
     assert versions == {"a": {"ttft": STAND_IN_VERSION, "tpot": STAND_IN_VERSION}, "b": {"ttft": 3, "tpot": 3}}
     assert router.metrics.model_version.labels("ttft")._value.get() == 3  # the gauge tells the pools' own models
+    assert router.metrics.stand_ins.labels("a100")._value.get() == sent.count("a")
     predictor.unavailable = {}  # the a100's own first model (version 3, as the table predicts every pool)
     router.pick(req(request_id="own", stream=True))
     serve(router, clock, 4, {}, request_id="after")
