@@ -16,7 +16,6 @@ from headroom.backtest.replay import LIBRDKAFKA_LOG
 from headroom.contract.model_update import ModelUpdate
 from headroom.contract.signing import TrustedKeys
 from headroom.contract.targets import OBSERVED, PREDICTED, TARGETS, trains
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.contract.topics import KafkaSettings
 from headroom.model_topic import read_all
 
@@ -46,15 +45,13 @@ def updates_frame(updates: list[ModelUpdate]) -> pl.DataFrame:
 
 
 def served(records: pl.DataFrame) -> pl.DataFrame:
-    """One row per (record, target) whose prediction came from a named version of its pool's model (not another
-    pool's standing in): actual against predicted.
+    """One row per (record, target) whose prediction came from a named version: actual against predicted.
 
     A record counts for the targets it trains (:func:`contract.targets.trains`): TTFT and TPOT when
     streaming, E2E otherwise — the residuals the drift detectors see.
     """
     parts = [records.filter(trains(target, pl.col("stream"))
                             & pl.col("model_versions").struct.field(target).is_not_null()
-                            & (pl.col("model_versions").struct.field(target) != STAND_IN_VERSION)
                             & pl.col(PREDICTED[target]).is_not_null() & pl.col(OBSERVED[target]).is_not_null())
              .select(pl.col("completion_ts"), pl.col("pool_key"), pl.lit(target).alias("target"),
                      pl.col("model_versions").struct.field(target).alias("version"),

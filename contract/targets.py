@@ -24,8 +24,6 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
-from headroom.contract.telemetry import STAND_IN_VERSION
-
 TARGETS = ("ttft", "tpot", "e2e")
 OBSERVED = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}  # target -> telemetry field it is observed in
 PREDICTED = {"ttft": "predicted_ttft_ms", "tpot": "predicted_tpot_ms", "e2e": "predicted_e2e_ms"}
@@ -48,10 +46,7 @@ def target_value(record: Any, target: str) -> float | None:
 
 
 def predicted_value(record: Any, target: str) -> float | None:
-    """The prediction of ``target`` the pool's own model made when the request was routed, if any (not another
-    pool's, standing in for a model it had not yet: :data:`contract.telemetry.STAND_IN_VERSION`)."""
-    if record.model_versions and record.model_versions.get(target) == STAND_IN_VERSION:
-        return None
+    """The prediction of ``target`` that was used when the request was routed, if any."""
     value: float | None = getattr(record, PREDICTED[target])
     return value
 

@@ -53,7 +53,6 @@ MAX_ID_CHARS = 256
 MAX_INTEGER = 2**53 - 1  # integers JSON readers everywhere hold exactly
 MAX_SAMPLE_WEIGHT = 1e6  # a record stands for at most this many requests
 TTFT_SLACK_MS = 1.0  # ttft may exceed e2e by clock rounding, not more
-STAND_IN_VERSION = 0  # a prediction made by another pool's model, its pool having none (models start at 1)
 
 
 class InvalidRecord(HeadroomError, ValueError):
@@ -86,7 +85,7 @@ class TelemetryRecord(ServerState):
     predicted_ttft_ms: float | None = None
     predicted_tpot_ms: float | None = None
     predicted_e2e_ms: float | None = None
-    model_versions: dict[str, int] | None = None  # target -> version of the prediction used (STAND_IN_VERSION)
+    model_versions: dict[str, int] | None = None  # target -> version of the prediction used
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     priority: int = 0

@@ -22,10 +22,7 @@ It fades, so it never outlives what it knew:
 - with the time since the server's last completion (half-life ``half_life_s``): a server priced out of traffic
   is tried again, and learns anew whether it recovered;
 - by ``version_fade`` when the pool's model of that target changes (:meth:`model_version`): the new model has
-  learned part of what the correction held. Ratios measured against an older model are left out. Against a
-  stand-in (another pool's model, predicting for a pool without one yet: version
-  :data:`~contract.telemetry.STAND_IN_VERSION`), a server's ratios price its hardware, not a drift, and the pool's
-  first model of its own forgets them.
+  learned part of what the correction held. Ratios measured against an older model are left out.
 
 Beside the corrections, each server's **prefill pace**: how many ms its streams waited for their first token per
 prompt token of prefill work at dispatch (the prompts queued ahead of them, :data:`inflight_prefill_tokens`, and
@@ -67,7 +64,6 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.targets import TARGETS
-from headroom.contract.telemetry import STAND_IN_VERSION
 
 RING = 6  # ratios kept per server and target (12 followed a change at half the pace, and did worse by the worst case)
 EARLY_TPOT_TOKENS = 16  # a stream's TPOT is learned over this many tokens after its first, while it runs
@@ -213,16 +209,13 @@ class LatencyCorrections:
         if known is not None and version <= known:
             return
         self._versions[key] = version
-        fade = 0.0 if known == STAND_IN_VERSION else self.version_fade  # a stand-in's ratios say nothing of it
-        if known is None or fade == 1.0:
+        if known is None or self.version_fade == 1.0:
             return
         t = TARGET_INDEX[target]
         for slot, pool in enumerate(self._pool):
             if pool == pool_key:
-                self._ratios[slot, t] **= fade
-                self._estimate[t, slot] *= fade
-                if not fade:
-                    self._count[slot, t] = 0
+                self._ratios[slot, t] **= self.version_fade
+                self._estimate[t, slot] *= self.version_fade
 
     def forget(self, server_id: str) -> None:
         """A server left the pool: its slot is emptied for another."""

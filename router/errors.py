@@ -47,9 +47,6 @@ class NoCandidates(RouterError):
     """There is no server to route to."""
 
 
-NO_MODEL_FOR_POOL = "no-model-for-pool"  # the predictor has models, none of the pool asked for
-
-
 class PredictionUnavailable(RouterError):
     """The predictor gave no answer for a pool; ``reason`` is a short label such as ``warm-up``."""
 

@@ -47,8 +47,6 @@ class RouterMetrics(MetricTable):
     partial_fallbacks = counter(
         "headroom_router_partial_fallbacks",
         "Predicted decisions that scored some candidates with the heuristic, by those candidates' reason.", "reason")
-    stand_ins = counter("headroom_router_stand_in_decisions", "Decisions that chose a server priced by another "
-                        "pool's model, its own pool having none yet, by the chosen server's pool.", "pool")
     rejections = counter("headroom_router_admissions_rejected", "Sheddable requests rejected.")
     decision_latency = histogram("headroom_router_decision_seconds", "Time to schedule one request.",
                                  buckets=DECISION_BUCKETS)

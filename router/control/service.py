@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from headroom.contract.server_state import MAX_LATENCY_MS, state_values
 from headroom.contract.strata import stratum_of
 from headroom.contract.targets import response_ms, trains
-from headroom.contract.telemetry import SCHEMA_VERSION, STAND_IN_VERSION, InvalidRecord, TelemetryRecord, validate
+from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.feedback.latency_corrections import prefill_work
 from headroom.router.control.headers import SchedulingHeaders
 from headroom.router.control.limits import RequestLimits
@@ -40,7 +40,6 @@ from headroom.router.control.prompt import PromptInfo
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
 from headroom.router.errors import AdmissionRejected
-from headroom.router.framework.candidate_set import CandidateSet
 from headroom.router.framework.engine import Decision, Engine
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import Finished, PoolState
@@ -85,7 +84,6 @@ class RouterService:
         self.limits = limits
         self.invalid_records = 0
         self._dispatch_numbers = itertools.count(1)
-        self._standing_in: set[str] = set()  # pools a stand-in priced a chosen server of, awaiting their own models
 
     def request_of(self, request_id: str, headers: SchedulingHeaders, prompt: PromptInfo) -> Request:
         return Request(request_id=request_id, prompt_tokens=prompt.prompt_tokens, max_tokens=prompt.max_tokens,
@@ -124,16 +122,9 @@ class RouterService:
             raise AdmissionRejected(decision.rejection)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:
-            versions = chosen.prediction.versions
-            if STAND_IN_VERSION in versions.values():
-                self._standing_in.add(chosen.server.pool_key)
-                m.child(m.stand_ins, chosen.server.pool_key).inc()
-            for target, version in versions.items():
-                if version != STAND_IN_VERSION:  # the gauge tells a pool's own models
-                    m.child(m.model_version, target).set(version)
+            for target, version in chosen.prediction.versions.items():
+                m.child(m.model_version, target).set(version)
                 self.pool.corrections.model_version(chosen.server.pool_key, target, version)
-        if self._standing_in:
-            self._own_models(decision)
         request = decision.request  # held to the pool's default SLO when it sent none
         key = f"{request.request_id}#{next(self._dispatch_numbers)}"
         prediction = chosen.prediction  # type: ignore[union-attr]
@@ -244,19 +235,6 @@ class RouterService:
         predicted, version = prediction.model_ms()["tpot"], prediction.versions.get("tpot")
         if predicted is not None and version is not None:
             self.pool.corrections.observe(server.server_id, server.pool_key, "tpot", predicted, tpot_ms, version, now)
-
-    def _own_models(self, decision: Decision) -> None:
-        """The versions of pools a stand-in priced, as soon as a decision shows their own models: what the stand-in
-        taught their servers' corrections must go at once, not when one of them is next chosen (until then it
-        would price them out, as far from their own model as their hardware is from the stand-in's)."""
-        candidates = CandidateSet.of(decision.candidates)
-        keys = candidates.servers.pool_key
-        for row, versions in enumerate(candidates.versions_by_row):
-            pool = keys[row]
-            if pool in self._standing_in and versions and STAND_IN_VERSION not in versions.values():
-                self._standing_in.discard(pool)
-                for target, version in versions.items():
-                    self.pool.corrections.model_version(pool, target, version)
 
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from headroom.contract.targets import TARGETS
 from headroom.predictor.errors import InvalidBatch, NotReady, UnknownPool
-from headroom.router.errors import NO_MODEL_FOR_POOL, PredictionUnavailable
+from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.roles import PredictionBatch
 
 if TYPE_CHECKING:  # the runtime (and XGBoost, which reads its models) loads only with its models
@@ -35,7 +35,7 @@ class EmbeddedPredictor:
         except NotReady as err:
             raise PredictionUnavailable("warm-up", str(err)) from err
         except UnknownPool as err:
-            raise PredictionUnavailable(NO_MODEL_FOR_POOL, str(err)) from err
+            raise PredictionUnavailable("no-model-for-pool", str(err)) from err
         except InvalidBatch as err:
             raise PredictionUnavailable("invalid-batch", str(err)) from err
         values = {t: column for t in TARGETS if (column := prediction.get(t, self.objective)) is not None}
@@ -60,7 +60,7 @@ class RemotePredictor:
         answer = self.client.predict(pool_key, features)
         if not answer.ok.any():
             detail = next((e for e in answer.errors if e), "no prediction")
-            reason = (NO_MODEL_FOR_POOL if "no model for pool" in detail else
+            reason = ("no-model-for-pool" if "no model for pool" in detail else
                       "warm-up" if "no model version" in detail else "predictor-unavailable")
             raise PredictionUnavailable(reason, detail)
         values = {t: column for t in TARGETS if (column := answer.get(t, self.objective)) is not None}

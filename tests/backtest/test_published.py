@@ -5,7 +5,6 @@ import polars as pl
 from headroom.backtest.published import live_error, served, updates_frame, usage
 from headroom.contract.features import FEATURE_SCHEMA
 from headroom.contract.model_update import make_update
-from headroom.contract.telemetry import STAND_IN_VERSION
 from tests.backtest.history import VERSIONS, frame_of, simulated_records
 
 
@@ -33,11 +32,3 @@ def test_records_without_a_version_serve_no_model():
     records = frame_of(simulated_records(seconds=5.0)).with_columns(pl.lit(None).cast(
         pl.Struct({"ttft": pl.Int64, "tpot": pl.Int64, "e2e": pl.Int64})).alias("model_versions"))
     assert served(records).height == 0
-
-
-def test_records_a_stand_in_priced_serve_no_version_of_their_pool():
-    records = frame_of(simulated_records(seconds=5.0))
-    assert served(records).height > 0
-    stand_in = records.with_columns(pl.struct(**{t: pl.lit(STAND_IN_VERSION, pl.Int64) for t in ("ttft", "tpot", "e2e")})
-                                    .alias("model_versions"))
-    assert served(stand_in).height == 0

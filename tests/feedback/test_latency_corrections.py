@@ -3,7 +3,6 @@ import math
 import numpy as np
 import pytest
 
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.feedback.latency_corrections import MAX_FACTOR, MAX_SERVERS, RING, LatencyCorrections
 
 
@@ -66,18 +65,6 @@ def test_a_new_model_version_fades_it_and_older_ratios_are_left_out():
     assert factor(corrections) == pytest.approx(math.sqrt(before))
     observe(corrections, [1.0] * RING, version=2)  # the new model is right: the correction is gone
     assert factor(corrections) == pytest.approx(1.0)
-
-
-def test_the_pools_first_own_model_forgets_what_a_stand_in_taught():
-    corrections = LatencyCorrections(version_fade=1.0)  # even where a new version fades nothing
-    observe(corrections, [2.5] * 4, version=STAND_IN_VERSION)  # this hardware, priced by another pool's model
-    assert factor(corrections) > 2.0
-    corrections.model_version("p", "ttft", 1)
-    assert factor(corrections) == 1.0
-    observe(corrections, [1.5], version=1)  # counted as the first ratio against the pool's own model
-    assert factor(corrections) == pytest.approx(math.sqrt(1.5))
-    observe(corrections, [2.5], version=STAND_IN_VERSION)  # a stand-in's, measured late: left out
-    assert factor(corrections) == pytest.approx(math.sqrt(1.5))
 
 
 def test_it_fades_with_the_time_since_the_last_completion():

@@ -4,11 +4,10 @@ import random
 
 import pytest
 
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.predictor.runtime import ModelRuntime
 from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.engine import Engine
-from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
+from headroom.router.framework.pipeline import load_pipeline
 from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.router.framework.roles import Context
 from tests.keys import TRUST
@@ -44,16 +43,9 @@ def test_unavailable_reasons(runtime, make_runtime, pool, reason):
 
 
 def test_engine_uses_real_predictions_and_degrades_per_pool(runtime):
+    engine = Engine(load_pipeline(None))
     servers = [server(f"s{i}", num_waiting=i, kv_cache_usage=0.1 * i) for i in range(5)] + [server("x", pool_key="other")]
-    context = Context(random.Random(0), EmbeddedPredictor(runtime))
-    without_stand_in = {**DEFAULT_PIPELINE, "plugins": [
-        {**p, "params": {"standIn": False}} if p["type"] == "predicted-latency-producer" else p
-        for p in DEFAULT_PIPELINE["plugins"]]}
-    decision = Engine(load_pipeline(without_stand_in)).decide(req(max_tokens=100), servers, context)
+    decision = engine.decide(req(max_tokens=100), servers, Context(random.Random(0), EmbeddedPredictor(runtime)))
     assert decision.profile == "predicted"
     assert (decision.fallback, decision.fallback_reasons) == ("partial", ("no-model-for-pool",))
     assert [c.predicted for c in decision.candidates] == [True] * 5 + [False]
-    decision = Engine(load_pipeline(None)).decide(req(max_tokens=100), servers, context)  # the default stands in
-    assert (decision.fallback, [c.predicted for c in decision.candidates]) == (None, [True] * 6)
-    assert decision.candidates[5].prediction.versions == {"ttft": STAND_IN_VERSION, "tpot": STAND_IN_VERSION}
-    assert decision.candidates[5].prediction.ttft_ms == decision.candidates[0].prediction.ttft_ms  # s0's state

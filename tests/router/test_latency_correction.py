@@ -5,7 +5,6 @@ import math
 import pytest
 
 from headroom.contract.server_metrics import ServerMetrics
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.feedback.latency_corrections import EARLY_TPOT_TOKENS
 from headroom.router.control.metering import Completion
 from headroom.router.control.metrics import RouterMetrics
@@ -26,9 +25,9 @@ class Clock:
         return self.now
 
 
-def service(predictor, scheduling=None, pools=("default", "default")):
+def service(predictor, scheduling=None):
     clock = Clock()
-    pool = PoolState((ServerSpec("a", "127.0.0.1:1", pool_key=pools[0]), ServerSpec("b", "127.0.0.1:2", pool_key=pools[1])))
+    pool = PoolState((ServerSpec("a", "127.0.0.1:1"), ServerSpec("b", "127.0.0.1:2")))
     for sid in ("a", "b"):
         pool.scraped(sid, ServerMetrics(0.1, 0, 1), now=clock.now)
     return RouterService(Engine(load_pipeline(scheduling)), pool, MemoryTelemetry(), RouterMetrics(),
@@ -81,24 +80,6 @@ def test_a_new_model_version_fades_the_correction():
     router.pick(req(request_id="new", stream=True))
     after = math.exp(router.pool.snapshots(req(), clock.now)[0].latency_correction[0])
     assert after == pytest.approx(math.sqrt(before))
-
-
-def test_a_server_without_a_model_of_its_own_is_priced_by_a_stand_in_corrected_by_its_completions():
-    predictor = TablePredictor(base=100.0, unavailable={"a100": "no-model-for-pool"})
-    router, clock = service(predictor, pools=("a100", "h100"))
-    sent = serve(router, clock, 30, {"a": 2.5})  # the a100 is 2.5x slower than the h100's model says
-    assert sent.count("a") < 10 and sent[-10:].count("a") == 0  # tried, then priced out by its own completions
-    (a, b) = router.pool.snapshots(req(), clock.now)
-    assert math.exp(a.latency_correction[0]) > 1.4 and math.exp(b.latency_correction[0]) == pytest.approx(1.0)
-    versions = {r.server_id: r.model_versions for r in router.telemetry.records}
-    assert versions == {"a": {"ttft": STAND_IN_VERSION, "tpot": STAND_IN_VERSION}, "b": {"ttft": 3, "tpot": 3}}
-    assert router.metrics.model_version.labels("ttft")._value.get() == 3  # the gauge tells the pools' own models
-    assert router.metrics.stand_ins.labels("a100")._value.get() == sent.count("a")
-    predictor.unavailable = {}  # the a100's own first model (version 3, as the table predicts every pool)
-    router.pick(req(request_id="own", stream=True))
-    serve(router, clock, 4, {}, request_id="after")
-    (a, _) = router.pool.snapshots(req(), clock.now)
-    assert math.exp(a.latency_correction[0]) < 1.5  # what the stand-in taught is forgotten
 
 
 def test_it_can_be_switched_off():

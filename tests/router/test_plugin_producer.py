@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from headroom.contract.features import FEATURE_NAMES
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.router.errors import ConfigError
 from headroom.router.framework.plugins.predicted_latency_producer import build
 from headroom.router.framework.roles import Candidate, Context, PredictionBatch
@@ -61,28 +60,6 @@ def test_degrades_per_candidate():
                                                server("d", metrics_age_s=60.0)), ctx(predictor=predictor))
     assert [c.fallback_reason for c in out] == [None, "prediction-failed", "warm-up", "stale-metrics"]
     assert [c.predicted for c in out] == [True, False, False, False]
-
-
-def test_a_pool_without_a_model_is_predicted_by_the_pool_with_the_most_candidates():
-    predictor = TablePredictor(unavailable={"a100": "no-model-for-pool", "l4": "warm-up"})
-    servers = candidates(server("h1", pool_key="h100", num_waiting=1), server("a", pool_key="a100", num_waiting=2),
-                         server("g", pool_key="gb200"), server("h2", pool_key="h100"), server("l", pool_key="l4"))
-    out = build("p").produce(req(), servers, ctx(predictor=predictor))
-    assert [pool for pool, _ in predictor.calls] == ["h100", "a100", "gb200", "l4", "h100"]
-    assert predictor.calls[-1][1].tolist() == predictor.calls[1][1].tolist()  # the a100 row's own features
-    assert [c.prediction.ttft_ms if c.predicted else None for c in out] == [150.0, 200.0, 100.0, 100.0, None]
-    assert out[1].prediction.versions == {"ttft": STAND_IN_VERSION, "tpot": STAND_IN_VERSION}
-    assert out[0].prediction.versions == {"ttft": 3, "tpot": 3} and out[4].fallback_reason == "warm-up"
-
-
-def test_without_stand_in_a_pool_without_a_model_falls_back():
-    predictor = TablePredictor(unavailable={"a100": "no-model-for-pool"})
-    out = build("p", {"standIn": False}).produce(
-        req(), candidates(server("h", pool_key="h100"), server("a", pool_key="a100")), ctx(predictor=predictor))
-    assert [c.fallback_reason for c in out] == [None, "no-model-for-pool"]
-    assert [pool for pool, _ in predictor.calls] == ["h100", "a100"]
-    alone = build("p").produce(req(), candidates(server("a", pool_key="a100")), ctx(predictor=predictor))
-    assert [c.fallback_reason for c in alone] == ["no-model-for-pool"]  # no pool of the request to stand in
 
 
 def test_non_finite_prediction_is_a_failure():

@@ -25,14 +25,6 @@ way — times the prefill work ahead of this request there (the prompts queued a
 and its own uncached part). Where that bound is above the prediction, it is the prediction, and the correction the
 request's prediction records includes it.
 
-A pool without a model of its own yet (a new kind of server, or one too rarely chosen to have taught one) is
-predicted, with ``standIn`` (the default), by the model of the pool that predicted the most candidates of the
-request: the same served model on other hardware. Its versions are
-:data:`~contract.telemetry.STAND_IN_VERSION`, so that its completions teach each server's correction how far it
-departs from the stand-in (its hardware, within a few completions), feed no pool's drift detector, and are
-forgotten when the pool's own first model arrives. Without it, such candidates are scored by the heuristic
-profile, on another scale than the predicted ones beside them.
-
 Edges, per candidate (never all-or-nothing): no predictor or the predictor raising for a pool leaves
 that pool's candidates unpredicted with the predictor's reason (``predictor-unavailable``, ``warm-up``,
 ``no-model-for-pool``, ...); a row the predictor marks not ok or that is not finite gets
@@ -48,7 +40,6 @@ Parameters:
     tpotFactorFloor (1.0), tpotFactorCap (2.0): the bounds of the factor.
     latencyCorrection (true): multiply each server's predictions by its latency correction.
     prefillFloor (true): bound each TTFT and E2E from below by the server's prefill pace times the work ahead.
-    standIn (true): predict a pool without a model by another pool's of the request, corrected per server.
 """
 
 from __future__ import annotations
@@ -61,9 +52,8 @@ from typing import Any
 import numpy as np
 
 from headroom.contract.targets import TARGETS, response_ms
-from headroom.contract.telemetry import STAND_IN_VERSION
 from headroom.feedback.latency_corrections import prefill_work
-from headroom.router.errors import NO_MODEL_FOR_POOL, PredictionUnavailable
+from headroom.router.errors import PredictionUnavailable
 from headroom.router.framework.candidate_features import table_features
 from headroom.router.framework.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.framework.params import build_params, check_range
@@ -85,7 +75,6 @@ class Params:
     tpot_factor_cap: float = 2.0
     latency_correction: bool = True
     prefill_floor: bool = True
-    stand_in: bool = True
 
     def __post_init__(self) -> None:
         check_range("slo_buffer_factor", self.slo_buffer_factor, 0.01, 10.0)
@@ -131,30 +120,6 @@ class PredictedLatencyProducer:
             for i in rows.tolist():
                 reasons[i] = "predictor-unavailable"
             rows = rows[:0]
-        without_model: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, features) of pools without a model
-        stand_in, stand_in_rows = "", 0  # the pool whose model predicted the most rows
-
-        def take(group: np.ndarray, batch: Any, versions_used: Mapping[str, int], pool_key: str) -> None:
-            nonlocal reasons, versions
-            usable, values = _usable(batch, len(group))
-            if not usable.all():
-                for i in group[~usable].tolist():
-                    reasons[i] = "prediction-failed"
-                group, values = group[usable], [column[usable] for column in values]
-                if not len(group):
-                    return
-            predicted[group] = True
-            ttft[group], tpot[group] = values[0], values[1]
-            if tpot_factor is not None:
-                tpot_factor[group] = self.params.tpot_factor(context.tpot_ratios, pool_key)
-            if len(values) > 2:
-                e2e[group] = values[2]
-            if len(group) == n:  # every row: the common case, without a loop
-                reasons, versions = [None] * n, [versions_used] * n
-            else:
-                for i in group.tolist():
-                    reasons[i], versions[i] = None, versions_used
-
         for pool_key, group in _by_pool(table, rows):
             features = table_features(request, table, None if every_row and len(group) == n else group)
             try:
@@ -162,18 +127,26 @@ class PredictedLatencyProducer:
             except PredictionUnavailable as err:
                 for i in group.tolist():
                     reasons[i] = err.reason
-                if err.reason == NO_MODEL_FOR_POOL and self.params.stand_in:
-                    without_model.append((group, features))
                 continue
-            take(group, batch, dict(batch.versions), pool_key)
-            if len(group) > stand_in_rows:
-                stand_in, stand_in_rows = pool_key, len(group)
-        for group, features in without_model if stand_in else ():
-            try:
-                batch = context.predictor.predict(stand_in, features)  # type: ignore[union-attr]
-            except PredictionUnavailable:  # its model went away since: these rows keep their reason
-                continue
-            take(group, batch, dict.fromkeys(batch.versions, STAND_IN_VERSION), table.pool_key[int(group[0])])
+            usable, values = _usable(batch, len(group))
+            if not usable.all():
+                for i in group[~usable].tolist():
+                    reasons[i] = "prediction-failed"
+                group, values = group[usable], [column[usable] for column in values]
+                if not len(group):
+                    continue
+            predicted[group] = True
+            ttft[group], tpot[group] = values[0], values[1]
+            if tpot_factor is not None:
+                tpot_factor[group] = self.params.tpot_factor(context.tpot_ratios, pool_key)
+            if len(values) > 2:
+                e2e[group] = values[2]
+            versions_used = dict(batch.versions)
+            if len(group) == n:  # every row: the common case, without a loop
+                reasons, versions = [None] * n, [versions_used] * n
+            else:
+                for i in group.tolist():
+                    reasons[i], versions[i] = None, versions_used
         if not predicted.any():  # every row falls back: no prediction to correct or hold to an SLO (all NaN)
             return cands.with_predictions(predicted, ttft, tpot, e2e, ttft, tpot, tuple(reasons), tuple(versions))
         correction = None
