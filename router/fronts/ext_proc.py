@@ -48,6 +48,7 @@ which both share — to the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 
@@ -82,6 +83,8 @@ log = logging.getLogger(__name__)
 MAX_METERED_JSON = 4 * 1024 * 1024  # non-streaming response bytes kept to read their usage
 MAX_ROUTED_REPLIES = 4096  # answers kept per (message kind, server address), built once each
 _REQUEST_IDS = ("x-request-id",)
+NOT_GATEWAY = "the caller is not the gateway: no gateway token or certificate identity"
+REFUSAL_WAIT_S = 1.0  # how long a refused caller's first message is waited for
 HEADER_ONLY = PromptInfo(prompt_tokens=1, max_tokens=0, stream=False, block_hashes=())
 _REQUEST_BODY_MODES = (MODES.NONE, MODES.BUFFERED, FULL_DUPLEX)  # those served; any other is refused
 EMPTY_REQUEST = ("a ProcessingRequest must carry one of request_headers, request_body, request_trailers, "
@@ -105,8 +108,11 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc] 
         trusted = True if self.trust is None else self.trust.ext_proc(context)
         if trusted is None:
             self.service.metrics.child(self.service.metrics.unauthenticated, "ext_proc").inc()
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the caller is not the gateway: no gateway token "
-                                "or certificate identity")
+            # refused once the caller's first message has come (or the stream's end, or a second), as the compiled
+            # front does: a client that writes before it reads then reads this status, not its write failing
+            with contextlib.suppress(asyncio.TimeoutError, StopAsyncIteration):
+                await asyncio.wait_for(anext(aiter(requests)), REFUSAL_WAIT_S)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, NOT_GATEWAY)
         exchange = Exchange(self, bool(trusted))
         try:
             async for message in requests:

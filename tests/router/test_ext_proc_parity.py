@@ -8,6 +8,7 @@ certificate's identity over mTLS, the network's word, none, or the rule lifted),
 credential are refused, routed without telemetry or trusted alike."""
 
 import asyncio
+import functools
 import itertools
 import json
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from headroom.certificates import CertificateAuthority
 from headroom.contract.settings import from_env
 from headroom.contract.topics import KafkaSettings
 from headroom.router.app.server import RouterServer
+from headroom.router.fronts.ext_proc import NOT_GATEWAY
 from tests.router.routercases import (
     GATEWAY_TOKEN,
     OPEN_TELEMETRY,
@@ -130,12 +132,14 @@ async def play(router, messages, caller=GATEWAY):
         return answers, await call.code(), await call.details()
 
 
-async def lockstep(router, messages, caller):
+async def lockstep(router, messages, caller, pause_s=0.0):
     """Send ``messages`` one at a time as ``caller``, reading each one's answer (a body mode with one answer per
-    message), until the last or the status that ends the stream; returns as :func:`play` does."""
+    message), until the last or the status that ends the stream, the first ``pause_s`` after the stream opens;
+    returns as :func:`play` does."""
     async with caller.channel(router) as channel:
         call = ep_grpc.ExternalProcessorStub(channel).Process(
             timeout=20, metadata=tuple(("authorization", value) for value in caller.authorization))
+        await asyncio.sleep(pause_s)
         answers = []
         try:
             for message in messages:
@@ -271,3 +275,13 @@ def test_both_fronts_take_telemetry_from_the_same_callers(pki, tmp_path, case):
     else:
         assert trusted == gateway and refused == set(callers) - gateway and routed == gateway
         assert counted.get(("headroom_router_unauthenticated_total", (("listener", "ext_proc"),)), 0) == len(refused)
+
+
+def test_a_refused_caller_reads_its_refusal_after_writing():
+    """A stranger that opens its stream and writes a moment later reads UNAUTHENTICATED from both fronts: the
+    refusal waits for its first message, so the write neither fails nor finds the stream already closed."""
+    exchanges = {"guess": [headers("guess", BUFFERED), body(PROMPT)]}
+    callers = {"guess": Caller(("Bearer a-guess",))}
+    (native, _), (grpcio, _) = asyncio.run(both(exchanges, Upstream("a"), callers=callers,
+                                                player=functools.partial(lockstep, pause_s=0.3)))
+    assert native == grpcio == {"guess": ([], grpc.StatusCode.UNAUTHENTICATED, NOT_GATEWAY)}
