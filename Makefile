@@ -2,10 +2,11 @@
 # it on first use.
 PYTHON ?= python3
 VENV := .venv
-# installed again when the project's description or the compiled part's sources change (pip builds native/, for
-# this machine's processor: the tree walk's interleaved loads are scheduled for it; wheels to ship elsewhere are
-# built without it, infra/image/build-wheels)
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml native/Cargo.toml native/Cargo.lock native/src/*.rs | cksum | cut -d' ' -f1)
+# installed again when the project's description, the compiled part's sources or RUSTFLAGS change. pip builds
+# native/ for any x86-64, as the image's wheel is built (infra/image/build-wheels): built for an AVX-512 processor,
+# the compiler turns the tree walk's eight interleaved lanes into vector gathers, two on every level's chain of
+# dependent loads, and the walk took 2-3x as long (docs/benchmarks.md, Predictor)
+STAMP := $(VENV)/.installed-$(shell { echo '$(RUSTFLAGS)'; cat pyproject.toml native/Cargo.toml native/Cargo.lock native/src/*.rs; } | cksum | cut -d' ' -f1)
 TYPECHECK_TREE := build/typecheck
 HELM ?= $(shell infra/build-tool helm)
 CHART_OUT ?= build/chart
@@ -59,7 +60,7 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing headroom into $(VENV), building its compiled parts (pip's output: $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
-		&& RUSTFLAGS="-C target-cpu=native $$RUSTFLAGS" $(VENV)/bin/python -m pip install -e ".[dev]" \
+		&& $(VENV)/bin/python -m pip install -e ".[dev]" \
 			>> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "installing headroom failed: see above"; exit 1; }
 	rm -f $(VENV)/.installed-*

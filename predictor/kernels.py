@@ -6,11 +6,10 @@ Two engines compute the same numbers (tests hold them to XGBoost's own predictio
   float32 is mapped to an order-preserving 32-bit key (:func:`order_keys`): a node is one word ``key(threshold) << 31
   | feature`` and a row value one word ``key(x) << 31 | 0x7FFFFFFF``; both stay below 2**63, so ``x >= threshold``
   (go right; float32 semantics) is exactly the sign bit of ``node - value``, and a level costs two loads, a
-  subtraction and a shift. Trees are 1-based heaps (children ``2i`` and ``2i+1``); up to 64 rows are walked
-  interleaved, laid out by feature, so their independent lookups overlap in the CPU (as vector gathers where it
-  has them). Rows go through in chunks that stay in the L1 cache;
+  subtraction and a shift. Trees are 1-based heaps (children ``2i`` and ``2i+1``); eight rows are walked
+  interleaved so their independent lookups overlap in the CPU. Rows go through in chunks that stay in the L1 cache;
   a chunk with a missing value (NaN, which follows the node's default direction) takes a careful row-by-row walk.
-  Nothing is compiled at run time (``make`` builds it for the machine's processor, see the Makefile).
+  Nothing is compiled at run time (``make`` builds it for any x86-64, see the Makefile).
 - ``numpy``: a pure reference that walks all rows × trees of one model level by level.
 
 ``threads > 1`` splits the rows of a large batch between the calling thread and a small pool (the

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 const MISSING_WORD: u64 = 0; // no value's word: real ones end in 0x7FFFFFFF
 const FEATURE_MASK: u64 = (1 << 16) - 1; // a node word keeps its feature in the low 16 bits
-const MOST_LANES: usize = 64; // the most rows walked interleaved, so that their independent lookups overlap
+const BLOCK: usize = 8; // rows walked interleaved, so that their independent lookups overlap
 const CHUNK: usize = 256; // rows whose words stay in the L1 cache while every tree is walked over them
 
 /// The forests of one `ForestStack`, copied and checked once: every index a walk can reach is inside its array.
@@ -127,24 +127,20 @@ impl Forests {
 
     fn walk(&self, bits: &[u32], width: usize, rows: usize, out: &mut [f32], start: usize, stop: usize) {
         let forests = self.base_score.len();
-        let stride = CHUNK + MOST_LANES;
-        let mut words = vec![0u64; stride * width];
-        let mut lanes = vec![0u64; stride * width];
-        let mut acc = vec![0f32; forests * stride];
+        let mut words = vec![0u64; (CHUNK + BLOCK) * width];
+        let mut acc = vec![0f32; forests * (CHUNK + BLOCK)];
         let mut first = start;
         while first < stop {
             let n = CHUNK.min(stop - first);
+            let padded = n.div_ceil(BLOCK) * BLOCK;
+            let stride = CHUNK + BLOCK;
             if row_words(&bits[first * width..(first + n) * width], &mut words) {
                 self.walk_with_missing(&words, width, n, &mut acc, stride);
             } else {
-                // as many lanes as rows, up to 64: measured on AVX-512, where a block of 32 or 64 is walked with
-                // vector gathers (a tenth of the time per row of 8 scalar lanes); a few rows take few lanes
-                match n {
-                    0..=4 => self.walk_finite::<4>(&mut words, &mut lanes, width, n, &mut acc, stride),
-                    5..=8 => self.walk_finite::<8>(&mut words, &mut lanes, width, n, &mut acc, stride),
-                    9..=32 => self.walk_finite::<32>(&mut words, &mut lanes, width, n, &mut acc, stride),
-                    _ => self.walk_finite::<MOST_LANES>(&mut words, &mut lanes, width, n, &mut acc, stride),
+                for k in n * width..padded * width {
+                    words[k] = words[k % width]; // pad with copies of the first row, dropped below
                 }
+                self.walk_finite(&words, width, padded, &mut acc, stride);
             }
             for m in 0..forests {
                 out[m * rows + first..m * rows + first + n].copy_from_slice(&acc[m * stride..m * stride + n]);
@@ -167,35 +163,27 @@ impl Forests {
         }
     }
 
-    /// The `n` rows of `words` (row-major, no value missing) walked `LANES` at a time: padded to whole blocks with
-    /// copies of the first row (their sums dropped by the caller), each block laid out by feature in `lanes`.
-    #[allow(clippy::needless_range_loop)] // the lanes, walked side by side
-    fn walk_finite<const LANES: usize>(&self, words: &mut [u64], lanes: &mut [u64], width: usize, n: usize,
-                                       acc: &mut [f32], stride: usize) {
-        let padded = n.div_ceil(LANES) * LANES;
-        for k in n * width..padded * width {
-            words[k] = words[k % width];
-        }
-        by_feature::<LANES>(&words[..padded * width], width, lanes);
-        self.each_tree(acc, padded, stride, |tree, sums| {
+    #[allow(clippy::needless_range_loop)] // the eight lanes, each a register
+    fn walk_finite(&self, words: &[u64], width: usize, n: usize, acc: &mut [f32], stride: usize) {
+        self.each_tree(acc, n, stride, |tree, sums| {
             let (nodes, first_leaf) = (tree.nodes, 1usize << tree.depth);
             let root = nodes[1];
             let f0 = (root & FEATURE_MASK) as usize;
-            for (block, sums) in sums.chunks_exact_mut(LANES).enumerate() {
-                let x = &lanes[block * LANES * width..(block + 1) * LANES * width];
-                let mut at = [0usize; LANES];
-                for r in 0..LANES {
-                    at[r] = 2 + (root.wrapping_sub(x[f0 * LANES + r]) >> 63) as usize;
+            for (block, sums) in sums.chunks_exact_mut(BLOCK).enumerate() {
+                let x = &words[block * BLOCK * width..(block + 1) * BLOCK * width];
+                let mut at = [0usize; BLOCK];
+                for r in 0..BLOCK {
+                    at[r] = 2 + (root.wrapping_sub(x[r * width + f0]) >> 63) as usize;
                 }
                 for _ in 1..tree.depth {
-                    for r in 0..LANES {
+                    for r in 0..BLOCK {
                         // SAFETY: `checked` bounds every node index below 2**depth and every feature below width.
                         let node = unsafe { *nodes.get_unchecked(at[r]) };
-                        let value = unsafe { *x.get_unchecked((node & FEATURE_MASK) as usize * LANES + r) };
+                        let value = unsafe { *x.get_unchecked(r * width + (node & FEATURE_MASK) as usize) };
                         at[r] = 2 * at[r] + (node.wrapping_sub(value) >> 63) as usize;
                     }
                 }
-                for r in 0..LANES {
+                for r in 0..BLOCK {
                     sums[r] += unsafe { *tree.leaves.get_unchecked(at[r] - first_leaf) };
                 }
             }
@@ -241,17 +229,4 @@ fn row_words(bits: &[u32], words: &mut [u64]) -> bool {
         }
     }
     missing
-}
-
-/// Row-major words (rows of `width`, whole blocks of `LANES` rows) laid out by feature within each block: a row's
-/// value of feature `f` at `f * LANES + its lane`, so that one level's lookups of a block are one gather.
-fn by_feature<const LANES: usize>(words: &[u64], width: usize, lanes: &mut [u64]) {
-    for (block, rows) in words.chunks_exact(LANES * width).enumerate() {
-        let out = &mut lanes[block * LANES * width..(block + 1) * LANES * width];
-        for (r, row) in rows.chunks_exact(width).enumerate() {
-            for (f, &word) in row.iter().enumerate() {
-                out[f * LANES + r] = word;
-            }
-        }
-    }
 }

@@ -1,5 +1,5 @@
 """The compiled walk (and the numpy reference) against XGBoost and the float32 semantics it must keep: exact
-thresholds, signed zeros, infinities, missing values, batch sizes around each number of interleaved rows, wide rows and split
+thresholds, signed zeros, infinities, missing values, batch sizes around the interleaving block, wide rows and split
 batches; and arrays it cannot walk safely, refused."""
 
 import numpy as np
@@ -74,7 +74,7 @@ def assert_equals_boosters(got: np.ndarray, boosters, rows: np.ndarray) -> None:
         np.testing.assert_allclose(got[index], booster.inplace_predict(rows), rtol=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 13, 31, 32, 33, 64, 65, 100, 1001])  # around each lane count
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 13, 100, 1001])
 def test_every_batch_size_equals_xgboost(boosters, stack, n):
     rows = candidate_rows(n, seed=n)
     for engine in available_engines():
@@ -99,7 +99,7 @@ def test_a_missing_value_in_one_chunk_of_a_large_batch_equals_xgboost(boosters, 
     assert_equals_boosters(evaluate(stack, rows), boosters, rows)
 
 
-@pytest.mark.parametrize("n", [3, 8, 20, 97])  # each lane count: 4, 8, 32 and 64
+@pytest.mark.parametrize("n", [3, 8, 20, 97])  # part of a block of interleaved rows, one, several
 def test_compiled_and_numpy_engines_agree_bit_for_bit(stack, n):
     rows = candidate_rows(n, seed=5)
     rows[::5, 1] = -0.0
