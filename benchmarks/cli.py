@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ext_proc.add_argument("--in-process", type=int, metavar="EXCHANGES",
                           help="instead: the router's own work per exchange without gRPC, over this many exchanges")
     ext_proc.add_argument("--decision", choices=("compiled", "python"), default="compiled",
-                          help="--in-process: the heuristic profile scored and picked by its compiled twin, when it "
-                               "has one, or always by the Python plugins")
+                          help="--in-process: each profile decided by its compiled twin, when it has one, or always by "
+                               "the Python plugins")
     ext_proc.add_argument("--versus-epp", nargs="*", metavar="ARM",
                           help="instead: headroom against GIE's endpoint picker (infra/build-tool epp) on the same "
                                "servers, one process each, and client, in interleaved --rounds of --seconds; arms: "

@@ -34,6 +34,16 @@ class HeuristicProfile:
     def pick(self, kv_cache_usage: np.ndarray, num_waiting: np.ndarray, prefix_match: np.ndarray, scores: np.ndarray,
              rng: random.Random) -> int: ...
 
+class PredictedProfile:
+    def __init__(self, filters: list[tuple[str, list[float]]], scorers: list[tuple[bool, float, float, float]],
+                 protect_running: bool | None, tie_tolerance: float) -> None: ...
+    def decide(self, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, ttft_headroom: np.ndarray,
+               tpot_headroom: np.ndarray, prefix_match: np.ndarray, inflight_prefill_tokens: np.ndarray,
+               tpot_at_risk: np.ndarray, num_waiting: np.ndarray, num_running: np.ndarray,
+               inflight_requests: np.ndarray, kv_cache_usage: np.ndarray, cold_kv_usage: float,
+               slo_ttft_ms: float | None, has_slo: bool, stream: bool, sheddable: bool, survivors: np.ndarray,
+               scores: np.ndarray, rng: random.Random) -> tuple[int, int | None, bool]: ...
+
 class Forests:
     def __init__(self, nodes: np.ndarray, default_left: np.ndarray, leaves: np.ndarray, node_offset: np.ndarray,
                  leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray, base_score: np.ndarray) -> None: ...

@@ -8,6 +8,9 @@
 //! [`heuristic::HeuristicProfile`]: the heuristic profile's default pipeline (scorers and picker) as one call, which
 //! `router/framework/compiled.py` takes over from the Python plugins when a profile is exactly that pipeline.
 //!
+//! [`predicted::PredictedProfile`]: the predicted profile's filters, latency scorers, SLO admitter and max-score
+//! picker as one call, taken over the same way when every candidate has a prediction.
+//!
 //! [`forest::Forests`]: the tree walk of the models' forests (`predictor/kernels.py`), without the GIL.
 
 mod auth;
@@ -15,6 +18,7 @@ mod exchange;
 mod handoff;
 mod forest;
 mod heuristic;
+mod predicted;
 mod proto;
 mod server;
 mod tls;
@@ -191,6 +195,7 @@ impl Drop for ExtProcFront {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<ExtProcFront>()?;
     module.add_class::<heuristic::HeuristicProfile>()?;
+    module.add_class::<predicted::PredictedProfile>()?;
     module.add_class::<forest::Forests>()?;
     module.add("DECIDE", DECIDE)?;
     module.add("TOO_LARGE", TOO_LARGE)?;

@@ -19,7 +19,8 @@ Candidates travel through the pipeline as one :class:`~router.framework.candidat
 the servers' :class:`~router.framework.server_table.ServerTable`), scores as arrays: no object is built per
 candidate. A :class:`~router.framework.roles.Candidate` is built for the chosen server, and for any other only when
 someone reads the decision's ``candidates`` or ``scored``. A heuristic profile that is the default pipeline's
-shape is scored and picked by its compiled twin (:mod:`router.framework.compiled`), with the same scores and picks.
+shape is scored and picked by its compiled twin (:mod:`router.framework.compiled`), with the same scores and picks;
+so is a predicted profile of the default pipeline's shape, once every candidate is predicted.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from headroom.router.errors import NoCandidates
 from headroom.router.framework.candidate_set import CandidateSet, ScoredSet
-from headroom.router.framework.compiled import compiled_heuristic
+from headroom.router.framework.compiled import compiled_heuristic, compiled_predicted
 from headroom.router.framework.pipeline import Pipeline, Profile
 from headroom.router.framework.roles import Candidate, Context, Request, Scored, ServerSnapshot
 
@@ -65,8 +66,9 @@ class Engine:
 
     def __init__(self, pipeline: Pipeline, compiled: bool = True):
         self.pipeline = pipeline
-        # the heuristic profile's compiled twin, when it has one (``compiled=False``: always the Python plugins)
+        # the profiles' compiled twins, when they have them (``compiled=False``: always the Python plugins)
         self.compiled = compiled_heuristic(pipeline.heuristic) if compiled else None
+        self.compiled_predicted = compiled_predicted(pipeline.predicted) if compiled else None
 
     def wants_prediction(self, opted_in: bool, opted_out: bool) -> bool:
         """Whether a request with these header choices takes the predicted profile: every request unless it
@@ -99,6 +101,10 @@ class Engine:
             scores, index = self.compiled.pick(candidates, context)
             return Decision(request, profile.name, candidates, ScoredSet(candidates, scores), candidates[index],
                             **outcome)
+        if profile is not heuristic and self.compiled_predicted is not None and candidates.is_predicted.all():
+            survivors, scores, picked, rejection = self.compiled_predicted.decide(request, candidates, context)
+            return Decision(request, profile.name, candidates, ScoredSet(survivors, scores),
+                            None if picked is None else survivors[picked], rejection=rejection, **outcome)
         survivors = candidates
         for plugin in profile.filters:
             kept = plugin.filter(request, survivors, context)

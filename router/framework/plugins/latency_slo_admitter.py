@@ -46,11 +46,15 @@ class LatencySloAdmitter:
         safe = meets & (cands.tpot_at_risk == 0) if self.params.protect_running else meets
         if (safe | cands.column(servers.is_idle) | cands.column(servers.is_cold)).any():
             return None
-        if meets.any():
-            return (f"sheddable request (priority {request.priority}) rejected: every server predicted to meet its "
-                    f"SLO has streams at risk of missing their TPOT SLO")
-        return (f"sheddable request (priority {request.priority}) rejected: none of {len(candidates)} "
-                f"servers is predicted to meet its SLO")
+        return rejection(request, len(candidates), bool(meets.any()))
+
+
+def rejection(request: Request, servers: int, some_meet: bool) -> str:
+    """Why ``request`` is shed among ``servers``: ``some_meet`` when servers meet its SLO but have streams at risk."""
+    if some_meet:
+        return (f"sheddable request (priority {request.priority}) rejected: every server predicted to meet its "
+                f"SLO has streams at risk of missing their TPOT SLO")
+    return f"sheddable request (priority {request.priority}) rejected: none of {servers} servers is predicted to meet its SLO"
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> LatencySloAdmitter:
