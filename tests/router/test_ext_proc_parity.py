@@ -11,6 +11,7 @@ import asyncio
 import functools
 import itertools
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,16 +172,19 @@ async def both(exchanges, *servers, callers=None, environ=None, player=play, **s
     grpcio servicer, both over the same ``servers``, each as its caller (name → :class:`Caller`; the gateway,
     by its token, when not named) to routers with ``environ`` (the gateway's token when None); returns, per
     front, what was played (by ``player``) and the router."""
+    # both decide on clocks from one start: the machine's monotonic time, which stamps the scrapes (a start ahead
+    # of it would make every scrape look older than the producer's limit on a machine up for minutes only)
+    start = time.monotonic()
     async with upstreams(*servers) as started:
-        return [await asyncio.wait_for(run(front, exchanges, started, callers or {}, environ, player, **settings), 60)
-                for front in ("native", "grpcio")]
+        return [await asyncio.wait_for(run(front, exchanges, started, callers or {}, environ, player, start,
+                                           **settings), 60) for front in ("native", "grpcio")]
 
 
-async def run(front, exchanges, servers, callers, environ, player, **settings):
+async def run(front, exchanges, servers, callers, environ, player, start, **settings):
     config = router_config([s.address for s in servers], extProcFront=front,
                            environ=gateway_environ() if environ is None else environ, **settings)
     router = RouterServer(config, from_env(KafkaSettings, {}), predictor=TablePredictor())
-    router.service.monotonic, router.service.wall = counting_clock(1000.0), counting_clock(1.7e9)
+    router.service.monotonic, router.service.wall = counting_clock(start), counting_clock(1.7e9)
     await router.start()
     assert await wait_for(lambda: all(sc.metrics is not None for sc in router.pool.scrapes.values()))
     try:
