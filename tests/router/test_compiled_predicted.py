@@ -3,13 +3,14 @@ and draws.
 
 Two engines, one with the twin and one with the plugins, decide the same random requests over the same random pools
 with the same predictions and the same seeded RNG: pools of 1–24 servers with cached prefixes, prefill queued,
-streams at risk, idle and cold servers, ties; requests with and without SLOs, streaming or not, sheddable or not;
-predictions late everywhere, in time somewhere, with and without E2E, now and then unusable (which leaves the
-request to the plugins).
+streams at risk, idle and cold servers, scrapes a server could send (NaN, infinite), ties; requests with and
+without SLOs, streaming or not, sheddable or not; predictions late everywhere, in time somewhere, with and without
+E2E, now and then unusable (which leaves the request to the plugins).
 """
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -48,7 +49,8 @@ def _servers(rng: random.Random) -> list[ServerSnapshot]:
         idle = rng.random() < 0.1
         out.append(ServerSnapshot(
             server_id=f"s{i}", address=f"127.0.0.1:{9000 + i}", pool_key=rng.choice(pools),
-            kv_cache_usage=rng.choice([0.01, 0.3, 0.5, 0.7, 0.9, 0.95]), num_waiting=0 if idle else rng.choice([0, 1, 4]),
+            kv_cache_usage=rng.choice([0.01, 0.3, 0.5, 0.7, 0.9, 0.95, math.nan, math.inf]),
+            num_waiting=0 if idle else rng.choice([0, 1, 4, 10**9]),
             num_running=0 if idle else rng.choice([1, 8]), inflight_requests=0 if idle else rng.choice([0, 2]),
             prefix_match=rng.choice([0.0, 0.0, 0.1, 0.2, 0.6, 0.995, 1.0]),
             inflight_prompt_tokens=4_000, inflight_prefill_tokens=rng.choice([800, 3_000, 3_000] if burst else [0, 0, 800, 3_000]),
