@@ -144,8 +144,9 @@ impl PredictedProfile {
             }
         }
         let weighted = self.score(&ask, &columns, &kept);
-        let survivors_out = survivors_out.as_mut_slice(py).ok_or_else(|| PyValueError::new_err("survivors must be a writable intp array"))?;
-        let scores_out = scores_out.as_mut_slice(py).ok_or_else(|| PyValueError::new_err("scores must be a writable float64 array"))?;
+        let writable = |what: &str| PyValueError::new_err(format!("{what} must be a writable array"));
+        let survivors_out = survivors_out.as_mut_slice(py).ok_or_else(|| writable("survivors"))?;
+        let scores_out = scores_out.as_mut_slice(py).ok_or_else(|| writable("scores"))?;
         for (j, (&position, &score)) in kept.iter().zip(&weighted).enumerate() {
             survivors_out[j].set(position as isize);
             scores_out[j].set(score);
@@ -214,7 +215,9 @@ impl Filter {
                 if !ask.has_slo {
                     return Ok(all());
                 }
-                let verdicts: Vec<(usize, bool, bool)> = kept.iter().map(|&i| { let (k, m) = c.verdict(i); (i, k, m) }).collect();
+                let verdicts: Vec<(usize, bool, bool)> = kept.iter()
+                    .map(|&i| { let (known, meets) = c.verdict(i); (i, known, meets) })
+                    .collect();
                 let positive = verdicts.iter().any(|&(_, k, m)| k && m);
                 let negative = verdicts.iter().any(|&(_, k, m)| k && !m);
                 if !positive || !negative {
@@ -229,7 +232,9 @@ impl Filter {
                 if kept.len() < 2 || kept.iter().any(|&i| c.ttft[i].is_nan()) {
                     return Ok(all());
                 }
-                let in_time = |i: usize| c.ttft[i] <= (1.0 + late_margin) * slo && !(include_tpot && c.tpot_headroom[i] < 0.0);
+                let in_time = |i: usize| {
+                    c.ttft[i] <= (1.0 + late_margin) * slo && !(include_tpot && c.tpot_headroom[i] < 0.0)
+                };
                 if kept.iter().any(|&i| in_time(i)) {
                     return Ok(all());
                 }
@@ -254,8 +259,14 @@ impl Filter {
                 }
                 let allowed = allowed(ask, c, kept, ttft_margin, ttft_penalty);
                 let least = min_of(kept.iter().zip(&allowed).filter(|&(_, &a)| a).map(|(&i, _)| c.at_risk[i]));
-                let keep: Vec<bool> = kept.iter().zip(&allowed).map(|(&i, &a)| a && c.at_risk[i] <= least + tolerance).collect();
-                if keep == allowed { all() } else { kept.iter().zip(&keep).filter(|&(_, &k)| k).map(|(&i, _)| i).collect() }
+                let keep: Vec<bool> = kept.iter().zip(&allowed)
+                    .map(|(&i, &a)| a && c.at_risk[i] <= least + tolerance)
+                    .collect();
+                if keep == allowed {
+                    all()
+                } else {
+                    kept.iter().zip(&keep).filter(|&(_, &k)| k).map(|(&i, _)| i).collect()
+                }
             }
         })
     }
@@ -387,7 +398,7 @@ fn parse_filter(kind: &str, p: &[f64]) -> PyResult<Filter> {
 fn read(py: Python<'_>, values: &Bound<'_, PyAny>, name: &str, n: Option<usize>) -> PyResult<Vec<f64>> {
     let buffer = PyBuffer::<f64>::get(values).map_err(|err| PyValueError::new_err(format!("{name}: {err}")))?;
     if buffer.dimensions() != 1 || n.is_some_and(|n| buffer.item_count() != n) {
-        return Err(PyValueError::new_err(format!("{name} must be a one-dimensional float64 array of one value per candidate")));
+        return Err(PyValueError::new_err(format!("{name} must be a float64 array of one value per candidate")));
     }
     Ok(buffer.to_vec(py)?)
 }

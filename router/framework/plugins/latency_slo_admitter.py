@@ -54,7 +54,8 @@ def rejection(request: Request, servers: int, some_meet: bool) -> str:
     if some_meet:
         return (f"sheddable request (priority {request.priority}) rejected: every server predicted to meet its "
                 f"SLO has streams at risk of missing their TPOT SLO")
-    return f"sheddable request (priority {request.priority}) rejected: none of {servers} servers is predicted to meet its SLO"
+    return (f"sheddable request (priority {request.priority}) rejected: none of {servers} servers is predicted to "
+            f"meet its SLO")
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> LatencySloAdmitter:
