@@ -1,6 +1,7 @@
 """headroom's compiled parts (``native/``, Rust), built by ``pip install``: the ext_proc front that
 :mod:`headroom.router.fronts.ext_proc_front` drives, the heuristic profile's default pipeline that
-:mod:`headroom.router.framework.compiled` runs, and the tree walk of :mod:`headroom.predictor.kernels`."""
+:mod:`headroom.router.framework.compiled` runs, the tree walk of :mod:`headroom.predictor.kernels` and the
+predicted-latency producer's arithmetic that :mod:`headroom.router.framework.compiled_producer` runs."""
 
 import random
 
@@ -48,3 +49,11 @@ class Forests:
     def __init__(self, nodes: np.ndarray, default_left: np.ndarray, leaves: np.ndarray, node_offset: np.ndarray,
                  leaf_offset: np.ndarray, tree_start: np.ndarray, depth: np.ndarray, base_score: np.ndarray) -> None: ...
     def predict(self, bits: np.ndarray, width: int, out: np.ndarray, start: int, stop: int) -> None: ...
+    def predict_columns(self, columns: list[np.ndarray | float], rows: int, derived: tuple[int, int, int],
+                        out: np.ndarray) -> bool: ...
+
+def finish_predictions(values: np.ndarray, rows: tuple[int, int, int | None], factors: np.ndarray | None,
+                       floor: tuple[np.ndarray, np.ndarray, np.ndarray] | None, prompt_tokens: float,
+                       tightest_tpot_slo: np.ndarray, slo_ttft_ms: float | None, slo_tpot_ms: float | None,
+                       has_slo: bool, stream: bool, slo_buffer_factor: float, tpot_factor: float,
+                       out: np.ndarray) -> bool | None: ...

@@ -110,6 +110,14 @@ class PoolModels:
         logged = tuple(i for i, m in enumerate(ordered) if m.output_transform == "log")
         return cls(pool_key, ordered, ForestStack.of([m.forest for m in ordered]), logged)
 
+    def to_milliseconds(self, values: np.ndarray) -> None:
+        """Map the raw outputs ``values`` (one float32 row per model) to milliseconds, in place."""
+        if len(self.logged) == len(self.models):
+            np.exp(values, out=values)
+        else:
+            for index in self.logged:
+                np.exp(values[index], out=values[index])
+
 
 @dataclass(frozen=True)
 class PoolPrediction:
@@ -157,6 +165,10 @@ class ModelRuntime:
     def live(self) -> list[ServingModel]:
         return [model for pool in self._pools.values() for model in pool.models]
 
+    def pool(self, pool_key: str) -> PoolModels | None:
+        """The live models of ``pool_key``, if it has any."""
+        return self._pools.get(pool_key)
+
     def version(self, pool_key: str, target: str, objective: str) -> int | None:
         pool = self._pools.get(pool_key)
         for model in pool.models if pool else ():
@@ -174,11 +186,7 @@ class ModelRuntime:
             raise UnknownPool(f"no model for pool key {pool_key!r}; known pool keys: {sorted(pools)}")
         rows = check_batch(features)
         values = evaluate(pool.stack, rows, self.engine, self.threads)
-        if len(pool.logged) == len(pool.models):
-            np.exp(values, out=values)
-        else:
-            for index in pool.logged:
-                np.exp(values[index], out=values[index])
+        pool.to_milliseconds(values)
         return PoolPrediction(pool_key, pool.models, values)
 
     # --- writing -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt};
 
 const MISSING_WORD: u64 = 0; // no value's word: real ones end in 0x7FFFFFFF
 const FEATURE_MASK: u64 = (1 << 16) - 1; // a node word keeps its feature in the low 16 bits
@@ -74,6 +75,58 @@ impl Forests {
         let out = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f32, out.item_count()) };
         py.detach(|| self.walk(bits, width, rows, out, start, stop));
         Ok(())
+    }
+
+    /// Build the feature rows of one request on `rows` servers (`contract.features.feature_matrix`) and predict them
+    /// into `out` (float32, one row per forest, `rows` columns). `columns` are the raw columns in order, each a
+    /// float64 array of `rows` values or one number for every row; `derived` the positions of `prompt_tokens`,
+    /// `prefix_match` and `num_waiting` among them, from which the last two features follow (the uncached prompt, in
+    /// float32, and whether any request waits). Returns false, predicting nothing, when a feature is not finite.
+    fn predict_columns(&self, py: Python<'_>, columns: Vec<Bound<'_, PyAny>>, rows: usize,
+                       derived: (usize, usize, usize), out: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let raw = columns.len();
+        let (prompt, prefix, waiting) = derived;
+        let width = raw + 2;
+        if prompt.max(prefix).max(waiting) >= raw || width < self.width.max(1) {
+            return Err(PyValueError::new_err(format!(
+                "{raw} raw columns with derived positions {derived:?} (the forests read {} features)", self.width)));
+        }
+        let out = buffer::<f32>(out, "out")?;
+        if out.readonly() || out.item_count() != self.base_score.len() * rows {
+            return Err(PyValueError::new_err(format!("out must be writable float32 of {} forests × {rows} rows",
+                                                     self.base_score.len())));
+        }
+        let mut x = vec![0f32; rows * width];
+        for (j, column) in columns.iter().enumerate() {
+            if column.is_instance_of::<PyFloat>() || column.is_instance_of::<PyInt>() {
+                let value = column.extract::<f64>()? as f32;
+                (0..rows).for_each(|i| x[i * width + j] = value);
+                continue;
+            }
+            let values = PyBuffer::<f64>::get(column)
+                .map_err(|err| PyValueError::new_err(format!("raw column {j}: {err}")))?;
+            if values.dimensions() != 1 || values.item_count() != rows {
+                return Err(PyValueError::new_err(format!("raw column {j} holds {} values, not {rows}",
+                                                         values.item_count())));
+            }
+            let copied;
+            let values = if values.is_c_contiguous() { slice(&values) } else { copied = values.to_vec(py)?; &copied };
+            for (i, value) in values.iter().enumerate() {
+                x[i * width + j] = *value as f32;
+            }
+        }
+        for row in x.chunks_exact_mut(width) {
+            row[raw] = row[prompt] * (1.0 - row[prefix]);
+            row[raw + 1] = if row[waiting] > 0.0 { 1.0 } else { 0.0 };
+        }
+        if !x.iter().all(|value| value.is_finite()) {
+            return Ok(false);
+        }
+        let bits: Vec<u32> = x.iter().map(|value| value.to_bits()).collect();
+        // SAFETY: `out` is a writable, C-contiguous buffer of `forests * rows` float32 held for the whole call.
+        let out = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut f32, out.item_count()) };
+        py.detach(|| self.walk(&bits, width, rows, out, 0, rows));
+        Ok(true)
     }
 }
 

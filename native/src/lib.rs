@@ -11,7 +11,9 @@
 //! [`predicted::PredictedProfile`]: the predicted profile's filters, latency scorers, SLO admitter and max-score
 //! picker as one call, taken over the same way when every candidate has a prediction.
 //!
-//! [`forest::Forests`]: the tree walk of the models' forests (`predictor/kernels.py`), without the GIL.
+//! [`forest::Forests`]: the tree walk of the models' forests (`predictor/kernels.py`), without the GIL; with
+//! [`producer::finish_predictions`], the predicted-latency producer for one pool's candidates, taken over the same
+//! way when the models are in process.
 
 mod auth;
 mod exchange;
@@ -19,6 +21,7 @@ mod handoff;
 mod forest;
 mod heuristic;
 mod predicted;
+mod producer;
 mod proto;
 mod server;
 mod tls;
@@ -197,6 +200,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<heuristic::HeuristicProfile>()?;
     module.add_class::<predicted::PredictedProfile>()?;
     module.add_class::<forest::Forests>()?;
+    module.add_function(wrap_pyfunction!(producer::finish_predictions, module)?)?;
     module.add("DECIDE", DECIDE)?;
     module.add("TOO_LARGE", TOO_LARGE)?;
     module.add("FEED", FEED)?;

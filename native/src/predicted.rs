@@ -9,6 +9,8 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::producer::response_ms;
+
 /// The share of its range a latency scorer gives a candidate predicted to meet its SLO, at least.
 const POSITIVE_FLOOR: f64 = 0.01;
 
@@ -352,13 +354,6 @@ fn combine(parts: &[(Vec<f64>, f64)]) -> Vec<f64> {
         total.iter_mut().for_each(|t| *t /= weight_sum);
     }
     total
-}
-
-/// `contract.targets.response_ms` for servers compared, with `first` the column wanted and `other` its stand-in.
-fn response_ms(first: &[f64], other: &[f64]) -> Vec<f64> {
-    let swap = first.iter().zip(other).any(|(f, o)| f.is_nan() && !o.is_nan());
-    let (first, other) = if swap { (other, first) } else { (first, other) };
-    first.iter().zip(other).map(|(&f, &o)| if f.is_nan() { o } else { f }).collect()
 }
 
 /// The SLO admitter's verdict over every candidate: None to admit, else whether some server meets the SLO.

@@ -20,7 +20,9 @@ the servers' :class:`~router.framework.server_table.ServerTable`), scores as arr
 candidate. A :class:`~router.framework.roles.Candidate` is built for the chosen server, and for any other only when
 someone reads the decision's ``candidates`` or ``scored``. A heuristic profile that is the default pipeline's
 shape is scored and picked by its compiled twin (:mod:`router.framework.compiled`), with the same scores and picks;
-so is a predicted profile of the default pipeline's shape, once every candidate is predicted.
+so is a predicted profile of the default pipeline's shape, once every candidate is predicted. With models in this
+process, the predicted-latency producer's twin (:mod:`router.framework.compiled_producer`) predicts a pool's
+candidates when it can.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from headroom.router.errors import NoCandidates
 from headroom.router.framework.candidate_set import CandidateSet, ScoredSet
 from headroom.router.framework.compiled import compiled_heuristic, compiled_predicted
+from headroom.router.framework.compiled_producer import compiled_producer
 from headroom.router.framework.pipeline import Pipeline, Profile
 from headroom.router.framework.roles import Candidate, Context, Request, Scored, ServerSnapshot
 
@@ -69,6 +72,7 @@ class Engine:
         # the profiles' compiled twins, when they have them (``compiled=False``: always the Python plugins)
         self.compiled = compiled_heuristic(pipeline.heuristic) if compiled else None
         self.compiled_predicted = compiled_predicted(pipeline.predicted) if compiled else None
+        self.compiled_producer = compiled_producer(pipeline.predicted.producer) if compiled else None
 
     def wants_prediction(self, opted_in: bool, opted_out: bool) -> bool:
         """Whether a request with these header choices takes the predicted profile: every request unless it
@@ -85,7 +89,10 @@ class Engine:
         if not request.predict:
             return self._run(heuristic, heuristic, request, candidates, context,
                              heuristic_reason="opted-out" if self.pipeline.predict_all else "not-opted-in")
-        produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
+        twin = self.compiled_producer
+        produced = twin.produce(request, candidates, context) if twin is not None else None
+        if produced is None:
+            produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
         reasons = tuple(sorted({r for r in produced.fallback_reasons() if r}))
         if not produced.is_predicted.any():
             return self._run(heuristic, heuristic, request, produced, context, fallback="full",

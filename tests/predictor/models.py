@@ -9,7 +9,7 @@ import xgboost
 
 from headroom.benchmarks.predictor import EFFECTIVE_PROMPT, candidates
 from headroom.contract.features import FEATURE_SCHEMA
-from headroom.contract.model_update import encode_update, make_update
+from headroom.contract.model_update import TRANSFORM_ATTRIBUTE, booster_transform, encode_update, make_update
 from headroom.contract.probe import PROBE_ROWS, stamp
 from headroom.contract.signing import SigningKey
 from tests.keys import TEST_KEY
@@ -26,14 +26,18 @@ def latency_ms(rows: np.ndarray, target: str, seed: int = 0) -> np.ndarray:
 
 
 def train(target: str = "ttft", objective: str = "mean", quantile: float = 0.9, seed: int = 0,
-          trees: int = 20, depth: int = 4, rows: int = 600, scale: float = 1.0) -> xgboost.Booster:
+          trees: int = 20, depth: int = 4, rows: int = 600, scale: float = 1.0, log: bool = False) -> xgboost.Booster:
+    """A booster fitted on synthetic milliseconds (their logarithm if ``log``, which it then declares)."""
     x = candidate_rows(rows, seed)
     y = latency_ms(x, target, seed) * scale
     params = {"max_depth": depth, "eta": 0.1, "nthread": 1, "tree_method": "hist", "seed": seed,
               "objective": "reg:squarederror"}
     if objective == "quantile":
         params.update(objective="reg:quantileerror", quantile_alpha=quantile)
-    return xgboost.train(params, xgboost.DMatrix(x, label=y), trees)
+    booster = xgboost.train(params, xgboost.DMatrix(x, label=np.log(y) if log else y), trees)
+    if log:
+        booster.set_attr(**{TRANSFORM_ATTRIBUTE: "log"})
+    return booster
 
 
 def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "pool-a", target: str = "ttft",
@@ -50,5 +54,6 @@ def message(booster: xgboost.Booster | bytes, version: int, *, pool_key: str = "
     encoded = encode_update(make_update(
         model=model, version=version, pool_key=pool_key, target=target, objective=objective, quantile=quantile,
         feature_schema=feature_schema, model_format=model_format, created_at=time.time(),
-        window_stats={"rows": 600}, holdout_metrics=holdout_metrics or {"mae": 1.0}))
+        window_stats={"rows": 600}, holdout_metrics=holdout_metrics or {"mae": 1.0},
+        output_transform="identity" if isinstance(booster, bytes) else booster_transform(booster)))
     return key.sign(encoded) if key is not None else encoded

@@ -10,15 +10,15 @@ E2E, now and then unusable (which leaves the request to the plugins).
 
 from __future__ import annotations
 
-import math
 import random
 
 import numpy as np
 import pytest
 
-from headroom.router.framework.engine import Decision, Engine
+from headroom.router.framework.engine import Engine
 from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
-from headroom.router.framework.roles import Context, PredictionBatch, Request, ServerSnapshot
+from headroom.router.framework.roles import Context, PredictionBatch
+from tests.router.predicted_cases import VARIED, facts, request_of, servers_of
 
 CASES = 200
 DECISIONS = 8
@@ -41,65 +41,6 @@ class DrawnPredictor:
         return PredictionBatch(values=values, ok=ok, versions={"ttft": 2, "tpot": 2})
 
 
-def _servers(rng: random.Random) -> list[ServerSnapshot]:
-    pools = ("h100", "a100") if rng.random() < 0.3 else ("default",)
-    burst = rng.random() < 0.4  # prefill queued everywhere: where a request late everywhere is concentrated
-    out = []
-    for i in range(rng.randint(1, 24)):
-        idle = rng.random() < 0.1
-        out.append(ServerSnapshot(
-            server_id=f"s{i}", address=f"127.0.0.1:{9000 + i}", pool_key=rng.choice(pools),
-            kv_cache_usage=rng.choice([0.01, 0.3, 0.5, 0.7, 0.9, 0.95, math.nan, math.inf]),
-            num_waiting=0 if idle else rng.choice([0, 1, 4, 10**9]),
-            num_running=0 if idle else rng.choice([1, 8]), inflight_requests=0 if idle else rng.choice([0, 2]),
-            prefix_match=rng.choice([0.0, 0.0, 0.1, 0.2, 0.6, 0.995, 1.0]),
-            inflight_prompt_tokens=4_000,
-            inflight_prefill_tokens=rng.choice([800, 3_000, 3_000] if burst else [0, 0, 800, 3_000]),
-            tpot_at_risk=rng.choice([0.0, 0.0, 0.0, 0.25, 1.0, 2.0]),
-            running_tpot_slos_ms=rng.choice([(), (), (30.0,), (60.0, 25.0)]),
-            latency_correction=rng.choice([(0.0, 0.0, 0.0), (0.3, -0.1, 0.2)]),
-            prefill_ms_per_token=rng.choice([0.0, 0.0, 0.5])))
-    return out
-
-
-def _request(rng: random.Random, i: int) -> Request:
-    return Request(request_id=f"r{i}", prompt_tokens=rng.choice([64, 512, 4_000]), stream=rng.random() < 0.6,
-                   slo_ttft_ms=rng.choice([None, 300.0, 1_000.0, 1_000.0, 5_000.0]),
-                   slo_tpot_ms=rng.choice([None, 25.0, 50.0]), priority=rng.choice([0, -1]))
-
-
-def _facts(decision: Decision) -> tuple[object, ...]:
-    """Everything of a decision the router reads."""
-    chosen = decision.chosen
-    return (decision.profile, decision.fallback, decision.fallback_reasons, decision.rejection,
-            decision.heuristic_reason, decision.request,
-            None if chosen is None else (chosen.server, chosen.prediction, chosen.fallback_reason,
-                                         chosen.ttft_headroom_ms, chosen.tpot_headroom_ms),
-            [(s.candidate.server.server_id, s.score) for s in decision.scored], list(decision.candidates))
-
-
-VARIED = {**DEFAULT_PIPELINE, "plugins": [
-    {"type": "predicted-latency-producer", "name": "producer"},
-    {"type": "prefix-cache-affinity-filter", "name": "affinity",
-     "params": {"strictThreshold": 0, "explorationProbability": 0.3, "maxTTFTPenaltyMs": 300}},
-    {"type": "slo-headroom-tier-filter", "name": "tiers", "params": {"epsilonExploreNeg": 0.3}},
-    {"type": "late-concentration-filter", "name": "concentrate",
-     "params": {"lateMargin": 0.1, "includeTPOT": False, "onlyInABurst": False, "lateCap": 4, "lateSlack": 2}},
-    {"type": "tpot-protection-filter", "name": "protect",
-     "params": {"tolerance": 0.5, "ttftMargin": 0.2, "ttftPenalty": 0.5}},
-    {"type": "latency-scorer", "name": "latency", "params": {"headroomSelectionStrategy": "least"}},
-    {"type": "latency-scorer", "name": "ttft-only", "params": {"ttftWeight": 1, "tpotWeight": 0}},
-    {"type": "latency-slo-admitter", "name": "admitter", "params": {"protectRunning": False}},
-    *[p for p in DEFAULT_PIPELINE["plugins"] if p["name"] in ("kv-free", "queue", "prefix", "picker")],
-    {"type": "max-score-picker", "name": "predicted-picker", "params": {"tieTolerance": 0.05}},
-], "profiles": [
-    {"name": "predicted", "plugins": [{"ref": "producer"}, {"ref": "protect"}, {"ref": "affinity"},
-                                      {"ref": "concentrate"}, {"ref": "tiers"}, {"ref": "latency", "weight": 2},
-                                      {"ref": "ttft-only", "weight": 0.5}, {"ref": "admitter"},
-                                      {"ref": "predicted-picker"}]},
-    DEFAULT_PIPELINE["profiles"][1]]}
-
-
 @pytest.mark.parametrize("config", [pytest.param(None, id="default"), pytest.param(VARIED, id="varied")])
 def test_compiled_predicted_decides_as_the_plugins(config):
     twin, plugins = Engine(load_pipeline(config)), Engine(load_pipeline(config), compiled=False)
@@ -107,13 +48,13 @@ def test_compiled_predicted_decides_as_the_plugins(config):
     seen = {"compiled": 0, "narrowed": 0, "rejected": 0, "partial": 0}
     for case in range(CASES):
         rng = random.Random(case)
-        servers = _servers(rng)
+        servers = servers_of(rng)
         contexts = [Context(rng=random.Random(case * 31), predictor=DrawnPredictor(case)) for _ in range(2)]
         for i in range(DECISIONS):
-            request = _request(rng, i)
+            request = request_of(rng, i)
             got, want = (engine.decide(request, servers, context)
                          for engine, context in ((twin, contexts[0]), (plugins, contexts[1])))
-            assert repr(_facts(got)) == repr(_facts(want)), f"case {case}, decision {i}"  # NaN equals itself
+            assert repr(facts(got)) == repr(facts(want)), f"case {case}, decision {i}"  # NaN equals itself
             assert contexts[0].rng.getstate() == contexts[1].rng.getstate(), f"case {case}, decision {i}"
             if want.profile == "predicted" and want.fallback is None:
                 seen["compiled"] += 1

@@ -189,11 +189,20 @@ def _prefill_floor(request: Request, table: ServerTable, ttft: np.ndarray, e2e: 
     raised_ttft, raised_e2e = (floor > ttft) & (ttft > 0), (floor > e2e) & (e2e > 0)  # NaN compares False
     if not (raised_ttft.any() or raised_e2e.any()):
         return ttft, e2e, correction
-    log_factors = np.zeros((len(TARGETS), len(table))) if correction is None else correction.copy()
     with np.errstate(divide="ignore", invalid="ignore"):  # the rows not raised are left out
-        log_factors[0] += np.where(raised_ttft, np.log(floor / ttft), 0.0)
-        log_factors[2] += np.where(raised_e2e, np.log(floor / e2e), 0.0)
-    return np.where(raised_ttft, floor, ttft), np.where(raised_e2e, floor, e2e), log_factors
+        ttft_ratio, e2e_ratio = np.where(raised_ttft, floor / ttft, math.nan), np.where(raised_e2e, floor / e2e,
+                                                                                         math.nan)
+    return (np.where(raised_ttft, floor, ttft), np.where(raised_e2e, floor, e2e),
+            floor_corrections(correction, ttft_ratio, e2e_ratio))
+
+
+def floor_corrections(correction: np.ndarray | None, ttft_ratio: np.ndarray, e2e_ratio: np.ndarray) -> np.ndarray:
+    """The log factors per target the predictions were corrected by: ``correction`` (None: none) and, where the
+    prefill floor raised a TTFT or an E2E, the log of the floor's ratio to it (the ratios are NaN elsewhere)."""
+    log_factors = np.zeros((len(TARGETS), len(ttft_ratio))) if correction is None else correction.copy()
+    log_factors[0] += np.where(np.isnan(ttft_ratio), 0.0, np.log(ttft_ratio))
+    log_factors[2] += np.where(np.isnan(e2e_ratio), 0.0, np.log(e2e_ratio))
+    return log_factors
 
 
 def _by_pool(table: ServerTable, rows: np.ndarray) -> list[tuple[str, np.ndarray]]:
