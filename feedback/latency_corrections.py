@@ -118,9 +118,9 @@ class LatencyCorrections:
             factors = np.zeros((len(TARGETS), len(slots)))
         else:
             estimate, at = self._estimate[:, slots], self._at[:, slots]
-            factors = estimate * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s)) if estimate.any() \
-                else np.zeros_like(estimate)
-        if overdue is not None and overdue.any():
+            factors = estimate * np.exp2(np.minimum(0.0, (at - now) / self.half_life_s)) \
+                if np.count_nonzero(estimate) else np.zeros_like(estimate)
+        if overdue is not None and np.count_nonzero(overdue):
             late = overdue > 0.0
             factors[_TTFT, late] = np.maximum(factors[_TTFT, late], overdue[late])
         return factors

@@ -2,9 +2,10 @@
 
 When the router's predictor is an :class:`~router.framework.predictors.EmbeddedPredictor` and the candidates are
 every server of the table, all of one pool with fresh metrics, :class:`CompiledProducer` predicts them in two calls
-into ``headroom._native``: ``Forests.predict_columns`` builds the feature rows (:func:`contract.features.feature_matrix`'s
-arithmetic) and walks the pool's forests; the runtime maps the outputs to milliseconds with NumPy, as it does for the
-plugin; ``finish_predictions`` checks, corrects, floors and holds them to the request's SLOs. Each step is the
+into ``headroom._native``: ``Forests.predict_columns`` builds the feature rows (the arithmetic of
+:func:`contract.features.feature_matrix`) and walks the pool's forests; the runtime maps the outputs to milliseconds
+with NumPy, as it does for the plugin; ``finish_predictions`` checks, corrects, floors and holds them to the
+request's SLOs. Each step is the
 plugin's (:mod:`router.framework.plugins.predicted_latency_producer`) operation for operation; its exponentials and
 logarithms stay NumPy's. So the predictions, headroom, versions and corrections are the plugin's to the bit.
 
@@ -49,7 +50,7 @@ class CompiledProducer:
         if type(predictor) is not EmbeddedPredictor or candidates.rows is not None or keys.count(keys[0]) != n:
             return None
         params = self.params
-        if params.max_metrics_age_ms and (table.metrics_age_s > params.max_metrics_age_ms / 1000.0).any():
+        if params.max_metrics_age_ms and np.count_nonzero(table.metrics_age_s > params.max_metrics_age_ms / 1000.0):
             return None
         runtime = predictor.runtime
         pool = runtime.pool(keys[0])
@@ -65,10 +66,10 @@ class CompiledProducer:
         if not pool.stack.compiled.predict_columns(columns, n, _DERIVED, values):
             return None
         pool.to_milliseconds(values)
-        correction = table.latency_correction if params.latency_correction and table.latency_correction.any() \
-            else None
+        correction = table.latency_correction if params.latency_correction and np.count_nonzero(
+            table.latency_correction) else None
         floor = (table.prefill_ms_per_token, state["inflight_prefill_tokens"], state["prefix_match"]) \
-            if params.prefill_floor and table.prefill_ms_per_token.any() else None
+            if params.prefill_floor and np.count_nonzero(table.prefill_ms_per_token) else None
         calibrating = bool(params.tpot_quantile) and request.stream and request.has_slo
         tpot_factor = params.tpot_factor(context.tpot_ratios, keys[0]) if calibrating else 1.0
         out = np.empty((_FINISHED_ROWS, n))

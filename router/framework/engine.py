@@ -94,7 +94,7 @@ class Engine:
         if produced is None:
             produced = CandidateSet.of(predicted.producer.produce(request, candidates, context))  # type: ignore[union-attr]
         reasons = tuple(sorted({r for r in produced.fallback_reasons() if r}))
-        if not produced.is_predicted.any():
+        if not np.count_nonzero(produced.is_predicted):
             return self._run(heuristic, heuristic, request, produced, context, fallback="full",
                              fallback_reasons=reasons, heuristic_reason=_first_reason(reasons))
         return self._run(predicted, heuristic, request, produced, context, fallback="partial" if reasons else None,
