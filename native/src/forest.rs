@@ -180,13 +180,13 @@ impl Forests {
 
     fn walk(&self, bits: &[u32], width: usize, rows: usize, out: &mut [f32], start: usize, stop: usize) {
         let forests = self.base_score.len();
-        let mut words = vec![0u64; (CHUNK + BLOCK) * width];
-        let mut acc = vec![0f32; forests * (CHUNK + BLOCK)];
+        let stride = CHUNK.min(stop - start) + BLOCK; // a small batch touches no more memory than it needs
+        let mut words = vec![0u64; stride * width];
+        let mut acc = vec![0f32; forests * stride];
         let mut first = start;
         while first < stop {
             let n = CHUNK.min(stop - first);
             let padded = n.div_ceil(BLOCK) * BLOCK;
-            let stride = CHUNK + BLOCK;
             if row_words(&bits[first * width..(first + n) * width], &mut words) {
                 self.walk_with_missing(&words, width, n, &mut acc, stride);
             } else {
