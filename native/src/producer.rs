@@ -1,25 +1,16 @@
 //! The predicted-latency producer's arithmetic after the models, for candidates that are every server of one pool:
 //! the checks of each prediction, the servers' latency corrections, the prefill floor and the SLO headroom
 //! (`router/framework/plugins/predicted_latency_producer.py`), operation for operation, so the values are the same
-//! to the bit. The exponentials and logarithms stay NumPy's, on the Python side (`router/framework/compiled_producer.py`):
-//! the correction factors come in already exponentiated, and the floor's log factors are left to the caller.
+//! to the bit. The exponentials and logarithms stay NumPy's, on the Python side
+//! (`router/framework/compiled_producer.py`): the correction factors come in already exponentiated, and the floor's
+//! log factors are left to the caller.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-/// Rows of `finish_predictions`' output, one value per server each.
-const TTFT: usize = 0;
-const TPOT: usize = 1;
-const E2E: usize = 2;
-const TTFT_HEADROOM: usize = 3;
-const TPOT_HEADROOM: usize = 4;
-const TTFT_RAISED: usize = 5;
-const E2E_RAISED: usize = 6;
-const OUTPUT_ROWS: usize = 7;
-
 /// Finish the models' predictions (`values`: float32, one row per model, in milliseconds) for `n` servers into `out`
-/// (float64, `OUTPUT_ROWS` rows of `n`): the predicted TTFT, TPOT and E2E (NaN without an E2E model), the TTFT and
+/// (float64, 7 rows of `n`): the predicted TTFT, TPOT and E2E (NaN without an E2E model), the TTFT and
 /// TPOT headroom (NaN where it does not apply) and, where the prefill floor raised the TTFT or E2E, the ratio of the
 /// floor to the prediction it replaced (NaN elsewhere). `rows`: the models' rows of TTFT, TPOT and E2E. `factors`:
 /// the servers' correction factors per target (3 rows of `n`), or None. `floor`: the servers' prefill pace,
@@ -92,13 +83,13 @@ pub fn finish_predictions(py: Python<'_>, values: &Bound<'_, PyAny>, rows: (usiz
             }
         }
     }
+    let columns = [&ttft, &tpot, &e2e, &ttft_headroom, &tpot_headroom, &ttft_raised, &e2e_raised]; // `out`'s rows
     let out = PyBuffer::<f64>::get(out)?;
-    if out.item_count() != OUTPUT_ROWS * n || !out.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!("out must be float64 of {OUTPUT_ROWS} rows of {n}")));
+    if out.item_count() != columns.len() * n || !out.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("out must be float64 of {} rows of {n}", columns.len())));
     }
     let out = out.as_mut_slice(py).ok_or_else(|| PyValueError::new_err("out must be writable"))?;
-    for (row, column) in [(TTFT, &ttft), (TPOT, &tpot), (E2E, &e2e), (TTFT_HEADROOM, &ttft_headroom),
-                          (TPOT_HEADROOM, &tpot_headroom), (TTFT_RAISED, &ttft_raised), (E2E_RAISED, &e2e_raised)] {
+    for (row, column) in columns.into_iter().enumerate() {
         for (cell, &value) in out[row * n..(row + 1) * n].iter().zip(column) {
             cell.set(value);
         }
