@@ -98,14 +98,15 @@ impl Forests {
         }
         let mut x = vec![0f32; rows * width];
         for (j, column) in columns.iter().enumerate() {
-            if column.is_instance_of::<PyFloat>() || column.is_instance_of::<PyInt>() {
-                let value = column.extract::<f64>()? as f32;
+            let number = column.is_instance_of::<PyInt>() || column.is_instance_of::<PyFloat>();
+            let array = if number { None } else { PyBuffer::<f64>::get(column).ok().filter(|b| b.dimensions() == 1) };
+            let Some(values) = array else { // one number for every row (an int, a float, a NumPy scalar)
+                let value = column.extract::<f64>()
+                    .map_err(|err| PyValueError::new_err(format!("raw column {j}: {err}")))? as f32;
                 (0..rows).for_each(|i| x[i * width + j] = value);
                 continue;
-            }
-            let values = PyBuffer::<f64>::get(column)
-                .map_err(|err| PyValueError::new_err(format!("raw column {j}: {err}")))?;
-            if values.dimensions() != 1 || values.item_count() != rows {
+            };
+            if values.item_count() != rows {
                 return Err(PyValueError::new_err(format!("raw column {j} holds {} values, not {rows}",
                                                          values.item_count())));
             }

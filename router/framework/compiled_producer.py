@@ -40,7 +40,8 @@ class CompiledProducer:
     def __init__(self, producer: PredictedLatencyProducer, finish: Any):
         self.params = producer.params
         self.finish = finish
-        self._layout: tuple[Any, tuple[int, int, int | None] | None, dict[str, int]] | None = None  # the last pool's
+        # the last pool and objective seen, the rows of their models and versions
+        self._layout: tuple[Any, str, tuple[int, int, int | None] | None, dict[str, int]] | None = None
 
     def produce(self, request: Request, candidates: CandidateSet, context: Context) -> CandidateSet | None:
         """``candidates`` with the plugin's predictions, or None when the plugin must produce them."""
@@ -87,14 +88,14 @@ class CompiledProducer:
 
     def _targets(self, pool: Any, objective: str) -> tuple[tuple[int, int, int | None], dict[str, int]] | None:
         """The rows of the pool's TTFT, TPOT and E2E models of ``objective`` and their versions (None without a
-        TTFT or TPOT model); kept for the last pool's models."""
+        TTFT or TPOT model); kept for the last pool and objective."""
         layout = self._layout
-        if layout is None or layout[0] is not pool:
+        if layout is None or layout[0] is not pool or layout[1] != objective:
             found = {m.target: (i, m.version) for i, m in enumerate(pool.models) if m.objective == objective}
             rows = None if "ttft" not in found or "tpot" not in found else (
                 found["ttft"][0], found["tpot"][0], found["e2e"][0] if "e2e" in found else None)
-            layout = self._layout = (pool, rows, {target: version for target, (_, version) in found.items()})
-        _, rows, versions = layout
+            layout = self._layout = (pool, objective, rows, {target: version for target, (_, version) in found.items()})
+        _, _, rows, versions = layout
         return None if rows is None else (rows, versions)
 
 

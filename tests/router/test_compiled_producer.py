@@ -3,13 +3,14 @@ predictions, headroom, corrections and versions, and so the same decisions.
 
 Two engines, one with the compiled twins and one with the plugins alone, decide the same random requests over the
 same random pools (tests.router.predicted_cases) with one model runtime: a pool whose TTFT and E2E models were
-trained on log milliseconds beside an identity TPOT model and a quantile model, a pool without E2E, a pool without a
-TPOT model, and pools without models; scrapes now and then stale, not finite, or deeper than any model saw.
+trained on log milliseconds beside an identity TPOT model and quantile models (asked for now and then), a pool
+without E2E, a pool without a TPOT model, and pools without models; scrapes now and then stale, not finite, or deeper than any model saw.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -42,7 +43,7 @@ def runtime() -> ModelRuntime:
     runtime = ModelRuntime(trust=TRUST)
     models = {  # pool: (target, objective, trained on log ms)
         "default": [("ttft", "mean", True), ("tpot", "mean", False), ("e2e", "mean", True),
-                    ("ttft", "quantile", True)],
+                    ("ttft", "quantile", True), ("tpot", "quantile", False)],
         "h100": [("ttft", "mean", False), ("tpot", "mean", True)],
         "a100": [("ttft", "mean", True)],
     }
@@ -75,7 +76,9 @@ def test_compiled_producer_predicts_as_the_plugin(runtime, config):
     for case in range(CASES):
         rng = random.Random(case)
         servers = servers_of(rng, fresh=False)
-        contexts = [Context(random.Random(case * 31), EmbeddedPredictor(runtime), ratios) for _ in range(2)]
+        objective = rng.choice(["mean", "mean", "quantile"])
+        contexts = [Context(random.Random(case * 31), EmbeddedPredictor(runtime, objective), ratios)
+                    for _ in range(2)]
         for i in range(DECISIONS):
             request = request_of(rng, i, sized=True)
             got, want = (engine.decide(request, servers, context)
@@ -93,7 +96,11 @@ def test_it_leaves_to_the_plugin_what_it_does_not_predict(runtime):
     candidates = CandidateSet.unpredicted([server(f"s{i}", num_waiting=i) for i in range(5)])
     request = request_of(random.Random(2), 0)
     embedded = Context(random.Random(0), EmbeddedPredictor(runtime))
-    assert twin.produce(request, candidates, embedded) is not None
+    produced = twin.produce(request, candidates, embedded)
+    assert produced is not None
+    numpy_sized = replace(request, prompt_tokens=np.int64(request.prompt_tokens), max_tokens=np.float64(16))
+    assert repr(list(twin.produce(numpy_sized, candidates, embedded))) == repr(list(  # NumPy numbers as Python's
+        load_pipeline(None).predicted.producer.produce(numpy_sized, candidates, embedded)))
     assert twin.produce(request, candidates, Context(random.Random(0), None)) is None  # no predictor
     assert twin.produce(request, candidates.take(np.array([0])), embedded) is None  # not every server
     many = ModelRuntime(trust=TRUST, threads=2)
