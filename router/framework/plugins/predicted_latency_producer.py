@@ -190,8 +190,8 @@ def _prefill_floor(request: Request, table: ServerTable, ttft: np.ndarray, e2e: 
     if not (raised_ttft.any() or raised_e2e.any()):
         return ttft, e2e, correction
     with np.errstate(divide="ignore", invalid="ignore"):  # the rows not raised are left out
-        ttft_ratio, e2e_ratio = np.where(raised_ttft, floor / ttft, math.nan), np.where(raised_e2e, floor / e2e,
-                                                                                         math.nan)
+        ttft_ratio = np.where(raised_ttft, floor / ttft, math.nan)
+        e2e_ratio = np.where(raised_e2e, floor / e2e, math.nan)
     return (np.where(raised_ttft, floor, ttft), np.where(raised_e2e, floor, e2e),
             floor_corrections(correction, ttft_ratio, e2e_ratio))
 
