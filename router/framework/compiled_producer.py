@@ -5,10 +5,11 @@ every server of the table, all of one pool with fresh metrics, :class:`CompiledP
 into ``headroom._native``: ``Forests.predict_columns`` builds the feature rows (the arithmetic of
 :func:`contract.features.feature_matrix`) and walks the pool's forests; the runtime maps the outputs to milliseconds
 with NumPy, as it does for the plugin; ``finish_predictions`` checks, corrects, floors and holds them to the
-request's SLOs. Each step is the
-plugin's (:mod:`router.framework.plugins.predicted_latency_producer`) operation for operation; its exponentials and
-logarithms stay NumPy's. So the predictions, headroom, versions and corrections are the plugin's to the bit.
+request's SLOs. Each step is the plugin's (:mod:`router.framework.plugins.predicted_latency_producer`) operation for
+operation; its exponentials and logarithms stay NumPy's. So the predictions, headroom, versions and corrections are
+the plugin's to the bit.
 
+Without a predictor, every candidate is left unpredicted for the plugin's reasons, as cheaply as that can be done.
 Anything else returns None and the plugin produces: a remote predictor, several pools, a stale or non-finite scrape,
 no model for the pool (the plugin names the reason), a server without a usable prediction, or a batch large enough
 for the runtime's threads.
@@ -16,22 +17,25 @@ for the runtime's threads.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from headroom.contract.features import RAW_COLUMNS, REQUEST_FIELDS
 from headroom.predictor.kernels import MIN_ROWS_PER_THREAD
-from headroom.router.framework.candidate_set import CandidateSet
+from headroom.router.framework.candidate_set import NO_VERSIONS, CandidateSet
 from headroom.router.framework.plugins.predicted_latency_producer import PredictedLatencyProducer, floor_corrections
 from headroom.router.framework.predictors import EmbeddedPredictor
 from headroom.router.framework.roles import Context, Request
+from headroom.router.framework.server_table import ServerTable
 
 # where the derived features come from among the raw columns
 _DERIVED = (RAW_COLUMNS.index("prompt_tokens"), RAW_COLUMNS.index("prefix_match"), RAW_COLUMNS.index("num_waiting"))
 _RAW = tuple((name, name in REQUEST_FIELDS) for name in RAW_COLUMNS)  # each raw column, and whether the request's
 # the rows ``finish_predictions`` writes: TTFT, TPOT, E2E, TTFT and TPOT headroom, the floor's TTFT and E2E ratios
 _FINISHED_ROWS = 7
+_UNAVAILABLE = "predictor-unavailable"  # the plugin's reason for a candidate when there is no predictor
 
 
 class CompiledProducer:
@@ -48,11 +52,13 @@ class CompiledProducer:
         predictor = context.predictor
         table = candidates.servers
         n, keys = len(table), table.pool_key
-        if type(predictor) is not EmbeddedPredictor or candidates.rows is not None or keys.count(keys[0]) != n:
+        if candidates.rows is not None:
+            return None
+        if predictor is None:
+            return self._unpredicted(candidates)
+        if type(predictor) is not EmbeddedPredictor or keys.count(keys[0]) != n or self._stale(table) is not None:
             return None
         params = self.params
-        if params.max_metrics_age_ms and np.count_nonzero(table.metrics_age_s > params.max_metrics_age_ms / 1000.0):
-            return None
         runtime = predictor.runtime
         pool = runtime.pool(keys[0])
         if pool is None or (runtime.threads > 1 and n >= 2 * MIN_ROWS_PER_THREAD):
@@ -85,6 +91,24 @@ class CompiledProducer:
             correction = floor_corrections(correction, ttft_ratio, e2e_ratio)
         return candidates.with_predictions(np.ones(n, dtype=bool), ttft, tpot, e2e, ttft_headroom, tpot_headroom,
                                            (None,) * n, (dict(versions),) * n, correction)
+
+    def _unpredicted(self, candidates: CandidateSet) -> CandidateSet:
+        """Without a predictor: every candidate unpredicted, for the plugin's reasons (stale metrics first)."""
+        n = len(candidates)
+        stale = self._stale(candidates.servers)
+        reasons = (_UNAVAILABLE,) * n if stale is None else tuple(
+            "stale-metrics" if old else _UNAVAILABLE for old in stale.tolist())
+        missing = np.full(n, math.nan)
+        return candidates.with_predictions(np.zeros(n, dtype=bool), missing, missing, missing, missing, missing,
+                                           reasons, (NO_VERSIONS,) * n)
+
+    def _stale(self, table: ServerTable) -> np.ndarray | None:
+        """Per server, whether its metrics are older than the producer predicts from (None: none is)."""
+        max_age_ms = self.params.max_metrics_age_ms
+        if not max_age_ms:
+            return None
+        stale = table.metrics_age_s > max_age_ms / 1000.0
+        return stale if np.count_nonzero(stale) else None
 
     def _targets(self, pool: Any, objective: str) -> tuple[tuple[int, int, int | None], dict[str, int]] | None:
         """The rows of the pool's TTFT, TPOT and E2E models of ``objective`` and their versions (None without a

@@ -4,7 +4,8 @@ predictions, headroom, corrections and versions, and so the same decisions.
 Two engines, one with the compiled twins and one with the plugins alone, decide the same random requests over the
 same random pools (tests.router.predicted_cases) with one model runtime: a pool whose TTFT and E2E models were
 trained on log milliseconds beside an identity TPOT model and quantile models (asked for now and then), a pool
-without E2E, a pool without a TPOT model, and pools without models; scrapes now and then stale, not finite, or deeper than any model saw.
+without E2E, a pool without a TPOT model, pools without models, and now and then no predictor at all; scrapes now
+and then stale, not finite, or deeper than any model saw.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def test_compiled_producer_predicts_as_the_plugin(runtime, config):
     for case in range(CASES):
         rng = random.Random(case)
         servers = servers_of(rng, fresh=False)
-        objective = rng.choice(["mean", "mean", "quantile"])
-        contexts = [Context(random.Random(case * 31), EmbeddedPredictor(runtime, objective), ratios)
+        objective = rng.choice(["mean", "mean", "quantile", None])  # None: no predictor
+        contexts = [Context(random.Random(case * 31), objective and EmbeddedPredictor(runtime, objective), ratios)
                     for _ in range(2)]
         for i in range(DECISIONS):
             request = request_of(rng, i, sized=True)
@@ -101,7 +102,6 @@ def test_it_leaves_to_the_plugin_what_it_does_not_predict(runtime):
     numpy_sized = replace(request, prompt_tokens=np.int64(request.prompt_tokens), max_tokens=np.float64(16))
     assert repr(list(twin.produce(numpy_sized, candidates, embedded))) == repr(list(  # NumPy numbers as Python's
         load_pipeline(None).predicted.producer.produce(numpy_sized, candidates, embedded)))
-    assert twin.produce(request, candidates, Context(random.Random(0), None)) is None  # no predictor
     assert twin.produce(request, candidates.take(np.array([0])), embedded) is None  # not every server
     many = ModelRuntime(trust=TRUST, threads=2)
     for raw in (message(train("ttft", seed=1), 1, pool_key="default"),
