@@ -4,7 +4,8 @@ Each simulated request is scheduled exactly as the router would schedule it — 
 and predictor — from what the simulator's view shows (scraped snapshots, the router's in-flight counts, the
 TPOT SLOs it holds its running streams to and how many of those are over it, how its completed streams' TPOT
 compared with their predictions, how far each server's latencies departed from the models', and prefix matches). A request
-keeps its priority, so the admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`);
+keeps its priority, so the admitter may shed a sheddable one (the pick returns a :class:`~sim.view.Shed`), and the
+pipeline may hold one at the router (a :class:`~sim.view.Hold`: the run asks again later, with the time it waited);
 ``slo`` overrides every request's own SLOs when given; ``predict=False`` schedules every request with the
 heuristic profile.
 """
@@ -21,7 +22,7 @@ from headroom.router.framework.engine import Engine
 from headroom.router.framework.pipeline import DEFAULT_PIPELINE, load_pipeline
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.sim.request import SimRequest
-from headroom.sim.view import Pick, PickFunction, PickResult, PoolView, Shed
+from headroom.sim.view import Hold, Pick, PickFunction, PickResult, PoolView, Shed
 
 
 def engine_pick(predictor: LatencyPredictor | None, *, slo: tuple[float, float] | None = None, seed: int = 0,
@@ -55,9 +56,12 @@ def engine_pick(predictor: LatencyPredictor | None, *, slo: tuple[float, float] 
         ttft_slo, tpot_slo = slo if slo else (request.slo_ttft_ms, request.slo_tpot_ms)
         decision = engine.decide(Request(request_id=request.request_id, prompt_tokens=request.prompt_tokens,
                                          max_tokens=request.max_tokens, stream=request.stream, slo_ttft_ms=ttft_slo,
-                                         slo_tpot_ms=tpot_slo, priority=request.priority, predict=predict),
+                                         slo_tpot_ms=tpot_slo, priority=request.priority, predict=predict,
+                                         holdable=True, waited_ms=(view.now - request.arrival_s) * 1000.0),
                                  servers, Context(rng=rng, predictor=predictor, tpot_ratios=view.tpot_ratios))
         chosen = decision.chosen
+        if decision.held is not None:
+            return Hold(decision.held.reason)
         if chosen is None:
             return Shed(decision.rejection or "rejected")
         prediction = chosen.prediction

@@ -25,7 +25,7 @@ A pool, offline
     ``snapshots``, the router's fresh ``inflight_requests`` / ``inflight_prompt_tokens``,
     ``running_tpot_slos``, ``prefix_match(i)`` and ``server_state(i)``; returning a :class:`~sim.view.Pick`
     attaches predictions to the telemetry, a :class:`~sim.view.Shed` rejects the request (it lands in
-    ``dropped``).
+    ``dropped``), a :class:`~sim.view.Hold` keeps it at the router to be asked about again.
     ``controller(control)`` / ``actions=[(t, fn)]`` get a :class:`~sim.pool.PoolControl` to add servers
     (after their load delay), remove them (drained) and slow them down (:func:`~sim.pool.slow_down`).
 
@@ -70,10 +70,10 @@ from headroom.sim.profile import PROFILES, ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.results import RunResult
-from headroom.sim.view import Pick, PoolView, Shed
+from headroom.sim.view import Hold, Pick, PoolView, Shed
 
 __all__ = [
-    "Dropped", "MetricsSnapshot", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES",
+    "Dropped", "Hold", "MetricsSnapshot", "Outcome", "Pick", "POLICIES", "PoolControl", "PoolView", "PROFILES",
     "RunResult", "ServerEngine", "ServerProfile", "SharedPrefixes", "Shed", "SimRequest", "SimServerSpec",
     "SimulationError", "oracle_pick", "oracle_ttfts", "policy", "profile", "run", "slow_down", "true_ttft_ms",
     "uniform_pool",

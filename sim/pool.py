@@ -21,6 +21,7 @@ import gc
 import random
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -35,7 +36,7 @@ from headroom.sim.profile import ServerProfile, profile
 from headroom.sim.records import Dropped, MetricsSnapshot, Outcome
 from headroom.sim.request import SimRequest
 from headroom.sim.results import Dispatched, RunResult, telemetry_record
-from headroom.sim.view import Pick, PickFunction, PoolView, Shed
+from headroom.sim.view import Hold, Pick, PickFunction, PoolView, Shed
 
 
 class SimulationError(HeadroomError, RuntimeError):
@@ -81,6 +82,7 @@ class _Server:
 
 
 _WAKE, _DONE, _READY, _ACTION, _FIRST, _EARLY = 0, 1, 2, 3, 4, 5
+_LONGEST_HOLD_S = 3600.0  # a held request still held this long after everything else ended: the pick never lets go
 
 
 class PoolControl:
@@ -208,6 +210,8 @@ class _Run:
         self.seen: list[Dispatched] = []
         self.dropped: list[Dropped] = []
         self.metrics: list[MetricsSnapshot] = []
+        self.held: list[deque[SimRequest]] = [deque() for _ in range(routers)]  # per router, oldest first
+        self.freed = False  # a first token or a completion since the held requests were last offered
         for spec in pool:
             self._create(spec, "ready")
         self._reindex()
@@ -316,6 +320,7 @@ class _Run:
     def _first_token(self, srv: _Server, request: SimRequest, first_s: float) -> None:
         if request.request_id not in srv.prefilling:
             return  # finished or dropped at the instant of its first token, and forgotten already
+        self.freed = True
         r = self.router_of[request.request_id]
         srv.prefill_tokens[r] -= srv.prefilling.pop(request.request_id, 0)
         if srv.state == "ready":
@@ -391,6 +396,7 @@ class _Run:
         first_unseen = outcome.request.request_id in srv.prefilling  # it ended at the instant of its first token
         tpot_learned = outcome.request.request_id in self.tpot_learned
         r = self._forget(srv, outcome.request)
+        self.freed = True
         self.outcomes.append(outcome)
         view, stream = self.views[r], outcome.request.stream
         if stream:
@@ -404,7 +410,8 @@ class _Run:
                 view.tpot_ratios.add(seen.pool_key, used_tpot, outcome.tpot_ms)
             versions = pick.model_versions or {}
             for target, predicted, actual in (("tpot", pick.predicted_tpot_ms, None if tpot_learned else outcome.tpot_ms),
-                                              ("e2e", pick.predicted_e2e_ms, outcome.e2e_ms)):
+                                              ("e2e", pick.predicted_e2e_ms,
+                                               (outcome.completion_s - seen.dispatch_s) * 1000.0)):
                 version = versions.get(target)
                 if trains(target, stream) and predicted is not None and actual is not None and version is not None:
                     view.corrections.observe(outcome.server_id, seen.pool_key, target, predicted, actual,
@@ -427,18 +434,34 @@ class _Run:
             if srv.state == "ready":
                 view.snapshots[srv.index] = snap
 
-    def _dispatch(self, request: SimRequest) -> None:
-        r = self.router_rng.randrange(self.routers) if self.routers > 1 else 0
+    def _offer_held(self) -> None:
+        """Ask again about each router's held requests, oldest first, until one is held again."""
+        self.freed = False
+        for r, queue in enumerate(self.held):
+            while queue and self._dispatch(queue.popleft(), r):
+                pass
+
+    def _dispatch(self, request: SimRequest, r: int | None = None) -> bool:
+        """Route an arriving request (``r``: a held one, which router holds it); False if it is held (again)."""
+        held = r is not None
+        if r is None:
+            r = self.router_rng.randrange(self.routers) if self.routers > 1 else 0
         view = self.views[r]
         if not view.snapshots:
             self.dropped.append(Dropped(request, "", self.now, "no routable server"))
-            return
+            return True
         self._relay_early_tpots()
         view._start(request, self.now)
         decision = self.picks[r](request, view)
+        if isinstance(decision, Hold):
+            if held:
+                self.held[r].appendleft(request)
+            else:
+                self.held[r].append(request)
+            return False
         if isinstance(decision, Shed):
             self.dropped.append(Dropped(request, "", self.now, decision.reason))
-            return
+            return True
         server_id = decision if isinstance(decision, str) else decision.server_id
         srv = self.servers.get(server_id)
         if srv is None or srv.state != "ready":
@@ -468,6 +491,7 @@ class _Run:
         view.inflight_decode_tokens[i] = srv.decode_tokens[r]
         srv.engine.submit(request, self.now)
         self.schedule(srv)
+        return True
 
     def loop(self) -> RunResult:
         started = time.perf_counter()
@@ -479,13 +503,19 @@ class _Run:
             t_arrival = requests[i].arrival_s if i < n else inf
             t_event = heap[0][0] if heap else inf
             if t_arrival == inf and (t_event == inf or heap[0][2] == _ACTION and not self._busy()):
-                break
+                if not any(self.held):
+                    break
+                if self.now - min(q[0].arrival_s for q in self.held if q) > _LONGEST_HOLD_S:
+                    raise SimulationError(f"the pick held requests for over {_LONGEST_HOLD_S:g} s with nothing "
+                                          "else to happen")
             t = min(t_arrival, t_event)
             if next_scrape <= t or next_control <= t:
                 if next_scrape <= next_control:
                     self.now = next_scrape
                     self._scrape()
                     next_scrape += self.scrape_interval
+                    if any(self.held):
+                        self._offer_held()
                 else:
                     self.now = next_control
                     if self.controller is not None:  # else next_control stays infinite
@@ -517,6 +547,8 @@ class _Run:
             else:
                 i += 1
                 self._dispatch(requests[i - 1])
+            if self.freed and any(self.held):
+                self._offer_held()
         return RunResult(self.outcomes, self.dropped, self.metrics, self.now, time.perf_counter() - started,
                          {sid: s.state for sid, s in self.servers.items()}, self.seen, self.epoch)
 

@@ -48,16 +48,18 @@ class RunResult:
 
 
 def telemetry_record(outcome: Outcome, seen: Dispatched, epoch_unix: float) -> TelemetryRecord:
-    """The telemetry record of one outcome; ``seen`` is what the router saw at dispatch."""
+    """The telemetry record of one outcome; ``seen`` is what the router saw at dispatch. Its latencies run from the
+    dispatch, as the router measures them: the server's, without any time the request was held at the router."""
     request = outcome.request
     stream = request.stream
     predicted = seen.decision if type(seen.decision) is Pick else None
+    held_ms = (seen.dispatch_s - request.arrival_s) * 1000.0
     return TelemetryRecord(
         **state_values(seen.state), request_id=request.request_id, server_id=outcome.server_id,
         pool_key=seen.pool_key, stream=stream, arrival_ts=epoch_unix + request.arrival_s,
         dispatch_ts=epoch_unix + seen.dispatch_s, completion_ts=epoch_unix + outcome.completion_s,
-        prompt_tokens=request.prompt_tokens, output_tokens=outcome.output_tokens, e2e_ms=outcome.e2e_ms,
-        max_tokens=request.max_tokens, ttft_ms=outcome.ttft_ms if stream else None,
+        prompt_tokens=request.prompt_tokens, output_tokens=outcome.output_tokens, e2e_ms=outcome.e2e_ms - held_ms,
+        max_tokens=request.max_tokens, ttft_ms=outcome.ttft_ms - held_ms if stream else None,
         tpot_ms=outcome.tpot_ms if stream else None,
         predicted_ttft_ms=predicted.predicted_ttft_ms if predicted else None,
         predicted_tpot_ms=predicted.predicted_tpot_ms if predicted else None,

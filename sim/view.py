@@ -1,8 +1,10 @@
 """What a pick function sees: the router's view of the pool when one request arrives.
 
 ``pick(request, view)`` returns the chosen server's id, a :class:`Pick` that also carries the
-predictions it used (they go into the telemetry record) and the TPOT SLO it holds the request to, or a
-:class:`Shed` to reject the request (the run records it as dropped with the reason). The view holds, for
+predictions it used (they go into the telemetry record) and the TPOT SLO it holds the request to, a
+:class:`Shed` to reject the request (the run records it as dropped with the reason), or a :class:`Hold` to keep
+it at the router for now: the run asks again, oldest held request first, whenever a server has given a first
+token or finished a request, and at every scrape (``view.now - request.arrival_s`` is how long it has waited). The view holds, for
 each routable server ``i`` (ready, not draining), in the same order:
 
 - ``snapshots[i]`` — the server's metrics as of the last scrape (stale by up to the scrape interval);
@@ -81,6 +83,13 @@ class Pick:
 @dataclass(frozen=True, slots=True)
 class Shed:
     """A routing decision to reject the request, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A routing decision to keep the request at the router and decide again later, and why."""
 
     reason: str
 
@@ -199,5 +208,5 @@ def known_prefix(request: SimRequest, known: set[int]) -> float:
     return min(1.0, blocks * BLOCK_TOKENS / request.prompt_tokens) if blocks else 0.0
 
 
-PickResult = str | Pick | Shed
+PickResult = str | Pick | Shed | Hold
 PickFunction = Callable[[SimRequest, PoolView], PickResult]

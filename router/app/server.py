@@ -111,7 +111,7 @@ class RouterServer:
                                      limits=limits,
                                      sampler=TelemetrySampler(s.telemetry_stratum_quota, s.telemetry_sample_floor)
                                      if s.telemetry_stratum_quota > 0 else None)
-        self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s)
+        self.scraper = MetricsScraper(self.pool, s.scrape_interval_s, s.scrape_timeout_s, self.service.held.wake)
         self.signals = RouterSignals(self.metrics.registry, predictor,
                                      ttft_slo_ms=s.autoscale_ttft_slo_ms or None,
                                      reference_prompt_tokens=s.autoscale_reference_prompt_tokens,

@@ -48,6 +48,9 @@ class RouterMetrics(MetricTable):
         "headroom_router_partial_fallbacks",
         "Predicted decisions that scored some candidates with the heuristic, by those candidates' reason.", "reason")
     rejections = counter("headroom_router_admissions_rejected", "Sheddable requests rejected.")
+    held = counter("headroom_router_requests_held", "Requests held at the router before they were sent: predicted "
+                   "to miss their SLO everywhere in a burst (late-concentration-filter's holdCap).")
+    holding = gauge("headroom_router_requests_holding", "Requests held at the router now.")
     decision_latency = histogram("headroom_router_decision_seconds", "Time to schedule one request.",
                                  buckets=DECISION_BUCKETS)
     model_version = gauge("headroom_router_model_version", "Model version of the last prediction used.", "target")

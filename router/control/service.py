@@ -1,7 +1,9 @@
 """The router's core service, shared by every interface (HTTP proxy, Pick API, Envoy ext_proc).
 
 :meth:`RouterService.pick` turns a request into a :class:`Dispatch` (snapshots → engine → accounting)
-or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`;
+or raises :class:`~router.errors.AdmissionRejected` / :class:`~router.errors.NoCandidates`; a front that can wait
+calls :meth:`RouterService.place` instead, which holds a request at the router while the pipeline says so
+(:mod:`router.control.held`);
 :meth:`RouterService.complete` takes what was measured, releases the in-flight accounting, observes the
 latency metrics, records how a stream's TPOT compared with its prediction (the pool's ``tpot_ratios``, which
 the producer calibrates its TPOT verdict with) and how each latency compared with what the model predicted there
@@ -33,13 +35,14 @@ from headroom.contract.targets import response_ms, trains
 from headroom.contract.telemetry import SCHEMA_VERSION, InvalidRecord, TelemetryRecord, validate
 from headroom.feedback.latency_corrections import prefill_work
 from headroom.router.control.headers import SchedulingHeaders
+from headroom.router.control.held import HeldRequests
 from headroom.router.control.limits import RequestLimits
 from headroom.router.control.metering import Completion
 from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.prompt import PromptInfo
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
-from headroom.router.errors import AdmissionRejected
+from headroom.router.errors import AdmissionRejected, Held
 from headroom.router.framework.engine import Decision, Engine
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import Finished, PoolState
@@ -60,6 +63,7 @@ class Dispatch:
     tried: tuple[str, ...] = ()  # servers the request went to before this one, which failed it
     ejections: int = 0  # servers its failed attempts ejected
     watched: bool = False  # its tokens are relayed through the router as they come, by a trusted caller
+    held_ms: float = 0.0  # how long the router held it before sending it
 
     @property
     def server(self) -> ServerSnapshot:
@@ -83,6 +87,7 @@ class RouterService:
         self.wall = wall
         self.limits = limits
         self.invalid_records = 0
+        self.held = HeldRequests()
         self._dispatch_numbers = itertools.count(1)
 
     def request_of(self, request_id: str, headers: SchedulingHeaders, prompt: PromptInfo) -> Request:
@@ -92,14 +97,44 @@ class RouterService:
                        predict=self.engine.wants_prediction(headers.opted_in, headers.opted_out),
                        block_hashes=prompt.block_hashes, media_hashes=prompt.media_hashes)
 
+    async def place(self, request: Request, *, watched: bool = False) -> Dispatch:
+        """:meth:`pick` for a front that can wait: while the pipeline holds ``request`` (:class:`~router.errors.Held`)
+        it waits at the router, and is asked about again when its turn comes (:class:`HeldRequests`) or its wait
+        ends."""
+        arrival, started = self.wall(), self.monotonic()
+        ticket, held_s = None, 0.0
+        while True:
+            try:
+                dispatch = self.pick(replace(request, holdable=True, waited_ms=held_s * 1000.0), watched=watched,
+                                     arrival=arrival)
+            except Held as hold:
+                if ticket is None:
+                    ticket = self.held.ticket()
+                    self.metrics.held.inc()
+                self.metrics.holding.inc()
+                try:
+                    await self.held.wait(ticket, hold.for_s)
+                finally:
+                    self.metrics.holding.dec()
+                held_s = self.monotonic() - started
+                continue
+            if ticket is not None:
+                self.held.wake()  # the next oldest may go too
+                dispatch = replace(dispatch, held_ms=held_s * 1000.0)
+            return dispatch
+
     def pick(self, request: Request, servers: Sequence[ServerSnapshot] | None = None, *,
-             retry_of: Dispatch | None = None, watched: bool = False) -> Dispatch:
+             retry_of: Dispatch | None = None, watched: bool = False, arrival: float | None = None) -> Dispatch:
         """Schedule ``request`` over the pool (or over the given ``servers``) and account the dispatch; a retry
         (``retry_of`` the dispatch that failed) goes to none of the servers tried already. When ``watched`` (its
         tokens will be relayed through the router as they come, by a trusted caller), a stream waits for its first
         token there with the model's prediction of it, and its server is priced by how late it is
-        (:meth:`PoolState.dispatched`)."""
-        arrival = self.wall() if retry_of is None else retry_of.arrival_ts
+        (:meth:`PoolState.dispatched`). ``arrival``: when the request reached the router (wall clock; default now).
+        A ``holdable`` request may raise :class:`~router.errors.Held` instead (:meth:`place`)."""
+        if retry_of is not None:
+            arrival = retry_of.arrival_ts
+        elif arrival is None:
+            arrival = self.wall()
         started = time.perf_counter()
         now = self.monotonic()
         tried = () if retry_of is None else (*retry_of.tried, retry_of.server.server_id)
@@ -120,6 +155,8 @@ class RouterService:
         if decision.rejection is not None:
             m.rejections.inc()
             raise AdmissionRejected(decision.rejection)
+        if decision.held is not None:
+            raise Held(decision.held.reason, decision.held.for_ms / 1000.0)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
@@ -131,7 +168,8 @@ class RouterService:
         awaited = prediction.model_ms()["ttft"] if watched and request.stream and prediction is not None else None
         self.pool.dispatched(request, chosen.server.server_id, now, key, awaited)  # type: ignore[union-attr]
         return Dispatch(request, decision, arrival, self.wall(), now, key, tried,
-                        0 if retry_of is None else retry_of.ejections, watched)
+                        0 if retry_of is None else retry_of.ejections, watched,
+                        0.0 if retry_of is None else retry_of.held_ms)
 
     def retry(self, failed: Dispatch) -> Dispatch:
         """The same request on another server, after ``failed`` (already reported) failed before its first
@@ -160,6 +198,7 @@ class RouterService:
         measured by a caller that was not authenticated, :class:`~router.fronts.auth.TelemetryTrust`)."""
         streamed = completion.output_tokens if dispatch.request.stream else 0  # the lengths streams run to
         finished = self.pool.completed(dispatch.key, streamed)
+        self.held.wake()
         self.pool.upstream_succeeded(dispatch.server.server_id, self.monotonic())
         self._observe(dispatch, completion)
         if trusted:  # a caller's own say on latencies teaches the router nothing
@@ -219,6 +258,8 @@ class RouterService:
         its first tokens on). When ``trusted`` (as :meth:`complete`), the first ones teach the router the
         stream's TTFT there at once, and the next ones its TPOT (:class:`~router.state.inflight.Relayed`)."""
         relayed = self.pool.token(dispatch.key, now, events)
+        if relayed.first is not None:
+            self.held.wake()
         if trusted and self.predictor is not None:
             if relayed.first is not None:
                 self._learn_first_token(dispatch, (now - dispatch.dispatch_mono) * 1000.0, now)
@@ -239,12 +280,13 @@ class RouterService:
     def abandon(self, dispatch: Dispatch, kind: str) -> None:
         """Release a request that failed (``kind`` labels the error metric)."""
         self.pool.completed(dispatch.key)
+        self.held.wake()
         self.metrics.request_errors.labels(kind).inc()
 
     def _observe(self, dispatch: Dispatch, done: Completion) -> None:
         request, m = dispatch.request, self.metrics
         prediction = dispatch.decision.chosen.prediction  # type: ignore[union-attr]
-        first_ms = response_ms(request.stream, done.ttft_ms, done.e2e_ms)
+        first_ms = response_ms(request.stream, done.ttft_ms, done.e2e_ms) + dispatch.held_ms  # as the client waited
         m.ttft.observe(first_ms / 1000.0)
         if prediction is not None:
             m.predicted_ttft.observe(prediction.response_ms(request.stream) / 1000.0)

@@ -38,7 +38,7 @@ from headroom.router.framework.candidate_set import CandidateSet, ScoredSet
 from headroom.router.framework.compiled import compiled_heuristic, compiled_predicted
 from headroom.router.framework.compiled_producer import compiled_producer
 from headroom.router.framework.pipeline import Pipeline, Profile
-from headroom.router.framework.roles import Candidate, Context, Request, Scored, ServerSnapshot
+from headroom.router.framework.roles import Candidate, Context, Held, Holder, Request, Scored, ServerSnapshot
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Decision:
     fallback_reasons: tuple[str, ...] = ()
     rejection: str | None = None  # why admission rejected the request
     heuristic_reason: str | None = None  # why the heuristic profile decided (None when the predicted one did)
+    held: Held | None = None  # the router should hold the request and decide again later (chosen is None)
 
 
 # Why the heuristic profile made a decision. A request no candidate of which could be predicted is
@@ -73,6 +74,7 @@ class Engine:
         self.compiled = compiled_heuristic(pipeline.heuristic) if compiled else None
         self.compiled_predicted = compiled_predicted(pipeline.predicted) if compiled else None
         self.compiled_producer = compiled_producer(pipeline.predicted.producer) if compiled else None
+        self.holders = tuple(f for f in pipeline.predicted.filters if isinstance(f, Holder))
 
     def wants_prediction(self, opted_in: bool, opted_out: bool) -> bool:
         """Whether a request with these header choices takes the predicted profile: every request unless it
@@ -108,6 +110,11 @@ class Engine:
             scores, index = self.compiled.pick(candidates, context)
             return Decision(request, profile.name, candidates, ScoredSet(candidates, scores), candidates[index],
                             **outcome)
+        if profile is not heuristic and request.holdable:
+            for holder in self.holders:
+                if (held := holder.hold(request, candidates)) is not None:
+                    return Decision(request, profile.name, candidates, ScoredSet(candidates, np.zeros(len(candidates))),
+                                    None, held=held, **outcome)
         if profile is not heuristic and self.compiled_predicted is not None and candidates.is_predicted.all():
             survivors, scores, picked, rejection = self.compiled_predicted.decide(request, candidates, context)
             return Decision(request, profile.name, candidates, ScoredSet(survivors, scores),

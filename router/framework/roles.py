@@ -44,6 +44,8 @@ class Request:
     predict: bool = True  # take the predicted-latency profile (headers decide)
     block_hashes: tuple[int, ...] = ()  # chained prompt block hashes, for prefix matching
     media_hashes: tuple[int, ...] = ()  # the distinct multimodal items, for encoder-cache matching
+    holdable: bool = False  # the router can hold it and decide again later (a front that can wait)
+    waited_ms: float = 0.0  # how long the router has held it so far
 
     @property
     def encoder_input_size(self) -> int:
@@ -107,6 +109,15 @@ class Prediction:
         values = (self.ttft_ms, self.tpot_ms, self.e2e_ms)
         return {target: None if value is None else value / math.exp(log_factor)
                 for target, value, log_factor in zip(TARGETS, values, self.correction)}
+
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why the router should hold a request for now and decide again later, and for at most how much longer."""
+
+    reason: str
+    for_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +203,13 @@ class Filter(Protocol):
     name: str
 
     def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]: ...
+
+
+@runtime_checkable
+class Holder(Protocol):
+    """A filter that may also hold a ``holdable`` request at the router (every candidate after prediction)."""
+
+    def hold(self, request: Request, candidates: Sequence[Candidate]) -> Held | None: ...
 
 
 @runtime_checkable

@@ -183,7 +183,7 @@ class Proxy:
             raw = _JSON({**doc, "stream_options": {**(options or {}), "include_usage": True}})
         request_id = headers.request_id or next(self._ids)
         try:
-            dispatch = self.service.pick(self.service.request_of(request_id, headers, prompt), watched=True)
+            dispatch = await self.service.place(self.service.request_of(request_id, headers, prompt), watched=True)
         except AdmissionRejected as err:
             return send(reply, Answer.error(429, "admission_rejected", err.reason))
         except NoCandidates as err:

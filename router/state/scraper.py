@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,8 +25,10 @@ _HEADERS = [("accept", "text/plain")]
 
 
 class MetricsScraper:
-    def __init__(self, pool: PoolState, interval_s: float = 0.05, timeout_s: float = 1.0):
+    def __init__(self, pool: PoolState, interval_s: float = 0.05, timeout_s: float = 1.0,
+                 on_round: Callable[[], None] = lambda: None):
         self.pool = pool
+        self.on_round = on_round  # called after each round of scrapes
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.rounds = 0
@@ -36,6 +39,7 @@ class MetricsScraper:
     async def scrape_once(self) -> None:
         await asyncio.gather(*(self._scrape(spec) for spec in list(self.pool.servers.values())))
         self.rounds += 1
+        self.on_round()
 
     async def run(self, stop: asyncio.Event) -> None:
         # a connection idle for under one interval stays open: each server's is reused round after round

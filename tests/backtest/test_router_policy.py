@@ -5,6 +5,7 @@ from headroom.router.errors import ConfigError
 from headroom.sim.pool import run, uniform_pool
 from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import generate, poisson_arrivals
+from headroom.sim.view import Hold
 from tests.router.routercases import TablePredictor
 
 
@@ -92,3 +93,38 @@ def test_a_burst_of_late_requests_is_spread_under_the_cap(cap):
     assert {server for _, _, server in late} == {f"server-{i}" for i in range(4)}
     # within the cap where any server is; past it, only where the request is least late
     assert all(chosen <= max(cap * slo_ttft, least) for least, chosen, _ in late)
+
+
+def test_the_late_requests_of_a_burst_wait_at_the_router_for_an_idle_server():
+    # the burst above, with late requests held at the router for up to 3 × their TTFT SLO
+    slo_ttft, cap = 300.0, 3.0
+    params = {"predicted-latency-producer": {"latencyCorrection": False, "prefillFloor": False}}
+    requests = [SimRequest(f"r{i}", 0.004 * i, 1500, 40) for i in range(400)]
+    asked: dict[str, list[tuple[float, object, bool]]] = {}  # request id -> (waited s, decision, any server idle)
+
+    def watching(pick):
+        def watched(request, view):
+            decision = pick(request, view)
+            idle = any(s.metrics.num_running == s.metrics.num_waiting == n == 0
+                       for s, n in zip(view.snapshots, view.inflight_requests))
+            asked.setdefault(request.request_id, []).append((view.now - request.arrival_s, decision, idle))
+            return decision
+        return watched
+
+    held = run(requests, uniform_pool(4), watching(engine_pick(TablePredictor(base=100.0, per_waiting=50.0),
+        slo=(slo_ttft, 50.0), plugin_params={**params, "late-concentration-filter": {"holdCap": cap}})), seed=0)
+    sent = run(requests, uniform_pool(4), engine_pick(TablePredictor(base=100.0, per_waiting=50.0),
+                                                       slo=(slo_ttft, 50.0), plugin_params=params), seed=0)
+    waited = {rid: calls for rid, calls in asked.items() if len(calls) > 1}
+    assert len(waited) > 100 and len(held.outcomes) == len(requests)
+    for calls in waited.values():
+        *holds, (waited_s, decision, idle) = calls
+        assert all(isinstance(d, Hold) for _, d, _ in holds) and not isinstance(decision, Hold)
+        assert idle or waited_s * 1000.0 >= cap * slo_ttft  # let go for capacity nobody in time could use, or at the cap
+    order = [o.request.request_id for o in sorted(held.outcomes, key=lambda o: o.submitted_s) if o.request.request_id in waited]
+    assert order == sorted(order, key=lambda rid: int(rid[1:]))  # the pool drains them oldest first
+    ttft = {name: sorted(o.ttft_ms for o in result.outcomes) for name, result in (("held", held), ("sent", sent))}
+    met = {name: sum(t <= slo_ttft for t in values) for name, values in ttft.items()}
+    assert met["held"] > met["sent"]  # who waits at the router takes capacity from nobody who could be in time
+    assert ttft["held"][len(requests) // 2] < 0.8 * ttft["sent"][len(requests) // 2]
+    assert ttft["held"][-4] < 1.05 * ttft["sent"][-4]  # and the tail is the pool's, not one server's

@@ -35,7 +35,7 @@ def test_every_declared_metric_is_exposed_with_its_type_and_labels():
                 built = built.labels(*metric.labels) if metric.labels else built
                 built.observe(1.0) if metric.type == "histogram" else built.inc(1.0)
     exposed = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
-    assert len(declared) == 29  # 24 of the router's own, 5 of the scaling signals'
+    assert len(declared) == 31  # 26 of the router's own, 5 of the scaling signals'
     for name, metric in declared.items():
         assert name in exposed, f"{name} is declared but not exposed"
         assert exposed[name].type == metric.type, name

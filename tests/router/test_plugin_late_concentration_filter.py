@@ -9,7 +9,7 @@ def names(cands):
     return sorted(c.server.server_id for c in cands)
 
 
-SLO = req(slo_ttft_ms=1000.0, stream=True)
+SLO = req(slo_ttft_ms=1000.0, stream=True, holdable=True)
 
 CASES = [  # the request's TTFT SLO is 1,000 ms
     pytest.param({}, [cand("a", 1500, inflight_prefill_tokens=2_000), cand("b", 3000, inflight_prefill_tokens=9_000),
@@ -108,3 +108,39 @@ def test_a_request_late_where_nothing_is_queued_is_late_by_its_own_size():
     late = [cand("a", 3000, inflight_prefill_tokens=0), cand("b", 4000, inflight_prefill_tokens=9_000)]
     assert names(build("concentrate").filter(SLO, late, ctx())) == ["a", "b"]
     assert names(build("concentrate", {"onlyInABurst": False}).filter(SLO, late, ctx())) == ["b"]
+
+
+BURST = [cand("a", 1500, inflight_prefill_tokens=2_000, num_running=3), cand("b", 3000, inflight_prefill_tokens=9_000)]
+
+
+def test_a_request_late_everywhere_in_a_burst_is_held_until_the_cap():
+    holding = build("concentrate", {"holdCap": 3})
+    assert "on every one of 2 servers" in holding.hold(SLO, BURST).reason
+    assert holding.hold(req(slo_ttft_ms=1000.0, stream=True, holdable=True, waited_ms=2_999.0), BURST) is not None
+    assert holding.hold(req(slo_ttft_ms=1000.0, stream=True, holdable=True, waited_ms=3_000.0), BURST) is None
+
+
+def test_held_requests_wait_for_an_idle_server_not_for_one_in_time():
+    holding = build("concentrate", {"holdCap": 3})
+    waited = req(slo_ttft_ms=1000.0, stream=True, holdable=True, waited_ms=50.0)
+    in_time = [cand("a", 600, inflight_prefill_tokens=2_000, num_running=3), BURST[1]]
+    assert holding.hold(SLO, in_time) is None  # a request in time somewhere is never held
+    assert holding.hold(waited, in_time) is not None  # a held one waits for capacity nobody in time could use
+    idle = [cand("a", 1500, num_running=0), BURST[1]]
+    assert holding.hold(waited, idle) is None
+
+
+@pytest.mark.parametrize("params, request_", [
+    pytest.param({}, SLO, id="off-by-default"),
+    pytest.param({"holdCap": 3}, req(slo_ttft_ms=1000.0, stream=True, holdable=True, priority=-1),
+                 id="a-sheddable-one-is-shed-not-held"),
+    pytest.param({"holdCap": 3}, req(slo_tpot_ms=50.0, holdable=True), id="no-ttft-slo"),
+    pytest.param({"holdCap": 3}, req(slo_ttft_ms=1000.0, stream=True), id="a-front-that-cannot-wait"),
+])
+def test_what_is_never_held(params, request_):
+    assert build("concentrate", params).hold(request_, BURST) is None
+
+
+def test_rejects_a_negative_hold_cap():
+    with pytest.raises(ConfigError, match="holdCap"):
+        build("concentrate", {"holdCap": -1})

@@ -14,7 +14,7 @@ from headroom.sim.profile import H100
 from headroom.sim.request import SimRequest
 from headroom.sim.synthetic import Lengths, generate, poisson_arrivals
 from headroom.sim.traces import load_mooncake
-from headroom.sim.view import Pick, PoolView, Shed
+from headroom.sim.view import Hold, Pick, PoolView, Shed
 
 
 def _load(rate: float, duration: float = 20.0, seed: int = 0, **kw) -> list[SimRequest]:
@@ -191,6 +191,31 @@ def test_a_shed_request_is_dropped_with_its_reason_and_never_reaches_a_server() 
     assert shed == {r.request_id for r in requests[1::2]} and {d.reason for d in result.dropped} == {"over budget"}
     served = {o.request.request_id for o in result.outcomes}
     assert served.isdisjoint(shed) and len(served) + len(shed) == len(requests)
+
+
+def test_held_requests_are_asked_again_oldest_first_as_servers_free_up() -> None:
+    requests = [SimRequest(f"r{i}", 0.001 * i, 600, 20) for i in range(5)]
+    asked: list[tuple[str, float]] = []
+
+    def one_at_a_time(request: SimRequest, view: PoolView):
+        asked.append((request.request_id, view.now - request.arrival_s))
+        return Hold("busy") if view.inflight_requests[0] else view.snapshots[0].server_id
+
+    result = run(requests, uniform_pool(1), one_at_a_time)
+    served = sorted(result.outcomes, key=lambda o: o.submitted_s)
+    assert [o.request.request_id for o in served] == [r.request_id for r in requests] and not result.dropped
+    for before, after in zip(served, served[1:]):
+        assert after.submitted_s == before.completion_s  # asked again as the one before it finished
+        assert after.ttft_ms > (after.submitted_s - after.request.arrival_s) * 1000.0  # its wait counts
+    for record in result.records:  # the server's latency, as the router measures it: from the dispatch
+        assert record.e2e_ms == pytest.approx((record.completion_ts - record.dispatch_ts) * 1000.0, abs=1e-3)
+    waits = [waited for rid, waited in asked if rid == "r4"]
+    assert waits[0] == 0.0 and waits == sorted(waits) and len(waits) > 4
+
+
+def test_a_pick_that_never_lets_go_is_an_error() -> None:
+    with pytest.raises(SimulationError, match="held requests for over 3600 s"):
+        run([SimRequest("r0", 0.0, 100, 5)], uniform_pool(1), lambda request, view: Hold("forever"))
 
 
 def test_the_view_holds_the_tpot_slos_of_the_streams_in_flight() -> None:

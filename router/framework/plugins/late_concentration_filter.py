@@ -6,7 +6,9 @@ misses: a request predicted to miss its SLO on every candidate (even the fastest
 ``(1 + lateMargin)`` × its TTFT SLO, or past its TPOT SLO) while every candidate has prefill queued ahead
 goes only to the candidates with the most (``inflight_prefill_tokens``: the router's own, fresh count), the
 servers already furthest behind. Queued there behind work that is late anyway, it delays nobody who could
-still make their SLO, and the other servers keep their capacity for the requests that can.
+still make their SLO, and the other servers keep their capacity for the requests that can. With ``holdCap``, a
+front that can wait (the proxy) holds such a request at the router first (:mod:`router.control.held`), so the
+burst's late requests wait in one queue the whole pool drains rather than behind the servers furthest behind.
 
 A request that some candidate is predicted to serve within its SLO, or one without a TTFT SLO or without
 predictions everywhere, keeps every candidate. Put after the SLO tier filter (which then keeps everyone: no
@@ -32,6 +34,12 @@ Parameters:
         default: 1 meets the p99 TTFT goal at capacity on the code loads but spreads the late requests past
         capacity and falls behind least-KV there (docs/benchmarks.md, "Bounding a late request by the fastest
         server instead").
+    holdCap (0): a multiple of the request's TTFT SLO: a request that would be concentrated, and is not sheddable,
+        is held at the router instead (:meth:`LateConcentrationFilter.hold`) until some server is idle (nothing
+        running, waiting or in flight there), or until it has waited ``holdCap`` × its TTFT SLO; then it is
+        scheduled as any request (concentrated, if it is still late everywhere in a burst). So the late requests
+        of a burst wait in one queue that the whole pool drains, oldest first, with capacity no request in time
+        could use, rather than behind one server or among streams still in time. 0: never held.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ import numpy as np
 
 from headroom.router.framework.candidate_set import CandidateSet
 from headroom.router.framework.params import build_params, check_range
-from headroom.router.framework.roles import Candidate, Context, Request
+from headroom.router.framework.roles import Candidate, Context, Held, Request
 
 TYPE = "late-concentration-filter"
 
@@ -57,10 +65,12 @@ class Params:
     only_in_a_burst: bool = True
     late_cap: float = 5.0
     late_slack: float = math.inf
+    hold_cap: float = 0.0
 
     def __post_init__(self) -> None:
         check_range("late_margin", self.late_margin, -1.0, math.inf)
         check_range("late_slack", self.late_slack, 0.0, math.inf)
+        check_range("hold_cap", self.hold_cap, 0.0, math.inf)
         if not self.late_cap > 1.0 + self.late_margin:
             raise ValueError(
                 f"parameter 'lateCap' ({self.late_cap}) must exceed 1 + 'lateMargin' ({self.late_margin}): "
@@ -75,24 +85,48 @@ class LateConcentrationFilter:
 
     def filter(self, request: Request, candidates: Sequence[Candidate], context: Context) -> Sequence[Candidate]:
         everyone = CandidateSet.of(candidates)
-        slo = request.slo_ttft_ms
-        ttft = everyone.column(everyone.ttft_ms)
-        if slo is None or len(ttft) < 2 or np.isnan(ttft).any():
+        late = self._late_in_a_burst(request, everyone)
+        if late is None:
             return everyone
-        in_time = ttft <= (1.0 + self.params.late_margin) * slo
-        if self.params.include_tpot:
-            in_time &= ~(everyone.tpot_headroom_ms < 0)
-        if in_time.any():
-            return everyone
-        backlog = everyone.server_column("inflight_prefill_tokens")
-        if self.params.only_in_a_burst and backlog.min() == 0:
-            return everyone
+        ttft, backlog, slo = late
         capped = ttft <= min(self.params.late_cap * slo, ttft.min() + self.params.late_slack * slo)
         if capped.any():
             keep = capped & (backlog == backlog[capped].max())
         else:  # late past the cap everywhere: where it will be least late, so the backlog grows evenly
             keep = ttft == ttft.min()
         return everyone if keep.all() else everyone.take(np.flatnonzero(keep))
+
+    def hold(self, request: Request, candidates: Sequence[Candidate]) -> Held | None:
+        """Why the router should hold ``request`` for now rather than concentrate it (None: send it now)."""
+        slo = request.slo_ttft_ms
+        if not request.holdable or request.sheddable or slo is None or request.waited_ms >= self.params.hold_cap * slo:
+            return None
+        everyone, left_ms = CandidateSet.of(candidates), self.params.hold_cap * slo - request.waited_ms
+        if request.waited_ms > 0:  # held already: until a server is idle
+            if everyone.column(everyone.servers.is_idle).any():
+                return None
+            return Held(f"none of {len(candidates)} servers is idle yet", left_ms)
+        if self._late_in_a_burst(request, everyone) is None:
+            return None
+        return Held(f"predicted to miss its SLO on every one of {len(candidates)} servers, all with prefill queued",
+                    left_ms)
+
+    def _late_in_a_burst(self, request: Request, everyone: CandidateSet) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The candidates' TTFTs and prefill backlogs and the request's TTFT SLO if it is predicted to miss its SLO
+        everywhere in a burst (None: it keeps every candidate)."""
+        slo = request.slo_ttft_ms
+        ttft = everyone.column(everyone.ttft_ms)
+        if slo is None or len(ttft) < 2 or np.isnan(ttft).any():
+            return None
+        in_time = ttft <= (1.0 + self.params.late_margin) * slo
+        if self.params.include_tpot:
+            in_time &= ~(everyone.tpot_headroom_ms < 0)
+        if in_time.any():
+            return None
+        backlog = everyone.server_column("inflight_prefill_tokens")
+        if self.params.only_in_a_burst and backlog.min() == 0:
+            return None
+        return ttft, backlog, slo
 
 
 def build(name: str, raw: Mapping[str, Any] | None = None) -> LateConcentrationFilter:
