@@ -183,6 +183,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--sheddable", type=float, default=0.0, help="Share of sheddable requests.")
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON: another headroom pipeline.")
+    parser.add_argument("--variants-without-slo", action="store_true",
+                        help="Run each variant without SLOs too, as NAME no-SLO.")
     parser.add_argument("--pool-slo", action="store_true",
                         help="Hold headroom's requests to the pipeline's defaultSLO instead of sending SLO headers.")
     parser.add_argument("--no-oracle", action="store_true")
@@ -232,6 +234,9 @@ def policies(args: argparse.Namespace, slo: tuple[float, float] | None, predicto
         chosen.append(("headroom no-SLO", lambda seed: headroom(predictor, None, seed), False))
     for name, pipeline, overlays in map(variant, args.variant):
         chosen.append((name, partial(ours, pipeline=pipeline, overlays=overlays), False))
+        if getattr(args, "variants_without_slo", False):  # a router_quality option only
+            chosen.append((f"{name} no-SLO", partial(headroom, predictor, None, pipeline=pipeline or None,
+                                                     overlays=overlays), False))
     if not args.no_oracle:
         chosen.append(("oracle", oracle, True))
     return chosen

@@ -61,8 +61,10 @@ class Pipeline:
 # scheduling"). Before that, a request predicted to miss its SLO everywhere in a burst joins the servers furthest
 # behind (late-concentration-filter), so the others keep serving within SLO: past capacity on the bursty code
 # loads it turns a 4–10-point loss to least-KV into a 2–6-point lead on burst 8 and Poisson, and a loss of under
-# 3 points on burst 30 (docs/benchmarks.md, "Headroom after these changes"). The heuristic profile keeps the
-# reference picker.
+# 3 points on burst 30 (docs/benchmarks.md, "Headroom after these changes"); where the front can wait, such a
+# request is first held at the router until a server is idle, so the burst's late requests are drained by the
+# whole pool rather than by those servers (docs/benchmarks.md, "Holding the late requests at the router"). The
+# heuristic profile keeps the reference picker.
 
 DEFAULT_PIPELINE: dict[str, Any] = {
     "predictAll": True,

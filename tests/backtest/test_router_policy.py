@@ -75,7 +75,7 @@ def test_a_burst_of_late_requests_is_spread_under_the_cap(cap):
     predictor = TablePredictor(base=100.0, per_waiting=50.0)
     pick = engine_pick(predictor, slo=(slo_ttft, 50.0), plugin_params={
         "predicted-latency-producer": {"latencyCorrection": False, "prefillFloor": False},  # the model's TTFT
-        "late-concentration-filter": {"lateCap": cap} if cap else {}})
+        "late-concentration-filter": {"holdCap": 0, **({"lateCap": cap} if cap else {})}})  # sent at once
     cap = cap or 5.0
     late = []  # (least predicted TTFT over the pool, the chosen server's, the chosen server)
 
@@ -113,8 +113,8 @@ def test_the_late_requests_of_a_burst_wait_at_the_router_for_an_idle_server():
 
     held = run(requests, uniform_pool(4), watching(engine_pick(TablePredictor(base=100.0, per_waiting=50.0),
         slo=(slo_ttft, 50.0), plugin_params={**params, "late-concentration-filter": {"holdCap": cap}})), seed=0)
-    sent = run(requests, uniform_pool(4), engine_pick(TablePredictor(base=100.0, per_waiting=50.0),
-                                                       slo=(slo_ttft, 50.0), plugin_params=params), seed=0)
+    sent = run(requests, uniform_pool(4), engine_pick(TablePredictor(base=100.0, per_waiting=50.0), slo=(slo_ttft, 50.0),
+        plugin_params={**params, "late-concentration-filter": {"holdCap": 0}}), seed=0)
     waited = {rid: calls for rid, calls in asked.items() if len(calls) > 1}
     assert len(waited) > 100 and len(held.outcomes) == len(requests)
     for calls in waited.values():

@@ -131,7 +131,7 @@ def test_held_requests_wait_for_an_idle_server_not_for_one_in_time():
 
 
 @pytest.mark.parametrize("params, request_", [
-    pytest.param({}, SLO, id="off-by-default"),
+    pytest.param({"holdCap": 0}, SLO, id="off"),
     pytest.param({"holdCap": 3}, req(slo_ttft_ms=1000.0, stream=True, holdable=True, priority=-1),
                  id="a-sheddable-one-is-shed-not-held"),
     pytest.param({"holdCap": 3}, req(slo_tpot_ms=50.0, holdable=True), id="no-ttft-slo"),
@@ -144,3 +144,7 @@ def test_what_is_never_held(params, request_):
 def test_rejects_a_negative_hold_cap():
     with pytest.raises(ConfigError, match="holdCap"):
         build("concentrate", {"holdCap": -1})
+
+
+def test_by_default_a_request_is_held_for_up_to_five_times_its_slo():
+    assert build("concentrate").hold(SLO, BURST).for_ms == 5_000.0

@@ -96,20 +96,21 @@ def test_sheddable_admitted_in_fallback(engine):
     assert decision.chosen is not None and decision.fallback == "full"
 
 
-def test_a_request_late_everywhere_in_a_burst_is_held_by_a_holding_pipeline(engine):
-    holding = Engine(load_pipeline({**NO_EXPLORATION, "plugins": [
-        {**p, "params": {**p.get("params", {}), "holdCap": 2}} if p["type"] == "late-concentration-filter" else p
+def test_a_request_late_everywhere_in_a_burst_is_held_where_the_front_can_wait(engine):
+    never = Engine(load_pipeline({**NO_EXPLORATION, "plugins": [
+        {**p, "params": {**p.get("params", {}), "holdCap": 0}} if p["type"] == "late-concentration-filter" else p
         for p in NO_EXPLORATION["plugins"]]}))
     burst = [server("a", num_waiting=20, inflight_prefill_tokens=900),
              server("b", num_waiting=30, inflight_prefill_tokens=50)]
     late = req(slo_ttft_ms=200.0, holdable=True)
-    decision = holding.decide(late, burst, ctx(0, TablePredictor()))
-    assert decision.chosen is None and decision.rejection is None and decision.held.for_ms == 400.0
+    decision = engine.decide(late, burst, ctx(0, TablePredictor()))
+    assert decision.chosen is None and decision.rejection is None and decision.held.for_ms == 1_000.0
     assert "on every one of 2 servers" in decision.held.reason
-    assert engine.decide(late, burst, ctx(0, TablePredictor())).chosen.server.server_id == "a"  # not held: concentrated
-    waited = holding.decide(req(slo_ttft_ms=200.0, holdable=True, waited_ms=400.0), burst, ctx(0, TablePredictor()))
-    assert waited.held is None and waited.chosen.server.server_id == "a"  # at the cap: concentrated
-    warm_up = holding.decide(late, burst, ctx(0, TablePredictor(unavailable={"default": "warm-up"})))
+    for sent in (never.decide(late, burst, ctx(0, TablePredictor())),  # not held: concentrated
+                 engine.decide(req(slo_ttft_ms=200.0), burst, ctx(0, TablePredictor())),  # a front that cannot wait
+                 engine.decide(req(slo_ttft_ms=200.0, holdable=True, waited_ms=1_000.0), burst, ctx(0, TablePredictor()))):
+        assert sent.held is None and sent.chosen.server.server_id == "a"  # (the last at the cap)
+    warm_up = engine.decide(late, burst, ctx(0, TablePredictor(unavailable={"default": "warm-up"})))
     assert warm_up.held is None and warm_up.chosen is not None  # without predictions nothing is known to be late
 
 
