@@ -6,7 +6,7 @@
     │   ├── InvalidJson        its body is not JSON (HTTP 400, code ``invalid_json``)
     │   └── RequestTooLarge    its body is over the size limit (HTTP 413)
     ├── AdmissionRejected      a sheddable request was shed; ``reason`` is shown to the client (HTTP 429)
-    ├── Held                   the pipeline holds a request at the router, for ``for_s`` at most (never leaves it)
+    ├── RequestHeld            the pipeline holds a request at the router, for ``for_s`` at most (never leaves it)
     ├── NoCandidates           no server is available to take the request (HTTP 503)
     └── PredictionUnavailable  the predictor could not answer; ``reason`` is the fallback reason counted
 """
@@ -44,7 +44,7 @@ class AdmissionRejected(RouterError):
         self.reason = reason
 
 
-class Held(RouterError):
+class RequestHeld(RouterError):
     """The pipeline holds a request at the router for now (:meth:`~router.control.service.RouterService.place`
     waits and asks again): why, and for at most how many seconds."""
 

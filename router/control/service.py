@@ -42,7 +42,7 @@ from headroom.router.control.metrics import RouterMetrics
 from headroom.router.control.prompt import PromptInfo
 from headroom.router.control.telemetry_sampler import TelemetrySampler
 from headroom.router.control.telemetry_sink import TelemetrySink
-from headroom.router.errors import AdmissionRejected, Held
+from headroom.router.errors import AdmissionRejected, RequestHeld
 from headroom.router.framework.engine import Decision, Engine
 from headroom.router.framework.roles import Context, LatencyPredictor, Request, ServerSnapshot
 from headroom.router.state.pool import Finished, PoolState
@@ -98,16 +98,16 @@ class RouterService:
                        block_hashes=prompt.block_hashes, media_hashes=prompt.media_hashes)
 
     async def place(self, request: Request, *, watched: bool = False) -> Dispatch:
-        """:meth:`pick` for a front that can wait: while the pipeline holds ``request`` (:class:`~router.errors.Held`)
-        it waits at the router, and is asked about again when its turn comes (:class:`HeldRequests`) or its wait
-        ends."""
+        """:meth:`pick` for a front that can wait: while the pipeline holds ``request``
+        (:class:`~router.errors.RequestHeld`) it waits at the router, and is asked about again when its turn comes
+        (:class:`HeldRequests`) or its wait ends."""
         arrival, started = self.wall(), self.monotonic()
         ticket, held_s = None, 0.0
         while True:
             try:
                 dispatch = self.pick(replace(request, holdable=True, waited_ms=held_s * 1000.0), watched=watched,
                                      arrival=arrival)
-            except Held as hold:
+            except RequestHeld as hold:
                 if ticket is None:
                     ticket = self.held.ticket()
                     self.metrics.held.inc()
@@ -130,7 +130,7 @@ class RouterService:
         tokens will be relayed through the router as they come, by a trusted caller), a stream waits for its first
         token there with the model's prediction of it, and its server is priced by how late it is
         (:meth:`PoolState.dispatched`). ``arrival``: when the request reached the router (wall clock; default now).
-        A ``holdable`` request may raise :class:`~router.errors.Held` instead (:meth:`place`)."""
+        A ``holdable`` request may raise :class:`~router.errors.RequestHeld` instead (:meth:`place`)."""
         if retry_of is not None:
             arrival = retry_of.arrival_ts
         elif arrival is None:
@@ -156,7 +156,7 @@ class RouterService:
             m.rejections.inc()
             raise AdmissionRejected(decision.rejection)
         if decision.held is not None:
-            raise Held(decision.held.reason, decision.held.for_ms / 1000.0)
+            raise RequestHeld(decision.held.reason, decision.held.for_ms / 1000.0)
         chosen = decision.chosen
         if chosen is not None and chosen.prediction is not None:
             for target, version in chosen.prediction.versions.items():
