@@ -52,6 +52,7 @@ class Report:
     heuristic_share_after_warmup: float
     peak_corrections_after_change: dict[str, dict[str, float]]  # server -> target -> most its predictions were scaled by
     decision_ms: dict[str, float]  # arm -> mean time its router took to schedule a request
+    held: float = 0.0  # requests headroom's router held before sending them (late everywhere in a burst)
     interrupted: bool = False
     load_seconds: float = 0.0
     processes_left: list[str] = field(default_factory=list)
@@ -151,6 +152,8 @@ def write_report(report: Report, evidence: Evidence, directory: Path) -> Path:
               f"- headroom's heuristic decisions by reason: {report.heuristic_reasons}",
               f"- headroom's decisions by profile: {report.decisions}",
               f"- {decision_time(report)}",
+              f"- requests headroom's router held before sending them (late everywhere in a burst): "
+              f"{report.held:.0f}",
               f"- latency corrections at their peak after the change: {report.peak_corrections_after_change}",
               f"- processes left running: {report.processes_left or 'none'}",
               f"- wall time: {report.seconds:.0f} s", ""]

@@ -170,6 +170,7 @@ class Demo:
             heuristic_share_after_warmup=heuristic_share(warmed, router) if warmed is not None else float("nan"),
             peak_corrections_after_change=_peak_corrections(self.timeline, self.change_at),
             decision_ms={"headroom": _mean_decision_ms(router), "baseline": _mean_decision_ms(baseline)},
+            held=total(router, "headroom_router_requests_held_total"),
             interrupted=interrupted, load_seconds=ran,
             processes_left=[c.name for c in started if c.process.poll() is None],
             seconds=time.monotonic() - self.began)

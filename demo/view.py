@@ -61,6 +61,7 @@ def summary_tables(report: Report) -> Group:
     facts.add_row("heuristic share of headroom's decisions", f"{_pct(report.heuristic_share)} of all, "
                   f"{_pct(report.heuristic_share_after_warmup)} after the warm-up (the first {WARMUP_SHARE:.0%})")
     facts.add_row("router's decision time", decision_time(report))
+    facts.add_row("requests held by headroom's router", f"{report.held:.0f} (late everywhere in a burst)")
     facts.add_row("heuristic decisions by reason",
                   ", ".join(f"{k}: {v:.0f}" for k, v in report.heuristic_reasons.items()) or "none")
     load = report.host["load_average_at_start"][0], report.host["load_average_at_end"][0]

@@ -53,6 +53,7 @@ def test_short_demo_learns_routes_and_prices_the_slowed_servers_slower(tmp_path)
     assert len(report["host"]["load_average_at_start"]) == 3
     markdown = (tmp_path / "report" / "demo.md").read_text()
     assert "What headroom bought" in markdown and "Window by window" in markdown and "load average" in markdown
+    assert f"held before sending them (late everywhere in a burst): {report['held']:.0f}" in markdown
     assert report["windows_after"]["windows"] == 6 and report["changes_made"]  # 30 s after the change at 30 s
     assert "of capacity" in report["scenario"]
     for plot in ("timeline.png", "predicted_vs_actual.png"):
