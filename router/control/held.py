@@ -3,8 +3,8 @@
 A request predicted to miss its SLO everywhere in a burst may be held rather than sent behind one server's queue
 (late-concentration-filter's ``holdCap``). Held requests wait here oldest first. Whenever the pool frees up (a
 stream's first token, a completion, a round of scrapes) the oldest one is asked about again: sent, it passes the
-turn to the next; held again, it keeps its place, ahead of every request held after it. Each also stops waiting at its own deadline, when the
-pipeline sends it however late it is.
+turn to the next; held again, it keeps its place, ahead of every request held after it. Each also stops waiting
+at its own deadline, when the pipeline sends it however late it is.
 """
 
 from __future__ import annotations
